@@ -1,0 +1,32 @@
+# `make demo` and `make test` work on a machine with only python3 and make.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+REQUIREMENTS ?= requirements-cpu.txt
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): setup.cfg pyproject.toml $(REQUIREMENTS)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r $(REQUIREMENTS)
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m QuantumGravPy train configs/train.yaml training.path=runs/demo --overwrite
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m pip install --quiet ruff
+	$(VENV)/bin/ruff check QuantumGravPy tests bench examples
+	$(VENV)/bin/ruff format --check QuantumGravPy tests bench examples
+
+bench: $(STAMP)
+	$(PY) bench/overhead.py
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,0 +1,39 @@
+"""QuantumGravPy: graph neural networks on causal sets and other graphs, from one CPU to many GPUs.
+
+``import QuantumGravPy as qg``; the names below are the public API.
+"""
+
+from .causal_sets import CausalSet, myrheim_meyer_dimension, ordering_fraction_expectation, sprinkle
+from .checkpoint import load_checkpoint
+from .config import Config, load_config
+from .datasets import CausalSetDataset, split_dataset
+from .early_stopping import EarlyStopping
+from .errors import CheckpointError, ConfigError, DataError, QGError, RunDirectoryError
+from .evaluation import MetricSums, Tester, Validator
+from .models import GNNModel
+from .trainer import Trainer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CausalSet",
+    "CausalSetDataset",
+    "CheckpointError",
+    "Config",
+    "ConfigError",
+    "DataError",
+    "EarlyStopping",
+    "GNNModel",
+    "MetricSums",
+    "QGError",
+    "RunDirectoryError",
+    "Tester",
+    "Trainer",
+    "Validator",
+    "load_checkpoint",
+    "load_config",
+    "myrheim_meyer_dimension",
+    "ordering_fraction_expectation",
+    "split_dataset",
+    "sprinkle",
+]

@@ -1,0 +1,109 @@
+"""The command line: ``qg train | test | generate`` (also ``python -m QuantumGravPy``).
+
+A mistake in what the user passed (config, override, path, checkpoint) prints one line starting
+with ``error:`` and exits with status 2; ``--debug`` shows the traceback as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Sequence
+
+from .errors import QGError
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qg", description="Train graph neural networks on causal sets and other graphs."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.add_argument("config", metavar="CONFIG", help="YAML config file")
+        p.add_argument(
+            "overrides", nargs="*", metavar="KEY=VALUE",
+            help="override config keys, e.g. training.num_epochs=5 (values are YAML)",
+        )
+        p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+        return p
+
+    train = command("train", "train a model and test its best checkpoint")
+    train.add_argument(
+        "--overwrite", action="store_true", help="replace a run already in training.path"
+    )
+    test = command("test", "evaluate a checkpoint on the test split; prints JSON")
+    test.add_argument("--checkpoint", required=True, metavar="PATH", help="checkpoint file")
+    command("generate", "build the dataset cache without training")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except QGError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .run_dir import check_run_dir
+    from .trainer import Trainer
+
+    config = load_config(args.config, args.overrides)
+    # Refuse an occupied run directory before spending minutes on data and model.
+    check_run_dir(config.run_dir, overwrite=args.overwrite)
+    trainer = Trainer(config, overwrite=args.overwrite)
+    try:
+        train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+        trainer.run_training(train_loader, val_loader)
+        metrics = trainer.run_test(test_loader)
+    finally:
+        trainer.close()
+    print(
+        f"test_accuracy {metrics['test_accuracy']:.4f}  test_loss {metrics['test_loss']:.4f}  "
+        f"run saved in {config.run_dir}"
+    )
+    return 0
+
+
+def _test(args: argparse.Namespace) -> int:
+    from .checkpoint import load_checkpoint
+    from .config import load_config
+    from .trainer import Trainer
+
+    config = load_config(args.config, args.overrides)
+    load_checkpoint(args.checkpoint)  # a bad file fails before the data is built
+    trainer = Trainer(config)
+    _, _, test_loader = trainer.prepare_dataloaders()
+    metrics = trainer.run_test(test_loader, checkpoint=args.checkpoint)
+    print(json.dumps(metrics))
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .datasets import dataset_from_config
+    from .logs import configure_logging
+
+    config = load_config(args.config, args.overrides)
+    configure_logging(config.log_level)
+    dataset = dataset_from_config(config.data)
+    print(f"{len(dataset)} graphs ready under {config.data.root}")
+    return 0
+
+
+COMMANDS = {"train": _train, "test": _test, "generate": _generate}

@@ -1,0 +1,254 @@
+"""Datasets: the embedded causal-set dataset, user datasets, the seeded split and data loaders."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Subset
+from torch_geometric.data import Data, InMemoryDataset
+from torch_geometric.loader import DataLoader
+from tqdm.auto import tqdm
+
+from .causal_sets import (
+    NUM_FEATURES,
+    causal_structure,
+    check_sprinkle_arguments,
+    diamond_coordinates,
+    node_features,
+)
+from .errors import DataError
+
+log = logging.getLogger(__name__)
+
+# Bump when the generated graphs change for the same parameters, so old caches are not reused.
+GENERATOR_VERSION = 1
+# Graphs of one size processed together; bounds the [B, N, N, d] intermediates to ~100 MB.
+_CHUNK = 512
+
+
+def graph_parameters(index: int, num_points: Sequence[int], dimensions: Sequence[int], seed: int):
+    """The random generator of graph ``index`` and its size and dimension class.
+
+    Graph i depends only on (seed, i): its stream is seeded from the pair, never from a shared
+    sequential generator, so any subset of graphs can be generated in any order or process.
+    """
+    rng = np.random.default_rng([seed, index])
+    n = int(rng.integers(num_points[0], num_points[1] + 1))
+    label = int(rng.integers(len(dimensions)))
+    return rng, n, label
+
+
+def generate_causal_set_graphs(
+    start: int,
+    end: int,
+    *,
+    num_points: Sequence[int],
+    dimensions: Sequence[int],
+    seed: int,
+    progress: bool = True,
+) -> list[Data]:
+    """Graphs ``start`` to ``end - 1`` of the causal-set dataset with these parameters."""
+    max_dim = max(dimensions)
+    by_size: dict[int, list[tuple[int, int, np.ndarray]]] = {}
+    for i in range(start, end):
+        rng, n, label = graph_parameters(i, num_points, dimensions, seed)
+        coords = diamond_coordinates(n, dimensions[label], rng)
+        # Zero spatial columns leave every interval unchanged, so all dimensions share a batch.
+        padded = np.zeros((n, max_dim))
+        padded[:, : coords.shape[1]] = coords
+        by_size.setdefault(n, []).append((i, label, padded))
+
+    graphs: dict[int, Data] = {}
+    chunks = [
+        group[k : k + _CHUNK] for group in by_size.values() for k in range(0, len(group), _CHUNK)
+    ]
+    for chunk in tqdm(chunks, desc="causal sets", unit="chunk", disable=None if progress else True, leave=False):
+        coords = torch.from_numpy(np.stack([c for _, _, c in chunk]))
+        relations, links = causal_structure(coords)
+        features = node_features(relations, links)
+        for b, (i, label, _) in enumerate(chunk):
+            edges = links[b].nonzero().t()
+            graphs[i] = Data(
+                x=features[b],
+                edge_index=torch.cat([edges, edges.flip(0)], dim=1),
+                y=torch.tensor([label]),
+            )
+    return [graphs[i] for i in range(start, end)]
+
+
+class CausalSetDataset(InMemoryDataset):
+    """Sprinklings into causal diamonds of several dimensions; ``y`` is the dimension's index.
+
+    Cached under ``root/processed`` in a file named by a digest of every generation parameter,
+    so changing any of them generates a new cache instead of reusing a stale one.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        num_graphs: int,
+        num_points: Sequence[int] = (32, 64),
+        dimensions: Sequence[int] = (2, 3, 4),
+        seed: int = 0,
+        transform: Callable | None = None,
+        progress: bool = True,
+    ):
+        if num_graphs < 1:
+            raise ValueError(f"num_graphs must be positive, got {num_graphs}")
+        lo, hi = num_points
+        if not 1 <= lo <= hi:
+            raise ValueError(f"num_points must be [min, max] with 1 <= min <= max, got {num_points}")
+        for d in dimensions:
+            check_sprinkle_arguments(lo, d)
+        self.params = {
+            "num_graphs": int(num_graphs),
+            "num_points": [int(lo), int(hi)],
+            "dimensions": [int(d) for d in dimensions],
+            "seed": int(seed),
+            "version": GENERATOR_VERSION,
+        }
+        self.progress = progress
+        super().__init__(root, transform=transform, log=False)
+        self.load(self.processed_paths[0])
+
+    @property
+    def digest(self) -> str:
+        text = json.dumps(self.params, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def raw_file_names(self) -> list[str]:
+        return []
+
+    @property
+    def processed_file_names(self) -> list[str]:
+        return [f"causal_sets_{self.digest}.pt"]
+
+    @property
+    def dimensions(self) -> list[int]:
+        return self.params["dimensions"]
+
+    def download(self) -> None:  # everything is generated locally
+        pass
+
+    def process(self) -> None:
+        p = self.params
+        log.info("generating %d causal sets into %s", p["num_graphs"], self.processed_paths[0])
+        graphs = generate_causal_set_graphs(
+            0,
+            p["num_graphs"],
+            num_points=p["num_points"],
+            dimensions=p["dimensions"],
+            seed=p["seed"],
+            progress=self.progress,
+        )
+        # Write to a temporary name first: an interrupted run must not leave a truncated cache
+        # that a later run would load as if it were complete.
+        tmp = self.processed_paths[0] + f".tmp{os.getpid()}"
+        self.save(graphs, tmp)
+        os.replace(tmp, self.processed_paths[0])
+
+
+def dataset_from_config(data_cfg: Any, *, progress: bool = True) -> Dataset | list[Data]:
+    """Build (or load from cache) the dataset a ``data:`` config section describes."""
+    if data_cfg.dataset is None:
+        return CausalSetDataset(
+            data_cfg.root,
+            num_graphs=data_cfg.num_graphs,
+            num_points=data_cfg.num_points,
+            dimensions=data_cfg.dimensions,
+            seed=data_cfg.seed,
+            progress=progress,
+        )
+    from .config import resolve
+
+    factory = resolve(data_cfg.dataset, key="data.dataset")
+    try:
+        dataset = factory(**data_cfg.dataset_kwargs)
+    except TypeError as e:
+        raise DataError(f"data.dataset: calling {data_cfg.dataset} failed: {e}") from e
+    check_dataset(dataset, source=f"data.dataset ({data_cfg.dataset})")
+    return dataset
+
+
+def check_dataset(dataset: Any, *, source: str) -> None:
+    if not isinstance(dataset, (Dataset, list)):
+        raise DataError(
+            f"{source}: expected a torch_geometric Dataset or a list of Data, "
+            f"got {type(dataset).__name__}"
+        )
+    if len(dataset) == 0:
+        raise DataError(f"{source}: the dataset is empty")
+    first = dataset[0]
+    if not isinstance(first, Data) or first.x is None or first.y is None:
+        raise DataError(f"{source}: items must be torch_geometric Data objects with x and y")
+
+
+def dataset_dimensions(dataset: Dataset | list[Data]) -> tuple[int, int]:
+    """(number of node features, number of classes) of a graph classification dataset."""
+    if isinstance(dataset, CausalSetDataset):
+        return NUM_FEATURES, len(dataset.dimensions)
+    if isinstance(dataset, InMemoryDataset):
+        return dataset.num_node_features, int(dataset._data.y.max()) + 1
+    return dataset[0].x.shape[1], max(int(g.y.max()) for g in dataset) + 1
+
+
+def split_sizes(n: int, fractions: Sequence[float]) -> tuple[int, int, int]:
+    n_val = round(n * fractions[1])
+    n_test = round(n * fractions[2])
+    return n - n_val - n_test, n_val, n_test
+
+
+def split_dataset(
+    dataset: Dataset | list[Data], fractions: Sequence[float], seed: int
+) -> tuple[Subset, Subset, Subset]:
+    """Seeded random split into train, validation and test subsets.
+
+    Uses its own generator, so it is identical in every process that calls it with the same seed,
+    whatever else those processes have drawn from the global random state.
+    """
+    n_train, n_val, n_test = split_sizes(len(dataset), fractions)
+    for name, size in (("train", n_train), ("validation", n_val), ("test", n_test)):
+        if size < 1:
+            raise DataError(
+                f"data.split: {list(fractions)} of {len(dataset)} graphs leaves the {name} "
+                "set empty; use more graphs or a larger fraction"
+            )
+    perm = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed)).tolist()
+    return (
+        Subset(dataset, perm[:n_train]),
+        Subset(dataset, perm[n_train : n_train + n_val]),
+        Subset(dataset, perm[n_train + n_val :]),
+    )
+
+
+def make_loader(
+    dataset: Dataset,
+    *,
+    batch_size: int,
+    shuffle: bool = False,
+    drop_last: bool = False,
+    num_workers: int = 0,
+    seed: int = 0,
+    sampler: Any = None,
+) -> DataLoader:
+    """A PyG loader; a shuffling loader draws its order from its own seeded generator."""
+    generator = torch.Generator().manual_seed(seed) if shuffle else None
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle and sampler is None,
+        sampler=sampler,
+        drop_last=drop_last,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+        generator=generator,
+    )

@@ -1,0 +1,86 @@
+"""Evaluation as sums and counts weighted by graphs, so it can be reduced exactly across processes.
+
+A mean of batch means is wrong whenever batches differ in size (the last one usually does, and in
+a distributed run every process has its own last batch). We accumulate the loss summed over graphs,
+the number of correct predictions and the number of graphs, and divide once at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from .config import resolve
+
+Criterion = Callable[[Tensor, object], Tensor]
+
+
+def make_criterion(dotted: str) -> Criterion:
+    """``criterion(outputs, batch)``: a loss class is called with ``batch.y``, a function with the batch.
+
+    Losses are expected to average over the graphs of a batch (PyTorch's default reduction).
+    """
+    obj = resolve(dotted, key="criterion")
+    if isinstance(obj, type):
+        loss = obj()
+        return lambda outputs, batch: loss(outputs, batch.y)
+    return obj
+
+
+@dataclass
+class MetricSums:
+    """Summed loss, correct predictions and graph count; ``values`` is a float64 [3] tensor."""
+
+    values: Tensor
+
+    @classmethod
+    def zeros(cls, device: torch.device | str = "cpu") -> MetricSums:
+        return cls(torch.zeros(3, dtype=torch.float64, device=device))
+
+    def __add__(self, other: MetricSums) -> MetricSums:
+        return MetricSums(self.values + other.values.to(self.values.device))
+
+    @property
+    def count(self) -> int:
+        return int(self.values[2])
+
+    def compute(self, prefix: str) -> dict[str, float]:
+        loss_sum, correct, count = self.values.tolist()
+        if count == 0:
+            return {f"{prefix}_loss": float("nan"), f"{prefix}_accuracy": float("nan")}
+        return {f"{prefix}_loss": loss_sum / count, f"{prefix}_accuracy": correct / count}
+
+
+class Validator:
+    """Evaluates a model over a loader; ``prefix`` names the metrics (``val_loss``, ...)."""
+
+    prefix = "val"
+
+    def __init__(self, criterion: Criterion, device: torch.device | str):
+        self.criterion = criterion
+        self.device = torch.device(device)
+
+    @torch.no_grad()
+    def accumulate(self, model: nn.Module, loader: Iterable) -> MetricSums:
+        was_training = model.training
+        model.eval()
+        sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        for batch in loader:
+            batch = batch.to(self.device, non_blocking=True)
+            outputs = model(batch)
+            n = batch.num_graphs
+            sums[0] += self.criterion(outputs, batch).double() * n
+            sums[1] += (outputs.argmax(dim=-1) == batch.y).sum()
+            sums[2] += n
+        model.train(was_training)
+        return MetricSums(sums)
+
+    def evaluate(self, model: nn.Module, loader: Iterable) -> dict[str, float]:
+        return self.accumulate(model, loader).compute(self.prefix)
+
+
+class Tester(Validator):
+    prefix = "test"

@@ -1,0 +1,36 @@
+"""Logging for the package: one stderr handler, plus the run directory's ``train.log``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+LOGGER_NAME = "QuantumGravPy"
+_FORMAT = "%(asctime)s {prefix}%(levelname)s %(message)s"
+_DATEFMT = "%H:%M:%S"
+_STDERR_HANDLER: logging.Handler | None = None
+
+
+def get_logger() -> logging.Logger:
+    return logging.getLogger(LOGGER_NAME)
+
+
+def configure_logging(level: str | int = "INFO", *, prefix: str = "") -> logging.Logger:
+    """Send the package's records to stderr at ``level``; calling again replaces the handler."""
+    global _STDERR_HANDLER
+    logger = get_logger()
+    if _STDERR_HANDLER is not None:
+        logger.removeHandler(_STDERR_HANDLER)
+    _STDERR_HANDLER = logging.StreamHandler()
+    _STDERR_HANDLER.setFormatter(logging.Formatter(_FORMAT.format(prefix=prefix), _DATEFMT))
+    logger.addHandler(_STDERR_HANDLER)
+    logger.setLevel(level)
+    logger.propagate = False  # the root logger's handlers would print every line twice
+    return logger
+
+
+def add_file_handler(path: Path, *, prefix: str = "") -> logging.Handler:
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(_FORMAT.format(prefix=prefix), "%Y-%m-%d %H:%M:%S"))
+    get_logger().addHandler(handler)
+    return handler

@@ -1,0 +1,135 @@
+"""GNNModel: message passing, pooling to one vector per graph, and an MLP head."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.data import Batch, Data
+from torch_geometric.nn import BatchNorm, GraphNorm, LayerNorm
+from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
+
+from .config import ModelConfig, resolve
+
+POOLING = {"mean": global_mean_pool, "max": global_max_pool, "add": global_add_pool}
+
+
+class GNNModel(nn.Module):
+    """A graph classifier: ``model(batch)`` returns logits of shape [num_graphs, num_classes].
+
+    Node features are first projected to ``hidden_channels``; each of ``num_layers`` blocks is
+    conv -> norm -> activation -> dropout, added to its input when ``residual``. The default
+    norm (``graph``: GraphNorm) uses the statistics of each graph alone, so the output for a graph
+    never depends on which other graphs share its batch. ``batch`` (BatchNorm) is available but
+    gives up that property in training mode.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        *,
+        conv: str | type = "torch_geometric.nn.GraphConv",
+        conv_kwargs: dict[str, Any] | None = None,
+        hidden_channels: int = 64,
+        num_layers: int = 3,
+        activation: str | type = "torch.nn.ReLU",
+        dropout: float = 0.0,
+        residual: bool = True,
+        norm: str = "graph",
+        pooling: Sequence[str] = ("mean", "max", "add"),
+        head_channels: Sequence[int] = (64,),
+    ):
+        super().__init__()
+        conv_cls = resolve(conv, key="model.conv") if isinstance(conv, str) else conv
+        act_cls = resolve(activation, key="model.activation") if isinstance(activation, str) else activation
+        self.pooling = tuple(pooling)
+        self.residual = residual
+        self.norm_kind = norm
+        self.encoder = nn.Linear(in_channels, hidden_channels)
+        self.convs = nn.ModuleList(
+            _make_conv(conv_cls, hidden_channels, dict(conv_kwargs or {}), act_cls)
+            for _ in range(num_layers)
+        )
+        self.norms = nn.ModuleList(_make_norm(norm, hidden_channels) for _ in range(num_layers))
+        self.act = _make_activation(act_cls)
+        self.dropout = nn.Dropout(dropout)
+        head: list[nn.Module] = []
+        width = hidden_channels * len(self.pooling)
+        for channels in head_channels:
+            head += [nn.Linear(width, channels), _make_activation(act_cls), nn.Dropout(dropout)]
+            width = channels
+        head.append(nn.Linear(width, num_classes))
+        self.head = nn.Sequential(*head)
+
+    @classmethod
+    def from_config(cls, config: ModelConfig, in_channels: int, num_classes: int) -> GNNModel:
+        return cls(
+            config.in_channels or in_channels,
+            config.num_classes or num_classes,
+            conv=config.conv,
+            conv_kwargs=config.conv_kwargs,
+            hidden_channels=config.hidden_channels,
+            num_layers=config.num_layers,
+            activation=config.activation,
+            dropout=config.dropout,
+            residual=config.residual,
+            norm=config.norm,
+            pooling=config.pooling,
+            head_channels=config.head_channels,
+        )
+
+    def forward(self, batch: Batch | Data) -> Tensor:
+        x, edge_index = batch.x, batch.edge_index
+        index = batch.batch if batch.batch is not None else x.new_zeros(x.shape[0], dtype=torch.long)
+        num_graphs = batch.num_graphs if isinstance(batch, Batch) else 1
+        x = self.encoder(x)
+        for conv, norm in zip(self.convs, self.norms):
+            h = conv(x, edge_index)
+            if self.norm_kind in ("graph", "layer"):
+                h = norm(h, index, num_graphs)
+            else:
+                h = norm(h)
+            h = self.dropout(self.act(h))
+            x = x + h if self.residual else h
+        pooled = torch.cat([POOLING[p](x, index, num_graphs) for p in self.pooling], dim=-1)
+        return self.head(pooled)
+
+
+def _make_activation(act: Any) -> nn.Module:
+    if isinstance(act, type) and issubclass(act, nn.Module):
+        return act()
+    return _Lambda(act)
+
+
+class _Lambda(nn.Module):
+    def __init__(self, fn: Any):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fn(x)
+
+
+def _make_conv(conv_cls: type, channels: int, kwargs: dict[str, Any], act_cls: Any) -> nn.Module:
+    params = inspect.signature(conv_cls.__init__).parameters
+    if "nn" in params and "in_channels" not in params:
+        # GIN-style layers take the network that transforms the aggregated features.
+        mlp = nn.Sequential(
+            nn.Linear(channels, channels), _make_activation(act_cls), nn.Linear(channels, channels)
+        )
+        return conv_cls(nn=mlp, **kwargs)
+    return conv_cls(channels, channels, **kwargs)
+
+
+def _make_norm(kind: str, channels: int) -> nn.Module:
+    if kind == "graph":
+        return GraphNorm(channels)
+    if kind == "layer":
+        return LayerNorm(channels, mode="node")
+    if kind == "batch":
+        return BatchNorm(channels)
+    return nn.Identity()

@@ -1,0 +1,78 @@
+"""The run directory: what a run leaves behind, and the guard against overwriting a finished one."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import RunDirectoryError
+
+CONFIG = "config.yaml"
+HISTORY = "history.csv"
+SUMMARY = "summary.json"
+LOG = "train.log"
+CHECKPOINTS = "checkpoints"
+# Anything a run writes; one of them present means the directory holds a run.
+RUN_FILES = (CONFIG, HISTORY, SUMMARY, LOG, CHECKPOINTS)
+
+
+def check_run_dir(path: Path, *, overwrite: bool) -> None:
+    """Refuse a directory that already holds a run, unless ``overwrite``."""
+    if overwrite or not path.exists():
+        return
+    if not path.is_dir():
+        raise RunDirectoryError(f"training.path {path} exists and is not a directory")
+    found = [name for name in RUN_FILES if (path / name).exists()]
+    if found:
+        raise RunDirectoryError(
+            f"{path} already holds a run ({', '.join(found)}); choose another training.path "
+            "or pass --overwrite to replace it"
+        )
+
+
+def prepare_run_dir(path: Path, *, overwrite: bool) -> None:
+    """Create the run directory; with ``overwrite``, remove a previous run's files first.
+
+    Only the files a run writes are removed; anything else a user put there stays.
+    """
+    check_run_dir(path, overwrite=overwrite)
+    for name in RUN_FILES:
+        target = path / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    (path / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` so a reader never sees a half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_history(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomic(path / HISTORY, buffer.getvalue())
+
+
+def read_history(path: Path) -> list[dict[str, float]]:
+    """``history.csv`` of a run directory, numbers parsed."""
+    with open(path / HISTORY, newline="", encoding="utf-8") as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def write_summary(path: Path, summary: dict[str, Any]) -> None:
+    write_atomic(path / SUMMARY, json.dumps(summary, indent=2) + "\n")

@@ -1,0 +1,361 @@
+"""Trainer: the epoch loop, validation, early stopping and the run directory, written once.
+
+Subclasses (TrainerDDP) change behaviour through the small hooks marked "hook" below; the loop in
+:meth:`Trainer.run_training` is the only epoch loop in the project.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+from torch_geometric.loader import DataLoader
+from tqdm.auto import tqdm
+
+from . import run_dir as rd
+from .checkpoint import load_checkpoint, save_checkpoint
+from .config import Config, config_to_dict, dump_config, resolve
+from .datasets import dataset_dimensions, dataset_from_config, make_loader, split_dataset
+from .early_stopping import EarlyStopping
+from .errors import CheckpointError, ConfigError, DataError, QGError
+from .evaluation import MetricSums, Tester, Validator, make_criterion
+from .logs import add_file_handler, configure_logging
+from .models import GNNModel
+
+
+class TrainingDivergedError(QGError):
+    """The training loss became NaN or infinite."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # seeds every CUDA device too
+
+
+def select_device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(spec)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"training.device: {spec!r} requested but CUDA is not available")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"training.device: {spec!r} requested but only "
+                f"{torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+    return device
+
+
+class Trainer:
+    """Single-process training from a :class:`~QuantumGravPy.config.Config`.
+
+    ``Trainer(config)`` builds (or loads from cache) the dataset, the model and the optimizer.
+    ``prepare_dataloaders()`` splits the data, ``run_training(train, val)`` runs the epoch loop
+    and returns the history, ``run_test(test)`` evaluates the best checkpoint. Files go to the
+    run directory ``training.path``; one that already holds a run is refused unless
+    ``overwrite=True``.
+    """
+
+    world_size = 1
+
+    def __init__(
+        self, config: Config, dataset: Dataset | list | None = None, *, overwrite: bool = False
+    ):
+        self.config = config
+        self.epoch = 0  # completed epochs
+        self.global_step = 0
+        self.overwrite = overwrite
+        self.run_dir = config.run_dir
+        self.history: list[dict[str, Any]] = []
+        self.stopped_early = False
+        self._run_open = False
+        self.logger = self.setup_logging()
+        self.device = self.select_device()
+        seed_everything(config.training.seed)
+        self.dataset = dataset if dataset is not None else self.load_dataset()
+        self.in_channels, self.num_classes = dataset_dimensions(self.dataset)
+        # Built on the CPU from the seeded generator, so the initial weights do not depend on the
+        # device, then moved.
+        self.model: nn.Module = GNNModel.from_config(
+            config.model, self.in_channels, self.num_classes
+        ).to(self.device)
+        self.optimizer = self._build_optimizer()
+        self.lr_scheduler = self._build_scheduler()
+        self.criterion = make_criterion(config.criterion)
+        self.validator = Validator(self.criterion, self.device)
+        self.tester = Tester(self.criterion, self.device)
+        es = config.early_stopping
+        self.early_stopping = EarlyStopping(
+            mode=es.mode, patience=es.patience, delta=es.delta, grace_period=es.grace_period
+        )
+
+    # --- hooks: what a distributed subclass changes ------------------------------------------
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes files and shows progress bars (hook)."""
+        return True
+
+    @property
+    def train_module(self) -> nn.Module:
+        """The module the training pass calls; DDP returns its wrapper here (hook)."""
+        return self.model
+
+    def setup_logging(self) -> logging.Logger:  # hook
+        return configure_logging(self.config.log_level)
+
+    def select_device(self) -> torch.device:  # hook
+        return select_device(self.config.training.device)
+
+    def load_dataset(self) -> Dataset | list:  # hook
+        return dataset_from_config(self.config.data)
+
+    def make_train_loader(self, dataset: Dataset) -> DataLoader:  # hook
+        t = self.config.training
+        return make_loader(
+            dataset,
+            batch_size=t.batch_size,
+            shuffle=True,
+            drop_last=t.drop_last,
+            num_workers=t.num_workers,
+            seed=t.seed,
+        )
+
+    def on_epoch_start(self, train_loader: DataLoader) -> None:  # hook
+        pass
+
+    def reduce_sums(self, sums: MetricSums) -> MetricSums:
+        """Combine per-process sums; one process has nothing to combine (hook)."""
+        return sums
+
+    def validate(self, val_loader: DataLoader) -> dict[str, float]:  # hook
+        return self.validator.evaluate(self.model, val_loader)
+
+    def decide(self, row: dict[str, Any]) -> tuple[bool, bool]:
+        """(improved, stop) after an epoch; DDP decides on rank 0 and broadcasts (hook)."""
+        improved = self.early_stopping.step(row[self.config.early_stopping.metric], row["epoch"])
+        return improved, self.config.early_stopping.enabled and self.early_stopping.should_stop
+
+    # --- data ----------------------------------------------------------------------------------
+
+    def prepare_dataloaders(
+        self, dataset: Dataset | list | None = None
+    ) -> tuple[DataLoader, DataLoader, DataLoader]:
+        """Split ``dataset`` (default: the trainer's) with ``data.seed`` into three loaders."""
+        if dataset is None:
+            dataset = self.dataset
+        elif dataset_dimensions(dataset) != (self.in_channels, self.num_classes):
+            raise DataError(
+                f"the dataset has (features, classes) = {dataset_dimensions(dataset)} but the "
+                f"model was built for {(self.in_channels, self.num_classes)}"
+            )
+        train, val, test = split_dataset(dataset, self.config.data.split, self.config.data.seed)
+        nw = self.config.training.num_workers
+        val_loader = make_loader(val, batch_size=self.config.validation.batch_size, num_workers=nw)
+        test_loader = make_loader(test, batch_size=self.config.testing.batch_size, num_workers=nw)
+        return self.make_train_loader(train), val_loader, test_loader
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def run_training(self, train_loader: DataLoader, val_loader: DataLoader) -> list[dict[str, Any]]:
+        """Train until ``training.num_epochs`` or early stopping; returns one dict per epoch."""
+        self.open_run()
+        num_epochs = self.config.training.num_epochs
+        self.logger.info(
+            "training %s for up to %d epochs on %s: %d training graphs, batch size %d",
+            self.config.name, num_epochs, self.device, len(train_loader.dataset),
+            self.config.training.batch_size,
+        )
+        while self.epoch < num_epochs and not self.stopped_early:
+            self.on_epoch_start(train_loader)
+            lr = self.optimizer.param_groups[0]["lr"]
+            start = time.perf_counter()
+            train_loss = self.train_epoch(train_loader)
+            seconds = time.perf_counter() - start
+            row = {"epoch": self.epoch + 1, "train_loss": train_loss, **self.validate(val_loader)}
+            row.update(lr=lr, epoch_seconds=seconds)
+            self.epoch += 1
+            self.history.append(row)
+            improved, self.stopped_early = self.decide(row)
+            self.step_scheduler(row)
+            self.end_epoch(row, improved)
+        if self.stopped_early:
+            self.logger.info(
+                "early stopping after epoch %d: no %s improvement for %d epochs (best %.4f at %d)",
+                self.epoch, self.config.early_stopping.metric, self.early_stopping.patience,
+                self.early_stopping.best, self.early_stopping.best_epoch,
+            )
+        self.write_summary()
+        return self.history
+
+    def train_epoch(self, loader: DataLoader) -> float:
+        """One pass over ``loader``; returns the training loss averaged over graphs."""
+        model = self.train_module
+        model.train()
+        total = torch.zeros(3, dtype=torch.float64, device=self.device)
+        bar = tqdm(
+            loader, desc=f"epoch {self.epoch + 1}", unit="batch", leave=False,
+            disable=None if self.is_main else True,  # None: only on a terminal
+        )
+        for batch in bar:
+            batch = batch.to(self.device, non_blocking=True)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self.criterion(model(batch), batch)
+            loss.backward()
+            self.optimizer.step()
+            total[0] += loss.detach() * batch.num_graphs
+            total[2] += batch.num_graphs
+            self.global_step += 1
+        loss = self.reduce_sums(MetricSums(total)).compute("train")["train_loss"]
+        if not math.isfinite(loss):
+            raise TrainingDivergedError(
+                f"the training loss is {loss} after epoch {self.epoch + 1}; "
+                "lower training.optimizer.kwargs.lr or check the data for NaN features"
+            )
+        return loss
+
+    def step_scheduler(self, row: dict[str, Any]) -> None:
+        if self.lr_scheduler is None:
+            return
+        if isinstance(self.lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            self.lr_scheduler.step(row[self.config.early_stopping.metric])
+        else:
+            self.lr_scheduler.step()
+
+    def end_epoch(self, row: dict[str, Any], improved: bool) -> None:
+        if improved:
+            self.save_checkpoint("best.pt")
+        self.save_checkpoint("last.pt")
+        every = self.config.training.checkpoint_every
+        if every and self.epoch % every == 0:
+            self.save_checkpoint(f"epoch_{self.epoch:04d}.pt")
+        if self.is_main:
+            rd.write_history(self.run_dir, self.history)
+        self.logger.info(
+            "epoch %d/%d  train_loss %.4f  val_loss %.4f  val_accuracy %.4f  lr %.2e  %.1fs%s",
+            row["epoch"], self.config.training.num_epochs, row["train_loss"], row["val_loss"],
+            row["val_accuracy"], row["lr"], row["epoch_seconds"], "  *best" if improved else "",
+        )
+
+    # --- testing -------------------------------------------------------------------------------
+
+    def run_test(self, test_loader: DataLoader, checkpoint: str | Path | None = None) -> dict[str, float]:
+        """Test metrics of ``checkpoint`` (default: this run's best checkpoint, if it trained).
+
+        The trainer's own model is left as it is; the checkpoint is loaded into a copy.
+        """
+        if checkpoint is None and self._run_open:
+            best = self.run_dir / rd.CHECKPOINTS / "best.pt"
+            checkpoint = best if best.exists() else None
+        model = self.model
+        if checkpoint is not None:
+            model = copy.deepcopy(self.model)
+            load_model_state(model, load_checkpoint(checkpoint, self.device), checkpoint)
+        metrics = self.evaluate_test(model, test_loader)
+        self.logger.info(
+            "test_loss %.4f  test_accuracy %.4f", metrics["test_loss"], metrics["test_accuracy"]
+        )
+        if self._run_open:
+            self.write_summary(metrics)
+        return metrics
+
+    def evaluate_test(self, model: nn.Module, test_loader: DataLoader) -> dict[str, float]:  # hook
+        return self.tester.evaluate(model, test_loader)
+
+    # --- files ---------------------------------------------------------------------------------
+
+    def open_run(self) -> None:
+        """Create the run directory on first use: config.yaml and train.log."""
+        if self._run_open:
+            return
+        if self.is_main:
+            rd.prepare_run_dir(self.run_dir, overwrite=self.overwrite)
+            (self.run_dir / rd.CONFIG).write_text(dump_config(self.config), encoding="utf-8")
+            self._log_handler = add_file_handler(self.run_dir / rd.LOG)
+        self._run_open = True
+
+    def close(self) -> None:
+        """Detach this run's log file (the trainer stays usable for evaluation)."""
+        handler = getattr(self, "_log_handler", None)
+        if handler is not None:
+            self.logger.removeHandler(handler)
+            handler.close()
+            self._log_handler = None
+
+    def write_summary(self, test_metrics: dict[str, float] | None = None) -> None:
+        if not self.is_main:
+            return
+        summary = {
+            "test_loss": None,
+            "test_accuracy": None,
+            "best_epoch": self.early_stopping.best_epoch,
+            "epochs_run": self.epoch,
+            "stopped_early": self.stopped_early,
+            "world_size": self.world_size,
+        }
+        summary.update(test_metrics or {})
+        rd.write_summary(self.run_dir, summary)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint records: plain state dicts and numbers only."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
+            "epoch": self.epoch,
+            "global_step": self.global_step,
+            "early_stopping": self.early_stopping.state_dict(),
+            "history": [dict(row) for row in self.history],
+            "config": config_to_dict(self.config),
+            "world_size": self.world_size,
+        }
+
+    def save_checkpoint(self, name: str = "last.pt") -> Path:
+        """Write a checkpoint into the run's ``checkpoints/`` (only the main process writes)."""
+        path = self.run_dir / rd.CHECKPOINTS / name
+        if self.is_main:
+            save_checkpoint(self.state_dict(), path)
+        return path
+
+    # --- construction --------------------------------------------------------------------------
+
+    def _build_optimizer(self) -> torch.optim.Optimizer:
+        opt = self.config.training.optimizer
+        cls = resolve(opt.type, key="training.optimizer.type")
+        if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+            raise ConfigError(f"training.optimizer.type: {opt.type!r} is not a torch optimizer")
+        try:
+            return cls(self.model.parameters(), **opt.kwargs)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"training.optimizer.kwargs: {opt.type} rejected them: {e}") from None
+
+    def _build_scheduler(self) -> Any:
+        sched = self.config.training.lr_scheduler
+        if sched is None:
+            return None
+        cls = resolve(sched.type, key="training.lr_scheduler.type")
+        try:
+            return cls(self.optimizer, **sched.kwargs)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(
+                f"training.lr_scheduler.kwargs: {sched.type} rejected them: {e}"
+            ) from None
+
+
+def load_model_state(model: nn.Module, state: dict[str, Any], path: str | Path) -> None:
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0]
+        raise CheckpointError(f"{path}: does not fit the configured model ({first})") from None
