@@ -27,6 +27,8 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/overhead.py
+	$(PY) bench/generation.py
+	$(PY) bench/baseline.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -83,7 +83,9 @@ def sprinkle(num_points: int, dimension: int, seed: int) -> CausalSet:
     The same arguments always give the same causal set.
     """
     check_sprinkle_arguments(num_points, dimension)
-    coords = torch.from_numpy(diamond_coordinates(num_points, dimension, np.random.default_rng(seed)))
+    coords = torch.from_numpy(
+        diamond_coordinates(num_points, dimension, np.random.default_rng(seed))
+    )
     relations, links = causal_structure(coords[None])
     return CausalSet(coordinates=coords, relations=relations[0], links=links[0])
 
@@ -160,7 +162,7 @@ def ordering_fraction_expectation(dimension: float) -> float:
     """Expected ordering fraction of a sprinkling into a d-dimensional diamond (Myrheim-Meyer).
 
     ``f(d) = Gamma(d + 1) Gamma(d / 2) / (2 Gamma(3d / 2))``: 1/2 in two dimensions, 1/10 in four.
-    It is exact for any number of points, since it is the chance that two uniform points are related.
+    Exact for any number of points: it is the chance that two uniform points are related.
     """
     d = dimension
     return math.exp(math.lgamma(d + 1) + math.lgamma(d / 2) - math.lgamma(3 * d / 2)) / 2

@@ -54,7 +54,11 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"{path}: corrupt or truncated checkpoint ({first})") from None
-    if not isinstance(state, dict) or not isinstance(state.get("model"), dict) or "epoch" not in state:
+    if (
+        not isinstance(state, dict)
+        or not isinstance(state.get("model"), dict)
+        or "epoch" not in state
+    ):
         raise CheckpointError(f"{path}: not a QuantumGravPy checkpoint (needs 'model' and 'epoch')")
     state["model"] = strip_prefixes(state["model"])
     return state

@@ -28,7 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.add_argument("config", metavar="CONFIG", help="YAML config file")
         p.add_argument(
-            "overrides", nargs="*", metavar="KEY=VALUE",
+            "overrides",
+            nargs="*",
+            metavar="KEY=VALUE",
             help="override config keys, e.g. training.num_epochs=5 (values are YAML)",
         )
         p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
@@ -45,7 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Overrides may come after options (``test CFG --checkpoint P key=value``), which argparse
+    # alone does not accept for a variable-length positional; collect them here.
+    args, extra = parser.parse_known_args(argv)
+    stray = [a for a in extra if a.startswith("-") or "=" not in a]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    args.overrides = [*args.overrides, *extra]
     try:
         return COMMANDS[args.command](args)
     except QGError as e:

@@ -187,7 +187,9 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of keys at the top level, found {_kind(raw)}")
+        raise ConfigError(
+            f"{path}: expected a mapping of keys at the top level, found {_kind(raw)}"
+        )
     try:
         return config_from_dict(apply_overrides(raw, overrides))
     except ConfigError as e:
@@ -276,16 +278,16 @@ def resolve(dotted: str, *, key: str) -> Any:
 
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, Mapping):
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a section (mapping), found {_kind(raw)}")
+        raise ConfigError(
+            f"{prefix.rstrip('.') or 'config'}: expected a section (mapping), found {_kind(raw)}"
+        )
     hints = typing.get_type_hints(cls, include_extras=True)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in fields:
             close = difflib.get_close_matches(str(key), fields, n=1)
             hint = f"; did you mean {prefix}{close[0]}?" if close else ""
-            raise ConfigError(
-                f"{prefix}{key}: unknown key (known here: {', '.join(fields)}){hint}"
-            )
+            raise ConfigError(f"{prefix}{key}: unknown key (known here: {', '.join(fields)}){hint}")
     values = {}
     for name, f in fields.items():
         key = prefix + name
@@ -319,7 +321,9 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         return _build(tp, value, key + ".")
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{key}: expected one of {', '.join(map(str, args))}, found {value!r}")
+            raise ConfigError(
+                f"{key}: expected one of {', '.join(map(str, args))}, found {value!r}"
+            )
         return value
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
@@ -328,7 +332,9 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
             return tuple(_convert(args[0], v, f"{key}[{i}]") for i, v in enumerate(value))
         if len(value) != len(args):
             raise ConfigError(f"{key}: expected a list of {len(args)} items, found {list(value)}")
-        return tuple(_convert(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+        return tuple(
+            _convert(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
+        )
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, found {_kind(value)}")

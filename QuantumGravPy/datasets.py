@@ -69,7 +69,9 @@ def generate_causal_set_graphs(
     chunks = [
         group[k : k + _CHUNK] for group in by_size.values() for k in range(0, len(group), _CHUNK)
     ]
-    for chunk in tqdm(chunks, desc="causal sets", unit="chunk", disable=None if progress else True, leave=False):
+    for chunk in tqdm(
+        chunks, desc="causal sets", unit="chunk", disable=None if progress else True, leave=False
+    ):
         coords = torch.from_numpy(np.stack([c for _, _, c in chunk]))
         relations, links = causal_structure(coords)
         features = node_features(relations, links)
@@ -105,7 +107,9 @@ class CausalSetDataset(InMemoryDataset):
             raise ValueError(f"num_graphs must be positive, got {num_graphs}")
         lo, hi = num_points
         if not 1 <= lo <= hi:
-            raise ValueError(f"num_points must be [min, max] with 1 <= min <= max, got {num_points}")
+            raise ValueError(
+                f"num_points must be [min, max] with 1 <= min <= max, got {num_points}"
+            )
         for d in dimensions:
             check_sprinkle_arguments(lo, d)
         self.params = {

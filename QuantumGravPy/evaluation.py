@@ -19,7 +19,7 @@ Criterion = Callable[[Tensor, object], Tensor]
 
 
 def make_criterion(dotted: str) -> Criterion:
-    """``criterion(outputs, batch)``: a loss class is called with ``batch.y``, a function with the batch.
+    """``criterion(outputs, batch)``: a loss class gets ``batch.y``, a function the whole batch.
 
     Losses are expected to average over the graphs of a batch (PyTorch's default reduction).
     """

@@ -9,8 +9,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
-from torch_geometric.nn import BatchNorm, GraphNorm, LayerNorm
-from torch_geometric.nn import global_add_pool, global_max_pool, global_mean_pool
+from torch_geometric.nn import (
+    BatchNorm,
+    GraphNorm,
+    LayerNorm,
+    global_add_pool,
+    global_max_pool,
+    global_mean_pool,
+)
 
 from .config import ModelConfig, resolve
 
@@ -45,7 +51,11 @@ class GNNModel(nn.Module):
     ):
         super().__init__()
         conv_cls = resolve(conv, key="model.conv") if isinstance(conv, str) else conv
-        act_cls = resolve(activation, key="model.activation") if isinstance(activation, str) else activation
+        act_cls = (
+            resolve(activation, key="model.activation")
+            if isinstance(activation, str)
+            else activation
+        )
         self.pooling = tuple(pooling)
         self.residual = residual
         self.norm_kind = norm
@@ -84,10 +94,12 @@ class GNNModel(nn.Module):
 
     def forward(self, batch: Batch | Data) -> Tensor:
         x, edge_index = batch.x, batch.edge_index
-        index = batch.batch if batch.batch is not None else x.new_zeros(x.shape[0], dtype=torch.long)
+        index = (
+            batch.batch if batch.batch is not None else x.new_zeros(x.shape[0], dtype=torch.long)
+        )
         num_graphs = batch.num_graphs if isinstance(batch, Batch) else 1
         x = self.encoder(x)
-        for conv, norm in zip(self.convs, self.norms):
+        for conv, norm in zip(self.convs, self.norms, strict=True):
             h = conv(x, edge_index)
             if self.norm_kind in ("graph", "layer"):
                 h = norm(h, index, num_graphs)

@@ -168,13 +168,18 @@ class Trainer:
 
     # --- the loop ------------------------------------------------------------------------------
 
-    def run_training(self, train_loader: DataLoader, val_loader: DataLoader) -> list[dict[str, Any]]:
+    def run_training(
+        self, train_loader: DataLoader, val_loader: DataLoader
+    ) -> list[dict[str, Any]]:
         """Train until ``training.num_epochs`` or early stopping; returns one dict per epoch."""
         self.open_run()
         num_epochs = self.config.training.num_epochs
         self.logger.info(
             "training %s for up to %d epochs on %s: %d training graphs, batch size %d",
-            self.config.name, num_epochs, self.device, len(train_loader.dataset),
+            self.config.name,
+            num_epochs,
+            self.device,
+            len(train_loader.dataset),
             self.config.training.batch_size,
         )
         while self.epoch < num_epochs and not self.stopped_early:
@@ -193,8 +198,11 @@ class Trainer:
         if self.stopped_early:
             self.logger.info(
                 "early stopping after epoch %d: no %s improvement for %d epochs (best %.4f at %d)",
-                self.epoch, self.config.early_stopping.metric, self.early_stopping.patience,
-                self.early_stopping.best, self.early_stopping.best_epoch,
+                self.epoch,
+                self.config.early_stopping.metric,
+                self.early_stopping.patience,
+                self.early_stopping.best,
+                self.early_stopping.best_epoch,
             )
         self.write_summary()
         return self.history
@@ -205,7 +213,10 @@ class Trainer:
         model.train()
         total = torch.zeros(3, dtype=torch.float64, device=self.device)
         bar = tqdm(
-            loader, desc=f"epoch {self.epoch + 1}", unit="batch", leave=False,
+            loader,
+            desc=f"epoch {self.epoch + 1}",
+            unit="batch",
+            leave=False,
             disable=None if self.is_main else True,  # None: only on a terminal
         )
         for batch in bar:
@@ -244,13 +255,21 @@ class Trainer:
             rd.write_history(self.run_dir, self.history)
         self.logger.info(
             "epoch %d/%d  train_loss %.4f  val_loss %.4f  val_accuracy %.4f  lr %.2e  %.1fs%s",
-            row["epoch"], self.config.training.num_epochs, row["train_loss"], row["val_loss"],
-            row["val_accuracy"], row["lr"], row["epoch_seconds"], "  *best" if improved else "",
+            row["epoch"],
+            self.config.training.num_epochs,
+            row["train_loss"],
+            row["val_loss"],
+            row["val_accuracy"],
+            row["lr"],
+            row["epoch_seconds"],
+            "  *best" if improved else "",
         )
 
     # --- testing -------------------------------------------------------------------------------
 
-    def run_test(self, test_loader: DataLoader, checkpoint: str | Path | None = None) -> dict[str, float]:
+    def run_test(
+        self, test_loader: DataLoader, checkpoint: str | Path | None = None
+    ) -> dict[str, float]:
         """Test metrics of ``checkpoint`` (default: this run's best checkpoint, if it trained).
 
         The trainer's own model is left as it is; the checkpoint is loaded into a copy.

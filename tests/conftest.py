@@ -1,0 +1,59 @@
+"""Shared fixtures: small configs on temporary paths, and one cached dataset per session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from QuantumGravPy.config import Config, apply_overrides, config_from_dict
+
+TESTS = Path(__file__).parent
+ROOT = TESTS.parent
+
+
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory) -> Path:
+    """One cache directory for the whole session, so each dataset is generated once."""
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture
+def make_config(tmp_path, data_root):
+    """``make_config("training.num_epochs=2", ...)``: a small, fast config in tmp_path."""
+
+    def make(*overrides: str) -> Config:
+        raw = {
+            "name": "test",
+            "log_level": "WARNING",
+            "data": {"root": str(data_root), "num_graphs": 120, "num_points": [16, 32]},
+            "model": {"hidden_channels": 16, "num_layers": 2, "head_channels": [16]},
+            "training": {
+                "path": str(tmp_path / "run"),
+                "device": "cpu",
+                "num_epochs": 3,
+                "batch_size": 16,
+            },
+            "early_stopping": {"patience": 20},
+        }
+        return config_from_dict(apply_overrides(raw, overrides))
+
+    return make
+
+
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess:
+    """Run ``python -m QuantumGravPy ARGS`` in a fresh interpreter, as a user would."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
+    return subprocess.run(
+        [sys.executable, "-m", "QuantumGravPy", *args],
+        cwd=cwd or ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,0 +1,124 @@
+"""Config loading: the shipped configs, overrides, and an error naming the key for every mistake."""
+
+from pathlib import Path
+
+import pytest
+
+import QuantumGravPy as qg
+from QuantumGravPy.config import config_from_dict, dump_config
+
+CONFIGS = Path(__file__).parent.parent / "configs"
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", ["train.yaml"])
+def test_shipped_configs_load(name):
+    cfg = qg.load_config(CONFIGS / name)
+    assert cfg.early_stopping.enabled and cfg.training.lr_scheduler is not None
+
+
+def test_defaults_apply_to_an_empty_file(tmp_path):
+    cfg = qg.load_config(write(tmp_path, ""))
+    assert cfg == config_from_dict({})
+    assert cfg.training.batch_size == 32 and cfg.data.dimensions == (2, 3, 4)
+    assert str(cfg.run_dir) == "runs/qg"
+
+
+def test_overrides_are_parsed_as_yaml_and_may_create_sections(tmp_path):
+    cfg = qg.load_config(
+        write(tmp_path, "training: {num_epochs: 3}\n"),
+        [
+            "training.num_epochs=7",
+            "training.optimizer.kwargs={lr: 0.01}",
+            "data.num_points=[10, 20]",
+            "training.lr_scheduler.type=torch.optim.lr_scheduler.StepLR",
+            "training.lr_scheduler.kwargs.step_size=2",
+            "name=with=equals",
+        ],
+    )
+    assert cfg.training.num_epochs == 7
+    assert cfg.training.optimizer.kwargs == {"lr": 0.01}
+    assert cfg.data.num_points == (10, 20)
+    assert cfg.training.lr_scheduler.kwargs == {"step_size": 2}
+    assert cfg.name == "with=equals"
+
+
+def test_dumped_config_loads_back_equal(tmp_path):
+    cfg = qg.load_config(CONFIGS / "train.yaml", ["model.dropout=0.25"])
+    assert qg.load_config(write(tmp_path, dump_config(cfg))) == cfg
+
+
+@pytest.mark.parametrize(
+    "text, overrides, expected",
+    [
+        ("trainig: {}", [], "trainig: unknown key"),
+        ("training: {batchsize: 3}", [], "did you mean training.batch_size"),
+        (
+            "training: {batch_size: 0}",
+            [],
+            "training.batch_size: expected a positive number, found 0",
+        ),
+        ("training: {batch_size: '8'}", [], "training.batch_size: expected an integer, found '8'"),
+        ("training: {num_epochs: 2.5}", [], "training.num_epochs: expected an integer"),
+        ("training: {drop_last: 'yes'}", [], "training.drop_last: expected true or false"),
+        ("training: {device: gpu}", [], "training.device: expected auto, cpu, cuda or cuda:N"),
+        ("training: []", [], "training: expected a section"),
+        (
+            "training: {optimizer: {type: torch.optim.Adamm}}",
+            [],
+            "training.optimizer.type: cannot import",
+        ),
+        ("criterion: nosuchmodule.Loss", [], "criterion: cannot import 'nosuchmodule.Loss'"),
+        ("criterion: torch.nn", [], "criterion: 'torch.nn' is not a class or function"),
+        ("model: {conv: 'torch_geometric nn'}", [], "model.conv: expected a dotted import path"),
+        ("model: {dropout: 1.5}", [], "model.dropout: expected a number in [0, 1)"),
+        ("model: {norm: group}", [], "model.norm: expected one of graph, layer, batch, none"),
+        ("model: {pooling: [mean, sum]}", [], "model.pooling[1]: expected one of mean, max, add"),
+        ("data: {split: [0.5, 0.5, 0.5]}", [], "data.split: expected three fractions"),
+        ("data: {split: [0.5, 0.5]}", [], "data.split: expected a list of 3 items"),
+        ("data: {num_points: [64, 32]}", [], "data.num_points: expected [min, max]"),
+        ("data: {dimensions: [2, 9]}", [], "data.dimensions: expected dimensions from 2 to 6"),
+        (
+            "early_stopping: {metric: val_accuracy}",
+            [],
+            "early_stopping.mode: val_accuracy improves towards max",
+        ),
+        ("early_stopping: {metric: f1}", [], "early_stopping.metric: expected one of"),
+        ("log_level: LOUD", [], "log_level: expected one of"),
+        ("", ["training.batch_size"], "override 'training.batch_size': expected key.path=value"),
+        (
+            "",
+            ["training.batch_size=[1"],
+            "training.batch_size: override value '[1' is not valid YAML",
+        ),
+        ("", ["training.nope=1"], "training.nope: unknown key"),
+        ("name: x", ["name.sub=1"], "name.sub: name is str 'x', not a section"),
+        ("", ["name.sub=1"], "name: expected a string"),
+        ("- a\n- b\n", [], "expected a mapping of keys at the top level"),
+        ("a: [1\n", [], "invalid YAML"),
+        ("x: !!python/object/apply:os.system [echo hi]\n", [], "invalid YAML"),
+    ],
+)
+def test_every_mistake_names_its_key(tmp_path, text, overrides, expected):
+    path = write(tmp_path, text)
+    with pytest.raises(qg.ConfigError) as info:
+        qg.load_config(path, overrides)
+    message = str(info.value)
+    assert expected in message
+    assert str(path) in message and "\n" not in message
+
+
+def test_a_missing_file_is_named(tmp_path):
+    with pytest.raises(qg.ConfigError, match="config file not found: .*nope.yaml"):
+        qg.load_config(tmp_path / "nope.yaml")
+
+
+def test_config_is_frozen():
+    cfg = config_from_dict({})
+    with pytest.raises(AttributeError):
+        cfg.training.batch_size = 3

@@ -1,0 +1,58 @@
+"""The main job learns: a 600-graph, 15-epoch run of the shipped config through the command line."""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT, run_cli
+
+
+def test_shipped_config_learns_the_dimension_of_causal_sets(tmp_path):
+    result = run_cli(
+        "train",
+        str(ROOT / "configs" / "train.yaml"),
+        f"data.root={tmp_path / 'data'}",
+        "data.num_graphs=600",
+        "training.num_epochs=15",
+        "training.lr_scheduler.kwargs={T_max: 15}",
+        "training.device=cpu",
+        f"training.path={tmp_path / 'run'}",
+        timeout=400,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["test_accuracy"] >= 0.85, summary
+    assert summary["epochs_run"] <= 15 and summary["world_size"] == 1
+    run = tmp_path / "run"
+    for name in (
+        "config.yaml",
+        "history.csv",
+        "train.log",
+        "checkpoints/best.pt",
+        "checkpoints/last.pt",
+    ):
+        assert (run / name).is_file(), name
+
+
+def test_single_process_example_runs(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "train_single_process.py"),
+            f"data.root={tmp_path / 'data'}",
+            "data.num_graphs=90",
+            "training.num_epochs=2",
+            "model.hidden_channels=8",
+            f"training.path={tmp_path / 'run'}",
+            "training.device=cpu",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "2 epochs" in result.stdout and (tmp_path / "run" / "summary.json").is_file()

@@ -1,0 +1,233 @@
+"""The base Trainer: its loop, history, early stopping, checkpoints and the run directory."""
+
+import csv
+import json
+import pickle
+
+import pytest
+import torch
+
+import QuantumGravPy as qg
+from QuantumGravPy.checkpoint import save_checkpoint
+from QuantumGravPy.datasets import make_loader
+from QuantumGravPy.evaluation import make_criterion
+from QuantumGravPy.trainer import TrainingDivergedError
+
+HISTORY_KEYS = {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "epoch_seconds"}
+
+
+def train(config, **kwargs):
+    trainer = qg.Trainer(config, **kwargs)
+    train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+    history = trainer.run_training(train_loader, val_loader)
+    metrics = trainer.run_test(test_loader)
+    trainer.close()
+    return trainer, history, metrics
+
+
+def test_a_run_leaves_history_summary_config_log_and_checkpoints(make_config):
+    cfg = make_config("training.num_epochs=4", "training.checkpoint_every=2", "log_level=INFO")
+    trainer, history, metrics = train(cfg)
+    run = cfg.run_dir
+    assert [row["epoch"] for row in history] == [1, 2, 3, 4] and trainer.epoch == 4
+    assert all(HISTORY_KEYS <= set(row) for row in history)
+    assert all(row["epoch_seconds"] > 0 for row in history)
+    with open(run / "history.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["val_loss"]) for r in rows] == pytest.approx([r["val_loss"] for r in history])
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary == {
+        "test_loss": metrics["test_loss"],
+        "test_accuracy": metrics["test_accuracy"],
+        "best_epoch": trainer.early_stopping.best_epoch,
+        "epochs_run": 4,
+        "stopped_early": False,
+        "world_size": 1,
+    }
+    assert qg.load_config(run / "config.yaml") == cfg
+    assert "epoch 4/4" in (run / "train.log").read_text()
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert names == ["best.pt", "epoch_0002.pt", "epoch_0004.pt", "last.pt"]
+    last = qg.load_checkpoint(run / "checkpoints" / "last.pt")
+    assert last["epoch"] == 4 and len(last["history"]) == 4
+    for key, value in trainer.model.state_dict().items():
+        assert torch.equal(last["model"][key], value)
+    best = qg.load_checkpoint(run / "checkpoints" / "best.pt")
+    assert best["epoch"] == summary["best_epoch"]
+
+
+def test_run_test_evaluates_the_best_checkpoint_not_the_last_model(make_config):
+    cfg = make_config("training.num_epochs=5", "training.optimizer.kwargs={lr: 0.05}")
+    trainer = qg.Trainer(cfg)
+    train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+    trainer.run_training(train_loader, val_loader)
+    best = qg.load_checkpoint(cfg.run_dir / "checkpoints" / "best.pt")
+    model = qg.GNNModel.from_config(cfg.model, trainer.in_channels, trainer.num_classes)
+    model.load_state_dict(best["model"])
+    expected = qg.Tester(make_criterion(cfg.criterion), "cpu").evaluate(model, test_loader)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    assert trainer.run_test(test_loader) == expected
+    after = trainer.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # trainer's model untouched
+
+
+def test_early_stopping_ends_the_loop_and_is_recorded(make_config):
+    # lr 0: the validation loss never improves after the first epoch
+    cfg = make_config(
+        "training.num_epochs=20",
+        "training.optimizer.kwargs={lr: 0.0}",
+        "early_stopping.patience=2",
+        "early_stopping.grace_period=4",
+    )
+    _, history, _ = train(cfg)
+    assert len(history) == 5  # the grace period outlasts the patience
+    summary = json.loads((cfg.run_dir / "summary.json").read_text())
+    assert summary["stopped_early"] and summary["epochs_run"] == 5 and summary["best_epoch"] == 1
+
+
+def test_disabled_early_stopping_runs_every_epoch(make_config):
+    cfg = make_config(
+        "training.num_epochs=4",
+        "training.optimizer.kwargs={lr: 0.0}",
+        "early_stopping.patience=1",
+        "early_stopping.enabled=false",
+    )
+    _, history, _ = train(cfg)
+    assert len(history) == 4
+
+
+def test_same_config_same_history(make_config, tmp_path):
+    a = train(make_config(f"training.path={tmp_path / 'a'}"))[1]
+    b = train(make_config(f"training.path={tmp_path / 'b'}"))[1]
+    strip = [{k: v for k, v in row.items() if k != "epoch_seconds"} for row in a]
+    assert strip == [{k: v for k, v in row.items() if k != "epoch_seconds"} for row in b]
+
+
+def test_lr_scheduler_is_stepped_once_per_epoch(make_config):
+    cfg = make_config(
+        "training.lr_scheduler={type: torch.optim.lr_scheduler.StepLR, kwargs: {step_size: 1, gamma: 0.5}}",
+        "training.optimizer.kwargs={lr: 0.008}",
+    )
+    _, history, _ = train(cfg)
+    assert [row["lr"] for row in history] == pytest.approx([0.008, 0.004, 0.002])
+
+
+def test_reduce_on_plateau_scheduler_gets_the_metric(make_config):
+    cfg = make_config(
+        "training.lr_scheduler={type: torch.optim.lr_scheduler.ReduceLROnPlateau, kwargs: {patience: 0}}",
+        "training.optimizer.kwargs={lr: 0.0}",
+    )
+    _, history, _ = train(cfg)
+    assert history[-1]["lr"] == 0.0  # it ran without complaint; lr 0 stays 0
+
+
+def test_a_run_directory_holding_a_run_is_refused_unless_overwrite(make_config):
+    cfg = make_config("training.num_epochs=1")
+    train(cfg)
+    history = (cfg.run_dir / "history.csv").read_text()
+    (cfg.run_dir / "notes.txt").write_text("mine")
+    with pytest.raises(qg.RunDirectoryError, match=str(cfg.run_dir)):
+        train(cfg)
+    assert (cfg.run_dir / "history.csv").read_text() == history
+    cfg2 = make_config("training.num_epochs=2")
+    _, rows, _ = train(cfg2, overwrite=True)
+    assert len(rows) == 2 and len((cfg.run_dir / "history.csv").read_text().splitlines()) == 3
+    assert (cfg.run_dir / "notes.txt").read_text() == "mine"  # not ours to delete
+
+
+def test_criterion_may_be_a_function_of_outputs_and_batch(make_config):
+    _, history, _ = train(make_config("criterion=user_data.mean_cross_entropy"))
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+
+
+def test_a_diverging_loss_stops_training_with_a_clear_error(make_config):
+    trainer = qg.Trainer(make_config("criterion=user_data.nan_loss"))
+    loaders = trainer.prepare_dataloaders()
+    with pytest.raises(TrainingDivergedError, match="training loss is nan after epoch 1"):
+        trainer.run_training(loaders[0], loaders[1])
+    trainer.close()
+
+
+def test_trains_on_a_user_dataset(make_config):
+    cfg = make_config(
+        "data.dataset=user_data.ring_graphs",
+        "data.dataset_kwargs={num_graphs: 60}",
+        "training.num_epochs=2",
+    )
+    trainer, _, metrics = train(cfg)
+    assert trainer.num_classes == 2 and 0 <= metrics["test_accuracy"] <= 1
+
+
+def test_validator_weights_by_graphs_not_by_batches(make_config):
+    trainer = qg.Trainer(make_config())
+    _, val_loader, _ = trainer.prepare_dataloaders()
+    dataset = val_loader.dataset
+    by_one = trainer.validator.evaluate(trainer.model, make_loader(dataset, batch_size=1))
+    by_seven = trainer.validator.evaluate(trainer.model, make_loader(dataset, batch_size=7))
+    assert by_seven["val_loss"] == pytest.approx(by_one["val_loss"], rel=1e-6)
+    assert by_seven["val_accuracy"] == by_one["val_accuracy"]
+    sums = trainer.validator.accumulate(trainer.model, make_loader(dataset, batch_size=7))
+    assert sums.count == len(dataset)
+
+
+# --- checkpoint files --------------------------------------------------------------------------
+
+
+def test_missing_truncated_and_foreign_checkpoints_are_refused(tmp_path):
+    with pytest.raises(qg.CheckpointError, match="checkpoint not found: .*none.pt"):
+        qg.load_checkpoint(tmp_path / "none.pt")
+    good = tmp_path / "good.pt"
+    save_checkpoint({"model": {"w": torch.ones(2)}, "epoch": 1}, good)
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:100])
+    with pytest.raises(qg.CheckpointError, match="truncated.pt: corrupt or truncated"):
+        qg.load_checkpoint(truncated)
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_text("not a checkpoint")
+    with pytest.raises(qg.CheckpointError, match="garbage.pt"):
+        qg.load_checkpoint(garbage)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.ones(1)}, foreign)
+    with pytest.raises(qg.CheckpointError, match="foreign.pt: not a QuantumGravPy checkpoint"):
+        qg.load_checkpoint(foreign)
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (print, ("code ran",))
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_a_checkpoint_that_would_run_code_is_refused(tmp_path, capsys):
+    path = tmp_path / "evil.pt"
+    torch.save({"model": {}, "epoch": 0, "payload": _Exploit()}, path)
+    with pytest.raises(qg.CheckpointError, match="evil.pt: refused"):
+        qg.load_checkpoint(path)
+    assert "code ran" not in capsys.readouterr().out
+    with open(tmp_path / "plain.pkl", "wb") as f:
+        pickle.dump({"model": {}, "epoch": 0}, f)
+    with pytest.raises(qg.CheckpointError):
+        qg.load_checkpoint(tmp_path / "plain.pkl")
+
+
+def test_prefixed_state_dicts_load_into_a_bare_model(tmp_path):
+    model = torch.nn.Linear(2, 2)
+    prefixed = {f"module._orig_mod.{k}": v for k, v in model.state_dict().items()}
+    save_checkpoint({"model": prefixed, "epoch": 3}, tmp_path / "ddp.pt")
+    state = qg.load_checkpoint(tmp_path / "ddp.pt")
+    torch.nn.Linear(2, 2).load_state_dict(state["model"])
+    assert state["epoch"] == 3
+
+
+def test_an_interrupted_checkpoint_write_keeps_the_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    save_checkpoint({"model": {"w": torch.zeros(1)}, "epoch": 1}, path)
+
+    def crash(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError):
+        save_checkpoint({"model": {"w": torch.ones(1)}, "epoch": 2}, path)
+    assert qg.load_checkpoint(path)["epoch"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary left behind
