@@ -62,6 +62,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except OSError as e:
+        if e.filename is None:  # not about a path the user gave: a bug, keep the traceback
+            raise
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {e.filename}: {e.strerror}", file=sys.stderr)
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -85,6 +85,12 @@ class Trainer:
         seed_everything(config.training.seed)
         self.dataset = dataset if dataset is not None else self.load_dataset()
         self.in_channels, self.num_classes = dataset_dimensions(self.dataset)
+        declared = config.model.in_channels
+        if declared is not None and declared != self.in_channels:
+            raise ConfigError(
+                f"model.in_channels: the data has {self.in_channels} node features, "
+                f"found {declared}"
+            )
         # Built on the CPU from the seeded generator, so the initial weights do not depend on the
         # device, then moved.
         self.model: nn.Module = GNNModel.from_config(

@@ -106,3 +106,12 @@ def test_generate_builds_the_cache(config_file, tmp_path, capsys):
 def test_qg_console_script_is_installed():
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
     assert scripts.get("qg") == "QuantumGravPy.cli:main"
+
+
+def test_an_unwritable_run_directory_is_one_line(config_file, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    cfg = config_file(training={"path": str(blocker / "run")})
+    assert main(["train", cfg]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and str(blocker) in err and "\n" not in err

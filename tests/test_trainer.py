@@ -231,3 +231,8 @@ def test_an_interrupted_checkpoint_write_keeps_the_previous_file(tmp_path, monke
         save_checkpoint({"model": {"w": torch.ones(1)}, "epoch": 2}, path)
     assert qg.load_checkpoint(path)["epoch"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # no temporary left behind
+
+
+def test_declared_input_width_must_match_the_data(make_config):
+    with pytest.raises(qg.ConfigError, match="model.in_channels: the data has 6 node features"):
+        qg.Trainer(make_config("model.in_channels=4"))
