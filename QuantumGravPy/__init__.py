@@ -7,11 +7,21 @@ from .causal_sets import CausalSet, myrheim_meyer_dimension, ordering_fraction_e
 from .checkpoint import load_checkpoint
 from .config import Config, load_config
 from .datasets import CausalSetDataset, split_dataset
+from .distributed import (
+    DistributedError,
+    PortInUseError,
+    RankFailedError,
+    RankTimeoutError,
+    cleanup_ddp,
+    initialize_ddp,
+)
 from .early_stopping import EarlyStopping
 from .errors import CheckpointError, ConfigError, DataError, QGError, RunDirectoryError
 from .evaluation import MetricSums, Tester, Validator
+from .launch import WorkerError, launch, spawn
 from .models import GNNModel
 from .trainer import Trainer
+from .trainer_ddp import TrainerDDP
 
 __version__ = "0.1.0"
 
@@ -22,18 +32,28 @@ __all__ = [
     "Config",
     "ConfigError",
     "DataError",
+    "DistributedError",
     "EarlyStopping",
     "GNNModel",
     "MetricSums",
+    "PortInUseError",
     "QGError",
+    "RankFailedError",
+    "RankTimeoutError",
     "RunDirectoryError",
     "Tester",
     "Trainer",
+    "TrainerDDP",
     "Validator",
+    "WorkerError",
+    "cleanup_ddp",
+    "initialize_ddp",
+    "launch",
     "load_checkpoint",
     "load_config",
     "myrheim_meyer_dimension",
     "ordering_fraction_expectation",
+    "spawn",
     "split_dataset",
     "sprinkle",
 ]

@@ -60,8 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except QGError as e:
         if args.debug:
             traceback.print_exc()
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        worker_traceback = getattr(e, "traceback", None)
+        if worker_traceback:  # a rank crashed on something other than bad input: show where
+            print(worker_traceback.rstrip(), file=sys.stderr)
+        print(f"error: {_rank_prefix()}{e}", file=sys.stderr)
+        return EXIT_USER_ERROR if not worker_traceback else 1
     except OSError as e:
         if e.filename is None:  # not about a path the user gave: a bug, keep the traceback
             raise
@@ -74,12 +77,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
+def _rank_prefix() -> str:
+    from . import distributed
+
+    return f"[RANK {distributed.get_rank()}] " if distributed.is_initialized() else ""
+
+
 def _train(args: argparse.Namespace) -> int:
     from .config import load_config
+    from .distributed import process_env
+    from .launch import join_from_environment, launch
     from .run_dir import check_run_dir
     from .trainer import Trainer
 
     config = load_config(args.config, args.overrides)
+    env = process_env()
+    if env is not None:  # started by torchrun or srun: this process is one rank of the job
+        result = join_from_environment(env, config, overwrite=args.overwrite)
+        if env.rank == 0:
+            _report(result["test"], config)
+        return 0
+    if config.parallel.world_size > 1:
+        _report(launch(config, overwrite=args.overwrite)["test"], config)
+        return 0
     # Refuse an occupied run directory before spending minutes on data and model.
     check_run_dir(config.run_dir, overwrite=args.overwrite)
     trainer = Trainer(config, overwrite=args.overwrite)
@@ -89,11 +109,15 @@ def _train(args: argparse.Namespace) -> int:
         metrics = trainer.run_test(test_loader)
     finally:
         trainer.close()
+    _report(metrics, config)
+    return 0
+
+
+def _report(metrics: dict[str, float], config) -> None:
     print(
         f"test_accuracy {metrics['test_accuracy']:.4f}  test_loss {metrics['test_loss']:.4f}  "
         f"run saved in {config.run_dir}"
     )
-    return 0
 
 
 def _test(args: argparse.Namespace) -> int:

@@ -110,7 +110,7 @@ class TrainingConfig:
     device: str = "auto"  # auto, cpu, cuda or cuda:N
     path: str | None = None  # the run directory; null: runs/<name>
     num_epochs: int = field(default=30, metadata=_POSITIVE)
-    batch_size: int = field(default=32, metadata=_POSITIVE)
+    batch_size: int = field(default=32, metadata=_POSITIVE)  # per process
     drop_last: bool = False
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     lr_scheduler: SchedulerConfig | None = None
@@ -126,7 +126,27 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    batch_size: int = field(default=256, metadata=_POSITIVE)
+    batch_size: int = field(default=256, metadata=_POSITIVE)  # per process
+
+
+@dataclass(frozen=True)
+class ValidationConfig(EvalConfig):
+    # rank0: rank 0 evaluates everything while the others wait; sharded: each rank evaluates a
+    # disjoint part and the sums are all-reduced. Both give the single-process numbers; the
+    # test set is evaluated the same way.
+    mode: Literal["rank0", "sharded"] = "rank0"
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    world_size: int = field(default=1, metadata=_POSITIVE)  # > 1: spawn that many processes
+    backend: Literal["auto", "nccl", "gloo"] = "auto"  # auto: NCCL with CUDA, gloo otherwise
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = field(  # null: a free port is chosen
+        default=None, metadata=_check(lambda v: 0 < v < 65536, "a port from 1 to 65535")
+    )
+    find_unused_parameters: bool = False
+    timeout_s: float = field(default=300.0, metadata=_POSITIVE)  # a silent rank ends the job
 
 
 EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy", "train_loss")
@@ -159,9 +179,10 @@ class Config:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     # a loss class, called as loss(outputs, batch.y), or a function f(outputs, batch)
     criterion: DottedPath = "torch.nn.CrossEntropyLoss"
-    validation: EvalConfig = field(default_factory=EvalConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
     testing: EvalConfig = field(default_factory=EvalConfig)
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     @property
     def run_dir(self) -> Path:

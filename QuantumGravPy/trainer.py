@@ -79,6 +79,7 @@ class Trainer:
         self.run_dir = config.run_dir
         self.history: list[dict[str, Any]] = []
         self.stopped_early = False
+        self.best_state: dict[str, torch.Tensor] | None = None  # weights of the best epoch, on CPU
         self._run_open = False
         self.logger = self.setup_logging()
         self.device = self.select_device()
@@ -138,7 +139,25 @@ class Trainer:
             seed=t.seed,
         )
 
+    def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:  # hook
+        return make_loader(
+            dataset, batch_size=batch_size, num_workers=self.config.training.num_workers
+        )
+
+    def on_train_start(self, train_loader: DataLoader) -> None:  # hook
+        self.logger.info(
+            "training %s for up to %d epochs on %s: %d training graphs, batch size %d",
+            self.config.name,
+            self.config.training.num_epochs,
+            self.device,
+            len(train_loader.dataset),
+            self.config.training.batch_size,
+        )
+
     def on_epoch_start(self, train_loader: DataLoader) -> None:  # hook
+        pass
+
+    def on_train_end(self) -> None:  # hook
         pass
 
     def reduce_sums(self, sums: MetricSums) -> MetricSums:
@@ -167,10 +186,11 @@ class Trainer:
                 f"model was built for {(self.in_channels, self.num_classes)}"
             )
         train, val, test = split_dataset(dataset, self.config.data.split, self.config.data.seed)
-        nw = self.config.training.num_workers
-        val_loader = make_loader(val, batch_size=self.config.validation.batch_size, num_workers=nw)
-        test_loader = make_loader(test, batch_size=self.config.testing.batch_size, num_workers=nw)
-        return self.make_train_loader(train), val_loader, test_loader
+        return (
+            self.make_train_loader(train),
+            self.make_eval_loader(val, self.config.validation.batch_size),
+            self.make_eval_loader(test, self.config.testing.batch_size),
+        )
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -180,14 +200,7 @@ class Trainer:
         """Train until ``training.num_epochs`` or early stopping; returns one dict per epoch."""
         self.open_run()
         num_epochs = self.config.training.num_epochs
-        self.logger.info(
-            "training %s for up to %d epochs on %s: %d training graphs, batch size %d",
-            self.config.name,
-            num_epochs,
-            self.device,
-            len(train_loader.dataset),
-            self.config.training.batch_size,
-        )
+        self.on_train_start(train_loader)
         while self.epoch < num_epochs and not self.stopped_early:
             self.on_epoch_start(train_loader)
             lr = self.optimizer.param_groups[0]["lr"]
@@ -211,6 +224,7 @@ class Trainer:
                 self.early_stopping.best_epoch,
             )
         self.write_summary()
+        self.on_train_end()
         return self.history
 
     def train_epoch(self, loader: DataLoader) -> float:
@@ -252,6 +266,14 @@ class Trainer:
 
     def end_epoch(self, row: dict[str, Any], improved: bool) -> None:
         if improved:
+            self.best_state = {
+                k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()
+            }
+        self.write_epoch_files(row, improved)
+
+    def write_epoch_files(self, row: dict[str, Any], improved: bool) -> None:
+        """Checkpoints, history.csv and the epoch's log line (hook: DDP guards it on rank 0)."""
+        if improved:
             self.save_checkpoint("best.pt")
         self.save_checkpoint("last.pt")
         every = self.config.training.checkpoint_every
@@ -276,17 +298,19 @@ class Trainer:
     def run_test(
         self, test_loader: DataLoader, checkpoint: str | Path | None = None
     ) -> dict[str, float]:
-        """Test metrics of ``checkpoint`` (default: this run's best checkpoint, if it trained).
+        """Test metrics of ``checkpoint``; by default of the best epoch, if this trainer trained.
 
-        The trainer's own model is left as it is; the checkpoint is loaded into a copy.
+        The trainer's own model is left as it is; the weights are loaded into a copy. The best
+        weights are kept in memory as well as in ``best.pt``, so every process of a distributed
+        run has them without reading a file another process wrote.
         """
-        if checkpoint is None and self._run_open:
-            best = self.run_dir / rd.CHECKPOINTS / "best.pt"
-            checkpoint = best if best.exists() else None
         model = self.model
         if checkpoint is not None:
             model = copy.deepcopy(self.model)
             load_model_state(model, load_checkpoint(checkpoint, self.device), checkpoint)
+        elif self.best_state is not None:
+            model = copy.deepcopy(self.model)
+            model.load_state_dict(self.best_state)
         metrics = self.evaluate_test(model, test_loader)
         self.logger.info(
             "test_loss %.4f  test_accuracy %.4f", metrics["test_loss"], metrics["test_accuracy"]

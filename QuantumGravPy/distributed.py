@@ -1,0 +1,320 @@
+"""The one module that talks to ``torch.distributed``.
+
+Everything else asks here: who am I (:func:`get_rank`, :func:`is_main`), and the collectives the
+trainers need (:func:`barrier`, :func:`broadcast_object`, :func:`all_reduce_sum`,
+:func:`all_gather_object`). Each collective is a no-op in a single process, so code written for
+many processes runs unchanged in one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .errors import QGError
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+class DistributedError(QGError):
+    """The process group could not be set up, or a collective failed."""
+
+
+class PortInUseError(DistributedError):
+    """The rendezvous port is taken by another program."""
+
+    def __init__(self, addr: str, port: int):
+        super().__init__(
+            f"port {port} on {addr} is already in use; set parallel.master_port to a free port, "
+            "or leave it null to have one chosen"
+        )
+        self.port = port
+
+
+class RankTimeoutError(DistributedError):
+    """Another rank did not arrive at a collective within the timeout."""
+
+
+class RankFailedError(DistributedError):
+    """Another rank failed; this one stops instead of waiting for it."""
+
+
+@dataclass(frozen=True)
+class ProcessEnv:
+    """Where this process sits in a job started by torchrun or srun."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int | None
+    launcher: str  # "torchrun" or "slurm"
+
+
+# --- environment -----------------------------------------------------------------------------
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """The first host of a SLURM node list: ``gpu[03-05,07],cpu1`` -> ``gpu03``."""
+    match = re.match(r"([^,\[]+)(\[([^\]]+)\])?", nodelist.strip())
+    if not match:
+        raise DistributedError(f"cannot read SLURM_JOB_NODELIST {nodelist!r}")
+    prefix, _, ranges = match.groups()
+    if ranges is None:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first
+
+
+def _slurm_tasks_per_node(value: str) -> int:
+    # "4(x2),3" -> 4: the count on the first node, which is the one for local ranks on it at most
+    return int(re.match(r"\d+", value).group())
+
+
+def process_env(environ: Mapping[str, str] | None = None) -> ProcessEnv | None:
+    """The job this process belongs to, from torchrun's or SLURM's variables; None if neither.
+
+    torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+    srun sets SLURM_PROCID, SLURM_NTASKS (SLURM_STEP_NUM_TASKS for the step), SLURM_LOCALID and
+    SLURM_JOB_NODELIST; the master is the first node of the list, and the port comes from
+    MASTER_PORT or, failing that, from the job id, so that every task agrees without talking.
+    A SLURM job with one task is not a distributed job.
+    """
+    env = os.environ if environ is None else environ
+    try:
+        if "RANK" in env and "WORLD_SIZE" in env:
+            rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
+            local_rank = int(env.get("LOCAL_RANK", rank))
+            port = env.get("MASTER_PORT")
+            return ProcessEnv(
+                rank=rank,
+                world_size=world_size,
+                local_rank=local_rank,
+                local_world_size=int(env.get("LOCAL_WORLD_SIZE", world_size)),
+                master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+                master_port=int(port) if port else None,
+                launcher="torchrun",
+            )
+        if "SLURM_PROCID" in env and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env):
+            world_size = int(env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS")))
+            if world_size < 2:
+                return None
+            nodelist = env.get("SLURM_STEP_NODELIST", env.get("SLURM_JOB_NODELIST", "127.0.0.1"))
+            per_node = env.get("SLURM_STEP_TASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE"))
+            port = env.get("MASTER_PORT")
+            job_id = int(env.get("SLURM_JOB_ID", "0"))
+            return ProcessEnv(
+                rank=int(env["SLURM_PROCID"]),
+                world_size=world_size,
+                local_rank=int(env.get("SLURM_LOCALID", "0")),
+                local_world_size=_slurm_tasks_per_node(per_node) if per_node else world_size,
+                master_addr=env.get("MASTER_ADDR") or first_slurm_host(nodelist),
+                master_port=int(port) if port else 20000 + job_id % 20000,
+                launcher="slurm",
+            )
+    except ValueError as e:
+        raise DistributedError(f"cannot read the launcher's environment variables: {e}") from None
+    return None
+
+
+def free_port(addr: str = "127.0.0.1") -> int:
+    """A TCP port that nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+# --- the process group -------------------------------------------------------------------------
+
+_LOCAL_RANK = 0
+_TIMEOUT_S = DEFAULT_TIMEOUT_S
+
+
+def initialize_ddp(
+    rank: int,
+    world_size: int,
+    master_addr: str = "127.0.0.1",
+    master_port: int | str | None = None,
+    backend: str = "auto",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    *,
+    local_rank: int | None = None,
+    local_world_size: int | None = None,
+) -> torch.device:
+    """Join the process group as ``rank`` of ``world_size``; returns this process's device.
+
+    ``backend="auto"`` is NCCL when CUDA is available and gloo otherwise. With CUDA the device is
+    ``cuda:local_rank`` (the local rank defaults to the rank, right on one node). On the CPU each
+    process gets ``cores // local_world_size`` threads, so ranks do not oversubscribe the machine.
+    ``master_port`` may be an int or a string; without one, MASTER_PORT from the environment is
+    used, or a free port when the group has one process.
+    """
+    global _LOCAL_RANK, _TIMEOUT_S
+    if not 0 <= rank < world_size:
+        raise DistributedError(f"rank {rank} is outside [0, {world_size})")
+    if dist.is_initialized():
+        raise DistributedError("a process group is already initialised in this process")
+    if master_port is None:
+        master_port = os.environ.get("MASTER_PORT")
+    if master_port is None:
+        if world_size > 1:
+            raise DistributedError(
+                "master_port is needed when world_size > 1: every rank must use the same one"
+            )
+        master_port = free_port(master_addr)
+    try:
+        port = int(master_port)
+    except ValueError:
+        raise DistributedError(f"master_port must be a port number, got {master_port!r}") from None
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend not in ("nccl", "gloo"):
+        raise DistributedError(f"backend must be auto, nccl or gloo, got {backend!r}")
+    local_rank = rank if local_rank is None else local_rank
+    local_world_size = world_size if local_world_size is None else local_world_size
+
+    if backend == "nccl":
+        if local_rank >= torch.cuda.device_count():
+            raise DistributedError(
+                f"local rank {local_rank} needs cuda:{local_rank}, but only "
+                f"{torch.cuda.device_count()} GPU(s) are visible"
+            )
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(max(1, available_cores() // local_world_size))
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master_addr, str(port)
+    try:
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{master_addr}:{port}",
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+    except dist.DistNetworkError as e:
+        if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
+            raise PortInUseError(master_addr, port) from None
+        raise DistributedError(f"cannot reach rank 0 at {master_addr}:{port}: {e}") from None
+    except dist.DistStoreError as e:
+        raise RankTimeoutError(
+            f"not all {world_size} ranks met at {master_addr}:{port} within {timeout_s:g} s "
+            f"(parallel.timeout_s): {str(e).splitlines()[0]}"
+        ) from None
+    _LOCAL_RANK, _TIMEOUT_S = local_rank, timeout_s
+    return device
+
+
+def cleanup_ddp() -> None:
+    """Leave the process group (safe to call when there is none)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def get_rank() -> int:
+    return dist.get_rank() if is_initialized() else 0
+
+
+def get_world_size() -> int:
+    return dist.get_world_size() if is_initialized() else 1
+
+
+def get_local_rank() -> int:
+    return _LOCAL_RANK if is_initialized() else 0
+
+
+def is_main() -> bool:
+    return get_rank() == 0
+
+
+def backend() -> str | None:
+    return dist.get_backend() if is_initialized() else None
+
+
+def ddp_device_ids(device: torch.device) -> list[int] | None:
+    """What DistributedDataParallel wants as ``device_ids``: ``[index]`` on a GPU, None on a CPU.
+
+    Integers, never ``torch.device`` objects: DDP rejects the latter.
+    """
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return [int(index)]
+    return None
+
+
+# --- collectives (no-ops in a single process) -------------------------------------------------
+
+
+def _collective(name: str, fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except RuntimeError as e:  # gloo and NCCL report timeouts and lost peers as RuntimeError
+        text = str(e)
+        if "timed out" in text.lower() or "timeout" in text.lower():
+            raise RankTimeoutError(
+                f"rank {get_rank()}: no answer from the other ranks within {_TIMEOUT_S:g} s "
+                f"(parallel.timeout_s) in {name}; a rank has stopped answering"
+            ) from None
+        if "connection" in text.lower() or "closed" in text.lower() or "reset" in text.lower():
+            raise RankFailedError(
+                f"rank {get_rank()}: lost contact with another rank in {name}; it has probably "
+                f"failed ({text.splitlines()[0]})"
+            ) from None
+        raise
+
+
+def _object_device() -> torch.device | None:
+    # NCCL moves pickled objects through GPU memory; gloo through the CPU.
+    return torch.device("cuda", torch.cuda.current_device()) if backend() == "nccl" else None
+
+
+def barrier() -> None:
+    if is_initialized():
+        _collective("barrier", dist.barrier)
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """``obj`` from rank ``src`` on every rank (via ``broadcast_object_list``)."""
+    if not is_initialized():
+        return obj
+    holder = [obj]
+    _collective("broadcast", dist.broadcast_object_list, holder, src=src, device=_object_device())
+    return holder[0]
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Element-wise sum over ranks, in place; returns the tensor."""
+    if is_initialized():
+        _collective("all_reduce", dist.all_reduce, tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def all_gather_object(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order."""
+    if not is_initialized():
+        return [obj]
+    result: list[Any] = [None] * get_world_size()
+    _collective("all_gather", dist.all_gather_object, result, obj)
+    return result

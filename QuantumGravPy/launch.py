@@ -1,0 +1,192 @@
+"""Starting distributed jobs: spawn processes with torch.multiprocessing, or join torchrun/srun.
+
+:func:`launch` is what ``qg train`` calls when ``parallel.world_size > 1``, and what a notebook
+calls: it spawns the workers (start method ``spawn``, with an importable entry point, so it
+works from Jupyter), waits for them, and returns rank 0's results. If any rank fails, the others
+are ended at once and the failure is raised here naming the rank; if a rank stops answering,
+the others give up after ``parallel.timeout_s`` and the job ends the same way. Ctrl-C ends every
+rank. No process outlives the call.
+"""
+
+from __future__ import annotations
+
+import pickle
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
+
+from . import distributed
+from .config import Config
+from .datasets import dataset_from_config
+from .distributed import PortInUseError, ProcessEnv
+from .errors import QGError
+from .run_dir import check_run_dir
+
+# Seconds a rank gets to exit by itself once another has failed, before it is terminated.
+_GRACE_S = 3.0
+_PORT_ATTEMPTS = 3
+
+
+class WorkerError(QGError):
+    """A rank of a spawned job failed. ``traceback`` holds its traceback for unexpected errors."""
+
+    def __init__(self, message: str, *, rank: int, traceback: str | None = None):
+        super().__init__(message)
+        self.rank = rank
+        self.traceback = traceback
+
+
+def train_worker(rank: int, world_size: int, config: Config, overwrite: bool) -> dict[str, Any]:
+    """What every rank of a training job runs; returns the (identical) history and test metrics."""
+    from .trainer_ddp import TrainerDDP
+
+    trainer = TrainerDDP(rank, config, overwrite=overwrite)
+    try:
+        train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+        history = trainer.run_training(train_loader, val_loader)
+        test = trainer.run_test(test_loader)
+    finally:
+        trainer.close()
+    return {"history": history, "test": test, "world_size": world_size}
+
+
+def launch(
+    config: Config, world_size: int | None = None, *, overwrite: bool = False
+) -> dict[str, Any]:
+    """Train ``config`` with ``world_size`` processes (default ``parallel.world_size``).
+
+    Returns rank 0's ``{"history": [...], "test": {...}, "world_size": W}``.
+    """
+    world_size = world_size or config.parallel.world_size
+    check_run_dir(config.run_dir, overwrite=overwrite)
+    if config.data.dataset is None:
+        dataset_from_config(config.data)  # build the cache once, before any worker starts
+    p = config.parallel
+    results = spawn(
+        train_worker,
+        world_size,
+        config,
+        overwrite,
+        master_addr=p.master_addr,
+        master_port=p.master_port,
+        backend=p.backend,
+        timeout_s=p.timeout_s,
+    )
+    return results[0]
+
+
+def spawn(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+    backend: str = "auto",
+    timeout_s: float = distributed.DEFAULT_TIMEOUT_S,
+) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes joined in a group.
+
+    ``fn`` must be importable (defined at the top level of a module). Returns every rank's
+    result in rank order, or raises :class:`WorkerError` for the first rank that failed. Without
+    ``master_port`` a free port is chosen, and chosen again if another program takes it first.
+    """
+    if world_size < 1:
+        raise QGError(f"world_size must be at least 1, got {world_size}")
+    attempts = 1 if master_port is not None else _PORT_ATTEMPTS
+    for attempt in range(attempts):
+        port = master_port if master_port is not None else distributed.free_port(master_addr)
+        try:
+            return _spawn_once(fn, world_size, args, master_addr, port, backend, timeout_s)
+        except _PortTaken:
+            if attempt == attempts - 1:
+                raise PortInUseError(master_addr, port) from None
+    raise AssertionError("unreachable")
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _spawn_once(fn, world_size, args, master_addr, port, backend, timeout_s) -> list[Any]:
+    with tempfile.TemporaryDirectory(prefix="qg-spawn-") as tmp:
+        out = Path(tmp)
+        context = mp.start_processes(
+            _entry,
+            args=(world_size, fn, args, master_addr, port, backend, timeout_s, str(out)),
+            nprocs=world_size,
+            join=False,
+            start_method="spawn",
+        )
+        try:
+            while not context.join(grace_period=_GRACE_S):
+                pass
+        except ProcessRaisedException as e:
+            raise _failure(out, e.error_index, e.msg) from None
+        except ProcessExitedException as e:
+            how = f"signal {e.signal_name}" if e.signal_name else f"exit code {e.exit_code}"
+            raise _failure(out, e.error_index, f"it ended with {how}") from None
+        finally:
+            _terminate(context)  # Ctrl-C, or anything else unexpected: no rank is left behind
+        return [
+            pickle.loads((out / f"result{rank}.pkl").read_bytes()) for rank in range(world_size)
+        ]
+
+
+def _failure(out: Path, rank: int, detail: str) -> Exception:
+    if (out / "port_in_use").exists():
+        return _PortTaken()
+    user_error = out / f"user_error{rank}"
+    if user_error.exists():
+        return WorkerError(f"rank {rank}: {user_error.read_text()}", rank=rank)
+    lines = [line for line in detail.strip().splitlines() if line.strip()]
+    return WorkerError(
+        f"rank {rank} failed: {lines[-1] if lines else detail}", rank=rank, traceback=detail
+    )
+
+
+def _terminate(context) -> None:
+    for process in context.processes:
+        if process.is_alive():
+            process.terminate()
+    for process in context.processes:
+        process.join(_GRACE_S)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _entry(rank, world_size, fn, args, master_addr, port, backend, timeout_s, out) -> None:
+    out = Path(out)
+    try:
+        distributed.initialize_ddp(rank, world_size, master_addr, port, backend, timeout_s)
+        result = fn(rank, world_size, *args)
+    except PortInUseError:
+        (out / "port_in_use").touch()
+        raise
+    except QGError as e:
+        (out / f"user_error{rank}").write_text(str(e))
+        raise
+    (out / f"result{rank}.pkl").write_bytes(pickle.dumps(result))
+    distributed.cleanup_ddp()
+
+
+def join_from_environment(env: ProcessEnv, config: Config, *, overwrite: bool) -> dict[str, Any]:
+    """Run this process as one rank of a job that torchrun or srun started."""
+    p = config.parallel
+    distributed.initialize_ddp(
+        env.rank,
+        env.world_size,
+        env.master_addr,
+        env.master_port if env.master_port is not None else p.master_port,
+        p.backend,
+        p.timeout_s,
+        local_rank=env.local_rank,
+        local_world_size=env.local_world_size,
+    )
+    result = train_worker(env.rank, env.world_size, config, overwrite)
+    distributed.cleanup_ddp()
+    return result

@@ -1,0 +1,267 @@
+"""TrainerDDP: the base Trainer's loop, run by every process of a DistributedDataParallel job.
+
+It overrides small hooks of :class:`~QuantumGravPy.trainer.Trainer` and nothing else:
+
+- the model is wrapped in DDP with integer ``device_ids`` (``cuda:LOCAL_RANK``) or none on CPU;
+- the training loader shards with a DistributedSampler, reshuffled by ``set_epoch`` every epoch;
+- training losses are all-reduced as sums; validation and test are exact for any world size,
+  either on rank 0 alone (``validation.mode: rank0``) or on disjoint shards (``sharded``);
+- rank 0 decides (early stopping, best checkpoint) after a barrier and broadcasts the decision,
+  so every rank stops at the same epoch and returns the same history;
+- anything that runs on rank 0 alone is guarded: if it fails, the other ranks are told and fail
+  too, instead of waiting at the next collective.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import Dataset, Subset
+from torch.utils.data.distributed import DistributedSampler
+from torch_geometric.loader import DataLoader
+
+from . import distributed
+from .config import Config
+from .datasets import dataset_from_config, make_loader
+from .distributed import DistributedError, RankFailedError
+from .errors import ConfigError
+from .evaluation import MetricSums, Validator
+from .logs import LOGGER_NAME, configure_logging
+from .trainer import Trainer, seed_everything
+
+T = TypeVar("T")
+
+
+class TrainerDDP(Trainer):
+    """One process of a distributed run. Needs a process group (:func:`qg.initialize_ddp`).
+
+    ``TrainerDDP(rank, config)`` with ``rank`` the global rank. ``training.batch_size`` is per
+    process; the global batch is ``batch_size * world_size``. Only rank 0 writes files and shows
+    progress bars; ``run_training`` returns the same history on every rank.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        config: Config,
+        dataset: Dataset | list | None = None,
+        *,
+        overwrite: bool = False,
+    ):
+        if not distributed.is_initialized():
+            raise DistributedError(
+                "TrainerDDP needs a process group: call qg.initialize_ddp(rank, world_size) "
+                "first, or start the job with qg.launch(config)"
+            )
+        if rank != distributed.get_rank():
+            raise DistributedError(
+                f"TrainerDDP was given rank {rank}, but this process is rank "
+                f"{distributed.get_rank()} of its process group"
+            )
+        self.rank = rank
+        self.local_rank = distributed.get_local_rank()
+        self.world_size = distributed.get_world_size()
+        self.rank_logger = logging.getLogger(f"{LOGGER_NAME}.ranks")
+        self.rank_logger.setLevel(logging.INFO)  # start and end lines show on every rank
+        super().__init__(config, dataset, overwrite=overwrite)
+        # Stated here rather than trusted to the base class: the loop state of a DDP run starts
+        # at epoch 0 on every rank (the predecessor of this class forgot it and crashed).
+        self.epoch = 0
+        # Every rank has built the same initial model from training.seed, the one a single
+        # process builds; DDP broadcasts rank 0's copy anyway. From here on, each rank draws its
+        # own dropout masks.
+        seed_everything(config.training.seed + rank)
+        self.ddp_model = DistributedDataParallel(
+            self.model,  # already on self.device
+            device_ids=distributed.ddp_device_ids(self.device),
+            find_unused_parameters=config.parallel.find_unused_parameters,
+        )
+
+    # --- who does what -------------------------------------------------------------------------
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def train_module(self) -> torch.nn.Module:
+        return self.ddp_model
+
+    def setup_logging(self) -> logging.Logger:
+        level = self.config.log_level if self.rank == 0 else "WARNING"
+        return configure_logging(level, prefix=f"[RANK {self.rank}] ")
+
+    def select_device(self) -> torch.device:
+        spec = self.config.training.device
+        if spec.startswith("cuda:") and self.world_size > 1:
+            raise ConfigError(
+                f"training.device: {spec!r} would put every process on one GPU; use 'cuda' or "
+                "'auto' (each process takes cuda:LOCAL_RANK)"
+            )
+        nccl = distributed.backend() == "nccl"
+        if nccl or (spec in ("cuda", "auto") and torch.cuda.is_available()):
+            if not torch.cuda.is_available():
+                raise ConfigError("parallel.backend: nccl needs CUDA, which is not available")
+            if self.local_rank >= torch.cuda.device_count():
+                raise ConfigError(
+                    f"training.device: local rank {self.local_rank} needs cuda:{self.local_rank} "
+                    f"but {torch.cuda.device_count()} GPU(s) are visible"
+                )
+            return torch.device("cuda", self.local_rank)
+        if spec.startswith("cuda"):
+            raise ConfigError(f"training.device: {spec!r} requested but CUDA is not available")
+        return torch.device("cpu")
+
+    # --- guarded work on rank 0 ----------------------------------------------------------------
+
+    def _on_main(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on rank 0, then give its result (or its failure) to every rank.
+
+        The others wait at a barrier meanwhile. A failure on rank 0 is caught and broadcast, so
+        the other ranks raise too rather than wait for a rank that will never arrive.
+        """
+        result, error = None, None
+        if self.is_main:
+            try:
+                result = fn()
+            except Exception as e:
+                error = e
+        distributed.barrier()
+        failure = None if error is None else f"{type(error).__name__}: {error}"
+        result, failure = distributed.broadcast_object((result, failure))
+        if error is not None:
+            raise error
+        if failure is not None:
+            raise RankFailedError(f"rank 0 failed: {failure}")
+        return result
+
+    def _everywhere(self, fn: Callable[[], T], *, run_here: bool = True) -> T | None:
+        """Run ``fn`` on the ranks with ``run_here``; any failure is raised on every rank."""
+        result, error = None, None
+        if run_here:
+            try:
+                result = fn()
+            except Exception as e:
+                error = e
+        failures = distributed.all_gather_object(
+            None if error is None else f"{type(error).__name__}: {error}"
+        )
+        if error is not None:
+            raise error
+        for rank, failure in enumerate(failures):
+            if failure is not None:
+                raise RankFailedError(f"rank {rank} failed: {failure}")
+        return result
+
+    # --- data ----------------------------------------------------------------------------------
+
+    def load_dataset(self) -> Dataset | list:
+        if self.config.data.dataset is not None:
+            return super().load_dataset()
+        # The first process on each node builds the cache; the others wait, then read it.
+        first = self.local_rank == 0
+        dataset = self._everywhere(
+            lambda: dataset_from_config(self.config.data, progress=self.is_main), run_here=first
+        )
+        return dataset if first else dataset_from_config(self.config.data, progress=False)
+
+    def make_train_loader(self, dataset: Dataset) -> DataLoader:
+        t = self.config.training
+        sampler = DistributedSampler(
+            dataset,
+            num_replicas=self.world_size,
+            rank=self.rank,
+            shuffle=True,
+            seed=t.seed,  # one seed on every rank: together the shards partition each epoch
+            drop_last=t.drop_last,
+        )
+        return make_loader(
+            dataset,
+            batch_size=t.batch_size,
+            sampler=sampler,
+            drop_last=t.drop_last,
+            num_workers=t.num_workers,
+        )
+
+    def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:
+        if self.config.validation.mode == "sharded":
+            # Disjoint and unpadded: every graph is evaluated exactly once over all ranks (a
+            # DistributedSampler would pad with repeats and bias the metrics).
+            dataset = Subset(dataset, range(self.rank, len(dataset), self.world_size))
+        return super().make_eval_loader(dataset, batch_size)
+
+    # --- the loop's hooks ----------------------------------------------------------------------
+
+    def open_run(self) -> None:
+        if not self._run_open:
+            self._on_main(super().open_run)
+            self._run_open = True
+
+    def on_train_start(self, train_loader: DataLoader) -> None:
+        sampler = train_loader.sampler
+        self.rank_logger.info(
+            "started: rank %d of %d, local rank %d, device %s, %d of %d training graphs "
+            "(%d batches) per epoch",
+            self.rank,
+            self.world_size,
+            self.local_rank,
+            self.device,
+            len(sampler),
+            len(train_loader.dataset),
+            len(train_loader),
+        )
+        super().on_train_start(train_loader)
+        self.logger.info(
+            "global batch %d = %d per process x %d processes; validation mode %s",
+            self.config.training.batch_size * self.world_size,
+            self.config.training.batch_size,
+            self.world_size,
+            self.config.validation.mode,
+        )
+
+    def on_epoch_start(self, train_loader: DataLoader) -> None:
+        train_loader.sampler.set_epoch(self.epoch)  # a new shuffle, the same on every rank
+
+    def on_train_end(self) -> None:
+        self.rank_logger.info(
+            "finished: %d epochs%s", self.epoch, ", stopped early" if self.stopped_early else ""
+        )
+
+    def reduce_sums(self, sums: MetricSums) -> MetricSums:
+        return MetricSums(distributed.all_reduce_sum(sums.values))
+
+    def _evaluate(self, evaluator: Validator, model: torch.nn.Module, loader) -> dict[str, float]:
+        if self.config.validation.mode == "sharded":
+            sums = self.reduce_sums(evaluator.accumulate(model, loader))
+            return sums.compute(evaluator.prefix)
+        # The unwrapped module: a DDP forward on one rank alone could start a collective.
+        return self._on_main(lambda: evaluator.evaluate(model, loader))
+
+    def validate(self, val_loader: DataLoader) -> dict[str, float]:
+        return self._evaluate(self.validator, self.model, val_loader)
+
+    def evaluate_test(self, model: torch.nn.Module, test_loader: DataLoader) -> dict[str, float]:
+        return self._evaluate(self.tester, model, test_loader)
+
+    def decide(self, row: dict[str, Any]) -> tuple[bool, bool]:
+        """Rank 0 decides after a barrier; every rank gets its row, decision and stopper state."""
+
+        def decide_on_main():
+            improved, stop = Trainer.decide(self, row)
+            return dict(row), improved, stop, self.early_stopping.state_dict()
+
+        distributed.barrier()
+        shared_row, improved, stop, stopper = self._on_main(decide_on_main)
+        row.update(shared_row)  # epoch_seconds of rank 0: the history is the same everywhere
+        self.early_stopping.load_state_dict(stopper)
+        return improved, stop
+
+    def write_epoch_files(self, row: dict[str, Any], improved: bool) -> None:
+        self._on_main(lambda: super(TrainerDDP, self).write_epoch_files(row, improved))
+
+    def write_summary(self, test_metrics: dict[str, float] | None = None) -> None:
+        self._on_main(lambda: super(TrainerDDP, self).write_summary(test_metrics))
