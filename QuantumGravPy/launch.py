@@ -125,10 +125,10 @@ def _spawn_once(fn, world_size, args, master_addr, port, backend, timeout_s) -> 
             while not context.join(grace_period=_GRACE_S):
                 pass
         except ProcessRaisedException as e:
-            raise _failure(out, e.error_index, e.msg) from None
+            raise _failure(out, e.error_index, e.msg, context, timeout_s) from None
         except ProcessExitedException as e:
             how = f"signal {e.signal_name}" if e.signal_name else f"exit code {e.exit_code}"
-            raise _failure(out, e.error_index, f"it ended with {how}") from None
+            raise _failure(out, e.error_index, f"it ended with {how}", context, timeout_s) from None
         finally:
             _terminate(context)  # Ctrl-C, or anything else unexpected: no rank is left behind
         return [
@@ -136,16 +136,25 @@ def _spawn_once(fn, world_size, args, master_addr, port, backend, timeout_s) -> 
         ]
 
 
-def _failure(out: Path, rank: int, detail: str) -> Exception:
+def _failure(out: Path, rank: int, detail: str, context, timeout_s: float) -> Exception:
     if (out / "port_in_use").exists():
         return _PortTaken()
     user_error = out / f"user_error{rank}"
     if user_error.exists():
         return WorkerError(f"rank {rank}: {user_error.read_text()}", rank=rank)
     lines = [line for line in detail.strip().splitlines() if line.strip()]
-    return WorkerError(
-        f"rank {rank} failed: {lines[-1] if lines else detail}", rank=rank, traceback=detail
-    )
+    last = lines[-1] if lines else detail
+    if "timed out" in last.lower() or "timeout" in last.lower():
+        # The rank that raised is the one that waited; the culprits are the ones that were
+        # still running and had to be terminated.
+        silent = [r for r, p in enumerate(context.processes) if r != rank and (p.exitcode or 0) < 0]
+        who = f"rank(s) {', '.join(map(str, silent))} stopped answering" if silent else ""
+        return WorkerError(
+            f"rank {rank} failed: no answer from the other ranks within {timeout_s:g} s "
+            f"(parallel.timeout_s); {who or 'another rank stopped answering'} ({last})",
+            rank=rank,
+        )
+    return WorkerError(f"rank {rank} failed: {last}", rank=rank, traceback=detail)
 
 
 def _terminate(context) -> None:

@@ -26,19 +26,7 @@ def make_config(tmp_path, data_root):
     """``make_config("training.num_epochs=2", ...)``: a small, fast config in tmp_path."""
 
     def make(*overrides: str) -> Config:
-        raw = {
-            "name": "test",
-            "log_level": "WARNING",
-            "data": {"root": str(data_root), "num_graphs": 120, "num_points": [16, 32]},
-            "model": {"hidden_channels": 16, "num_layers": 2, "head_channels": [16]},
-            "training": {
-                "path": str(tmp_path / "run"),
-                "device": "cpu",
-                "num_epochs": 3,
-                "batch_size": 16,
-            },
-            "early_stopping": {"patience": 20},
-        }
+        raw = small_raw_config(tmp_path, data_root)
         return config_from_dict(apply_overrides(raw, overrides))
 
     return make
@@ -57,3 +45,30 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+def run_ranks(world_size: int, fn, *args, timeout_s: float = 60.0) -> list:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` real gloo processes on a free port.
+
+    Returns every rank's result in rank order; a failing rank raises ``qg.WorkerError``.
+    ``fn`` must be defined at the top level of a test module.
+    """
+    from QuantumGravPy.launch import spawn
+
+    return spawn(fn, world_size, *args, backend="gloo", timeout_s=timeout_s)
+
+
+def small_raw_config(tmp_path: Path, data_root: Path) -> dict:
+    return {
+        "name": "test",
+        "log_level": "WARNING",
+        "data": {"root": str(data_root), "num_graphs": 120, "num_points": [16, 32]},
+        "model": {"hidden_channels": 16, "num_layers": 2, "head_channels": [16]},
+        "training": {
+            "path": str(tmp_path / "run"),
+            "device": "cpu",
+            "num_epochs": 3,
+            "batch_size": 16,
+        },
+        "early_stopping": {"patience": 20},
+    }

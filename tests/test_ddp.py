@@ -1,0 +1,362 @@
+"""TrainerDDP with real processes (gloo on CPU): exactness, agreement, and failures that end jobs.
+
+Worker functions are top-level so that spawned processes can import them.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import torch
+import yaml
+from conftest import ROOT, TESTS, run_cli, run_ranks, small_raw_config
+
+import QuantumGravPy as qg
+import QuantumGravPy.run_dir as run_dir_module
+import QuantumGravPy.trainer as trainer_module
+from QuantumGravPy.distributed import available_cores, free_port
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def with_mode(config, mode):
+    return dataclasses.replace(config, validation=dataclasses.replace(config.validation, mode=mode))
+
+
+# --- workers (run inside the spawned ranks) ----------------------------------------------------
+
+
+def evaluate_in_both_modes(rank, world_size, configs):
+    results = []
+    for config in configs:
+        for mode in ("rank0", "sharded"):
+            trainer = qg.TrainerDDP(rank, with_mode(config, mode))
+            _, val_loader, test_loader = trainer.prepare_dataloaders()
+            results.append(
+                {
+                    "mode": mode,
+                    "val": trainer.validate(val_loader),
+                    "test": trainer.evaluate_test(trainer.model, test_loader),
+                    "weights": [p.detach().clone() for p in trainer.model.parameters()],
+                }
+            )
+    return results
+
+
+def train_and_record(rank, world_size, config, config_lr0):
+    writes = []
+
+    def record(real):
+        def wrapper(path, *args):
+            writes.append(str(path))
+            return real(path, *args)
+
+        return wrapper
+
+    real_save = trainer_module.save_checkpoint
+    trainer_module.save_checkpoint = lambda state, path: record(lambda p: real_save(state, p))(path)
+    run_dir_module.write_atomic = record(run_dir_module.write_atomic)
+
+    trainer = qg.TrainerDDP(rank, config)
+    train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+    shards = []
+    for epoch in (0, 1):
+        train_loader.sampler.set_epoch(epoch)
+        shards.append([train_loader.dataset.indices[i] for i in train_loader.sampler])
+    history = trainer.run_training(train_loader, val_loader)
+    test = trainer.run_test(test_loader)
+    trainer.close()
+
+    stopper = qg.TrainerDDP(rank, config_lr0)
+    loaders = stopper.prepare_dataloaders()
+    stopped_history = stopper.run_training(loaders[0], loaders[1])
+    stopper.close()
+    return {
+        "shards": shards,
+        "train_size": len(train_loader.dataset),
+        "train_indices": list(train_loader.dataset.indices),
+        "history": history,
+        "test": test,
+        "stopped_history": stopped_history,
+        "stopped_early": stopper.stopped_early,
+        "writes": writes,
+        "threads": torch.get_num_threads(),
+    }
+
+
+class FailingTrainer(qg.TrainerDDP):
+    def train_epoch(self, loader):
+        if self.rank == 1 and self.epoch == 1:
+            raise ValueError("boom on rank 1")
+        return super().train_epoch(loader)
+
+
+class SilentTrainer(qg.TrainerDDP):
+    def on_epoch_start(self, loader):
+        if self.rank == 1 and self.epoch == 1:
+            time.sleep(3600)  # stops answering, as a hung data loader or a dead GPU would
+        super().on_epoch_start(loader)
+
+
+def train_with(cls, rank, config):
+    trainer = cls(rank, config)
+    loaders = trainer.prepare_dataloaders()
+    return trainer.run_training(loaders[0], loaders[1])
+
+
+def train_failing(rank, world_size, config):
+    return train_with(FailingTrainer, rank, config)
+
+
+def train_silent(rank, world_size, config):
+    return train_with(SilentTrainer, rank, config)
+
+
+def decision_fails_on_rank0(rank, world_size, config):
+    trainer = qg.TrainerDDP(rank, config)
+    if rank == 0:
+
+        def broken(*args, **kwargs):
+            raise ValueError("broken metric on rank 0")
+
+        trainer.early_stopping.step = broken
+    loaders = trainer.prepare_dataloaders()
+    try:
+        trainer.run_training(loaders[0], loaders[1])
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
+# --- tests ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def eval_configs(make_config):
+    odd = make_config(
+        "data.num_graphs=125", "data.split=[0.6, 0.2, 0.2]", "validation.batch_size=4"
+    )
+    tiny = make_config("data.num_graphs=40", "data.split=[0.9, 0.05, 0.05]")
+    return [odd, tiny]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_validation_and_test_are_exact_for_any_world_size(eval_configs, world_size):
+    """25 graphs (not divisible by 2 or 3) and 2 graphs (fewer than 3 ranks), in both modes."""
+    reference = []
+    for config in eval_configs:
+        trainer = qg.Trainer(config)
+        _, val_loader, test_loader = trainer.prepare_dataloaders()
+        assert len(val_loader.dataset) in (25, 2)
+        reference.append(
+            (
+                trainer.validator.evaluate(trainer.model, val_loader),
+                trainer.tester.evaluate(trainer.model, test_loader),
+                list(trainer.model.parameters()),
+            )
+        )
+    results = run_ranks(world_size, evaluate_in_both_modes, eval_configs)
+    for rank_results in results:
+        for k, got in enumerate(rank_results):
+            val, test, weights = reference[k // 2]
+            # the same initial model as a single process, on every rank
+            assert all(torch.equal(a, b) for a, b in zip(got["weights"], weights, strict=True))
+            for expected, actual in ((val, got["val"]), (test, got["test"])):
+                assert actual.keys() == expected.keys()
+                for key in expected:
+                    assert actual[key] == pytest.approx(expected[key], rel=1e-6), (got["mode"], key)
+
+
+def test_two_ranks_train_on_disjoint_data_agree_and_only_rank0_writes(make_config, tmp_path):
+    config = make_config("training.num_epochs=4", "data.num_graphs=121")
+    config_lr0 = make_config(
+        f"training.path={tmp_path / 'lr0'}",
+        "training.num_epochs=10",
+        "training.optimizer.kwargs={lr: 0.0}",
+        "early_stopping.patience=2",
+    )
+    r0, r1 = run_ranks(2, train_and_record, config, config_lr0)
+    train_size = r0["train_size"]
+    for epoch in (0, 1):
+        a, b = set(r0["shards"][epoch]), set(r1["shards"][epoch])
+        assert len(r0["shards"][epoch]) == len(r1["shards"][epoch]) == (train_size + 1) // 2
+        assert a | b == set(r0["train_indices"])  # together the ranks see every training graph
+        assert len(a & b) <= 1  # one graph repeated to pad an odd set, as DistributedSampler does
+    assert r0["shards"][0] != r0["shards"][1]  # set_epoch reshuffles
+    assert r0["history"] == r1["history"] and len(r0["history"]) == 4
+    assert r0["test"] == r1["test"]
+    assert len(r0["stopped_history"]) == len(r1["stopped_history"]) == 3
+    assert r0["stopped_early"] and r1["stopped_early"]
+    assert r1["writes"] == []
+    written = {os.path.basename(p) for p in r0["writes"]}
+    assert {"best.pt", "last.pt", "history.csv", "summary.json"} <= written
+    assert r0["threads"] == max(1, available_cores() // 2)
+    summary = json.loads((config.run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["test_accuracy"] == r0["test"]["test_accuracy"]
+
+
+def alive_workers():
+    children = psutil.Process().children(recursive=True)
+    return [p for p in children if p.is_running() and "spawn_main" in " ".join(p.cmdline())]
+
+
+def test_a_failing_rank_ends_the_job_naming_it(make_config):
+    with pytest.raises(qg.WorkerError, match="rank 1 failed: ValueError: boom on rank 1") as info:
+        run_ranks(2, train_failing, make_config())
+    assert "Traceback" in info.value.traceback and info.value.rank == 1
+    assert alive_workers() == []
+
+
+def test_a_failure_in_rank0s_decision_reaches_the_other_rank_at_once(make_config):
+    # The group timeout is far beyond this test's own: the other rank must be told, not time out.
+    results = run_ranks(2, decision_fails_on_rank0, make_config(), timeout_s=600)
+    assert results == [
+        "ValueError: broken metric on rank 0",
+        "RankFailedError: rank 0 failed: ValueError: broken metric on rank 0",
+    ]
+
+
+@pytest.mark.timeout(120)
+def test_a_silent_rank_ends_the_job_within_the_timeout(make_config):
+    with pytest.raises(
+        qg.WorkerError, match="rank 0 failed: no answer from the other ranks"
+    ) as info:
+        run_ranks(2, train_silent, make_config("training.num_epochs=3"), timeout_s=5)
+    assert "within 5 s (parallel.timeout_s); rank(s) 1 stopped answering" in str(info.value)
+    assert alive_workers() == []
+
+
+def test_a_fixed_port_in_use_is_named_and_a_chosen_one_is_avoided(make_config, monkeypatch):
+    import socket
+
+    from QuantumGravPy import distributed
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(qg.PortInUseError, match=f"port {port}"):
+            qg.spawn(evaluate_in_both_modes, 1, [], master_port=port, backend="gloo")
+        offered = iter([port, free_port()])
+        monkeypatch.setattr(distributed, "free_port", lambda addr="": next(offered))
+        assert qg.spawn(evaluate_in_both_modes, 1, [], backend="gloo") == [[]]
+
+
+# --- the three ways of starting a job ----------------------------------------------------------
+
+
+@pytest.fixture
+def ddp_config_file(tmp_path, data_root):
+    raw = small_raw_config(tmp_path, data_root)
+    raw["log_level"] = "INFO"
+    raw["validation"] = {"mode": "sharded"}
+    path = tmp_path / "ddp.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def launcher_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(key, None)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS)])
+    env.update(extra)
+    return env
+
+
+def history_without_times(run):
+    rows = run_dir_module.read_history(run)
+    return [{k: v for k, v in row.items() if k != "epoch_seconds"} for row in rows]
+
+
+def test_spawn_torchrun_and_srun_give_the_same_run(ddp_config_file, tmp_path):
+    spawned = run_cli(
+        "train",
+        str(ddp_config_file),
+        "parallel.world_size=2",
+        f"training.path={tmp_path / 'spawn'}",
+    )
+    assert spawned.returncode == 0, spawned.stderr
+    for rank in (0, 1):
+        assert f"[RANK {rank}] INFO started: rank {rank} of 2" in spawned.stderr
+        assert f"[RANK {rank}] INFO finished: 3 epochs" in spawned.stderr
+    assert "[RANK 1] INFO epoch" not in spawned.stderr  # rank 1 logs at WARNING
+    assert "[RANK 0] INFO epoch 3/3" in spawned.stderr
+    assert "global batch 32 = 16 per process x 2 processes" in spawned.stderr
+
+    torchrun = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--master_port",
+            str(free_port()),
+            "-m",
+            "QuantumGravPy",
+            "train",
+            str(ddp_config_file),
+            f"training.path={tmp_path / 'torchrun'}",
+        ],
+        cwd=ROOT,
+        env=launcher_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert torchrun.returncode == 0, torchrun.stderr
+
+    port = str(free_port())
+    tasks = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "QuantumGravPy",
+                "train",
+                str(ddp_config_file),
+                f"training.path={tmp_path / 'srun'}",
+            ],
+            cwd=ROOT,
+            env=launcher_env(
+                SLURM_PROCID=str(rank),
+                SLURM_LOCALID=str(rank),
+                SLURM_NTASKS="2",
+                SLURM_TASKS_PER_NODE="2",
+                SLURM_JOB_NODELIST="127.0.0.1",
+                SLURM_JOB_ID="42",
+                MASTER_PORT=port,
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    for task in tasks:
+        _, err = task.communicate(timeout=300)
+        assert task.returncode == 0, err
+
+    runs = [tmp_path / name for name in ("spawn", "torchrun", "srun")]
+    for run in runs:
+        assert json.loads((run / "summary.json").read_text())["world_size"] == 2
+    assert (
+        history_without_times(runs[0])
+        == history_without_times(runs[1])
+        == history_without_times(runs[2])
+    )
+
+
+def test_a_user_error_inside_the_ranks_is_one_line(ddp_config_file, capsys):
+    from QuantumGravPy.cli import main
+
+    code = main(["train", str(ddp_config_file), "parallel.world_size=2", "training.device=cuda:0"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: rank ") and "training.device: 'cuda:0'" in err[-1]
+    assert not any("Traceback" in line for line in err)
