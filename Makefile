@@ -15,7 +15,7 @@ $(STAMP): setup.cfg pyproject.toml $(REQUIREMENTS)
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m QuantumGravPy train configs/train.yaml training.path=runs/demo --overwrite
+	$(PY) examples/train_ddp_standalone_example.py --world-size 2 --overwrite training.path=runs/demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -18,7 +18,7 @@ from .distributed import (
 from .early_stopping import EarlyStopping
 from .errors import CheckpointError, ConfigError, DataError, QGError, RunDirectoryError
 from .evaluation import MetricSums, Tester, Validator
-from .launch import WorkerError, launch, spawn
+from .launch import WorkerError, launch, prepare_run, run_distributed, spawn
 from .models import GNNModel
 from .trainer import Trainer
 from .trainer_ddp import TrainerDDP
@@ -53,6 +53,8 @@ __all__ = [
     "load_config",
     "myrheim_meyer_dimension",
     "ordering_fraction_expectation",
+    "prepare_run",
+    "run_distributed",
     "spawn",
     "split_dataset",
     "sprinkle",

@@ -86,19 +86,17 @@ def _rank_prefix() -> str:
 def _train(args: argparse.Namespace) -> int:
     from .config import load_config
     from .distributed import process_env
-    from .launch import join_from_environment, launch
+    from .launch import launch
     from .run_dir import check_run_dir
     from .trainer import Trainer
 
     config = load_config(args.config, args.overrides)
     env = process_env()
-    if env is not None:  # started by torchrun or srun: this process is one rank of the job
-        result = join_from_environment(env, config, overwrite=args.overwrite)
-        if env.rank == 0:
+    if env is not None or config.parallel.world_size > 1:
+        # Spawn the ranks, or, under torchrun or srun, be one of theirs.
+        result = launch(config, overwrite=args.overwrite)
+        if env is None or env.rank == 0:
             _report(result["test"], config)
-        return 0
-    if config.parallel.world_size > 1:
-        _report(launch(config, overwrite=args.overwrite)["test"], config)
         return 0
     # Refuse an occupied run directory before spending minutes on data and model.
     check_run_dir(config.run_dir, overwrite=args.overwrite)

@@ -249,6 +249,11 @@ def is_main() -> bool:
     return get_rank() == 0
 
 
+def get_timeout_s() -> float:
+    """The timeout the process group was started with (parallel.timeout_s)."""
+    return _TIMEOUT_S
+
+
 def backend() -> str | None:
     return dist.get_backend() if is_initialized() else None
 
@@ -274,13 +279,13 @@ def _collective(name: str, fn, *args, **kwargs):
         text = str(e)
         if "timed out" in text.lower() or "timeout" in text.lower():
             raise RankTimeoutError(
-                f"rank {get_rank()}: no answer from the other ranks within {_TIMEOUT_S:g} s "
+                f"no answer from the other ranks within {_TIMEOUT_S:g} s "
                 f"(parallel.timeout_s) in {name}; a rank has stopped answering"
             ) from None
         if "connection" in text.lower() or "closed" in text.lower() or "reset" in text.lower():
             raise RankFailedError(
-                f"rank {get_rank()}: lost contact with another rank in {name}; it has probably "
-                f"failed ({text.splitlines()[0]})"
+                f"lost contact with another rank in {name}; it has probably failed "
+                f"({text.splitlines()[0]})"
             ) from None
         raise
 

@@ -22,7 +22,7 @@ from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedExc
 from . import distributed
 from .config import Config
 from .datasets import dataset_from_config
-from .distributed import PortInUseError, ProcessEnv
+from .distributed import PortInUseError
 from .errors import QGError
 from .run_dir import check_run_dir
 
@@ -59,24 +59,59 @@ def launch(
 ) -> dict[str, Any]:
     """Train ``config`` with ``world_size`` processes (default ``parallel.world_size``).
 
-    Returns rank 0's ``{"history": [...], "test": {...}, "world_size": W}``.
+    Returns ``{"history": [...], "test": {...}, "world_size": W}`` (rank 0's, which every rank
+    shares). In a process started by torchrun or srun it joins that job instead of spawning.
     """
-    world_size = world_size or config.parallel.world_size
+    if distributed.process_env() is None:
+        prepare_run(config, overwrite=overwrite)
+    return run_distributed(train_worker, config, config, overwrite, world_size=world_size)
+
+
+def prepare_run(config: Config, *, overwrite: bool) -> None:
+    """What the launching process does once, before any rank starts.
+
+    Refuses an occupied run directory before minutes are spent, and builds the causal-set cache
+    so that the ranks only read it.
+    """
     check_run_dir(config.run_dir, overwrite=overwrite)
     if config.data.dataset is None:
-        dataset_from_config(config.data)  # build the cache once, before any worker starts
+        dataset_from_config(config.data)
+
+
+def run_distributed(
+    fn: Callable[..., Any], config: Config, *args: Any, world_size: int | None = None
+) -> Any:
+    """Run ``fn(rank, world_size, *args)`` as every rank of a job, with ``config.parallel``.
+
+    Started by torchrun or srun: this process joins their job as one rank and returns its own
+    result. Otherwise ``world_size`` processes (default ``parallel.world_size``) are spawned and
+    rank 0's result is returned.
+    """
     p = config.parallel
-    results = spawn(
-        train_worker,
-        world_size,
-        config,
-        overwrite,
-        master_addr=p.master_addr,
-        master_port=p.master_port,
-        backend=p.backend,
-        timeout_s=p.timeout_s,
+    env = distributed.process_env()
+    if env is None:
+        return spawn(
+            fn,
+            world_size or p.world_size,
+            *args,
+            master_addr=p.master_addr,
+            master_port=p.master_port,
+            backend=p.backend,
+            timeout_s=p.timeout_s,
+        )[0]
+    distributed.initialize_ddp(
+        env.rank,
+        env.world_size,
+        env.master_addr,
+        env.master_port if env.master_port is not None else p.master_port,
+        p.backend,
+        p.timeout_s,
+        local_rank=env.local_rank,
+        local_world_size=env.local_world_size,
     )
-    return results[0]
+    result = fn(env.rank, env.world_size, *args)
+    distributed.cleanup_ddp()
+    return result
 
 
 def spawn(
@@ -148,10 +183,10 @@ def _failure(out: Path, rank: int, detail: str, context, timeout_s: float) -> Ex
         # The rank that raised is the one that waited; the culprits are the ones that were
         # still running and had to be terminated.
         silent = [r for r, p in enumerate(context.processes) if r != rank and (p.exitcode or 0) < 0]
-        who = f"rank(s) {', '.join(map(str, silent))} stopped answering" if silent else ""
+        who = f"rank(s) {', '.join(map(str, silent))}" if silent else "the other ranks"
         return WorkerError(
-            f"rank {rank} failed: no answer from the other ranks within {timeout_s:g} s "
-            f"(parallel.timeout_s); {who or 'another rank stopped answering'} ({last})",
+            f"rank {rank}: no answer from {who} within {timeout_s:g} s (parallel.timeout_s); "
+            f"they stopped answering ({last})",
             rank=rank,
         )
     return WorkerError(f"rank {rank} failed: {last}", rank=rank, traceback=detail)
@@ -181,21 +216,3 @@ def _entry(rank, world_size, fn, args, master_addr, port, backend, timeout_s, ou
         raise
     (out / f"result{rank}.pkl").write_bytes(pickle.dumps(result))
     distributed.cleanup_ddp()
-
-
-def join_from_environment(env: ProcessEnv, config: Config, *, overwrite: bool) -> dict[str, Any]:
-    """Run this process as one rank of a job that torchrun or srun started."""
-    p = config.parallel
-    distributed.initialize_ddp(
-        env.rank,
-        env.world_size,
-        env.master_addr,
-        env.master_port if env.master_port is not None else p.master_port,
-        p.backend,
-        p.timeout_s,
-        local_rank=env.local_rank,
-        local_world_size=env.local_world_size,
-    )
-    result = train_worker(env.rank, env.world_size, config, overwrite)
-    distributed.cleanup_ddp()
-    return result

@@ -24,7 +24,7 @@ from torch.utils.data import Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 from torch_geometric.loader import DataLoader
 
-from . import distributed
+from . import distributed, shm_comm
 from .config import Config
 from .datasets import dataset_from_config, make_loader
 from .distributed import DistributedError, RankFailedError
@@ -80,6 +80,15 @@ class TrainerDDP(Trainer):
             device_ids=distributed.ddp_device_ids(self.device),
             find_unused_parameters=config.parallel.find_unused_parameters,
         )
+        self.gradient_sync = "nccl" if self.device.type == "cuda" else "gloo"
+        self._shm: shm_comm.SharedMemoryAllReduce | None = None
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if config.parallel.shared_memory and shm_comm.supported(self.device, params):
+            self._shm = shm_comm.SharedMemoryAllReduce(
+                sum(p.numel() for p in params), timeout_s=distributed.get_timeout_s()
+            )
+            self.ddp_model.register_comm_hook(None, self._shm.hook)
+            self.gradient_sync = "shared memory"
 
     # --- who does what -------------------------------------------------------------------------
 
@@ -216,10 +225,12 @@ class TrainerDDP(Trainer):
         )
         super().on_train_start(train_loader)
         self.logger.info(
-            "global batch %d = %d per process x %d processes; validation mode %s",
+            "global batch %d = %d per process x %d processes; gradients averaged via %s; "
+            "validation mode %s",
             self.config.training.batch_size * self.world_size,
             self.config.training.batch_size,
             self.world_size,
+            self.gradient_sync,
             self.config.validation.mode,
         )
 
@@ -265,3 +276,9 @@ class TrainerDDP(Trainer):
 
     def write_summary(self, test_metrics: dict[str, float] | None = None) -> None:
         self._on_main(lambda: super(TrainerDDP, self).write_summary(test_metrics))
+
+    def close(self) -> None:
+        super().close()
+        if self._shm is not None:
+            self._shm.close()
+            self._shm = None

@@ -222,12 +222,16 @@ def test_a_failure_in_rank0s_decision_reaches_the_other_rank_at_once(make_config
 
 
 @pytest.mark.timeout(120)
-def test_a_silent_rank_ends_the_job_within_the_timeout(make_config):
-    with pytest.raises(
-        qg.WorkerError, match="rank 0 failed: no answer from the other ranks"
-    ) as info:
-        run_ranks(2, train_silent, make_config("training.num_epochs=3"), timeout_s=5)
-    assert "within 5 s (parallel.timeout_s); rank(s) 1 stopped answering" in str(info.value)
+def test_a_silent_rank_ends_the_job_within_the_timeout(make_config, tmp_path):
+    expected = r"rank 0: no (answer|gradients) from rank\(s\) 1 within 5 s \(parallel.timeout_s\)"
+    for shared_memory in ("true", "false"):  # either way of exchanging gradients gives up
+        config = make_config(
+            "training.num_epochs=3",
+            f"parallel.shared_memory={shared_memory}",
+            f"training.path={tmp_path / shared_memory}",
+        )
+        with pytest.raises(qg.WorkerError, match=expected):
+            run_ranks(2, train_silent, config, timeout_s=5)
     assert alive_workers() == []
 
 
@@ -360,3 +364,44 @@ def test_a_user_error_inside_the_ranks_is_one_line(ddp_config_file, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: rank ") and "training.device: 'cuda:0'" in err[-1]
     assert not any("Traceback" in line for line in err)
+
+
+def test_ctrl_c_ends_every_rank(ddp_config_file):
+    import signal
+
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "QuantumGravPy",
+            "train",
+            str(ddp_config_file),
+            "parallel.world_size=2",
+            "training.num_epochs=100000",
+            "early_stopping.enabled=false",
+        ],
+        cwd=ROOT,
+        env=launcher_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, like a job in a terminal
+    )
+    started = set()
+    for line in job.stderr:
+        if "INFO started: rank" in line:
+            started.add(line.split("[RANK ")[1][0])
+        if len(started) == 2:
+            break
+    assert started == {"0", "1"}
+    os.killpg(job.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 130 and "interrupted" in err
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # the group empties once every rank has exited
+        try:
+            os.killpg(job.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("processes of the interrupted job are still running")
