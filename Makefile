@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(PY) bench/overhead.py
 	$(PY) bench/generation.py
 	$(PY) bench/baseline.py
+	$(PY) bench/ddp_scaling.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -56,3 +56,44 @@ def test_single_process_example_runs(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "2 epochs" in result.stdout and (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_ddp_standalone_example_trains_with_two_processes(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "train_ddp_standalone_example.py"),
+            "--world-size=2",
+            f"data.root={tmp_path / 'data'}",
+            "data.num_graphs=90",
+            "training.num_epochs=2",
+            "model.hidden_channels=8",
+            f"training.path={tmp_path / 'run'}",
+            "training.device=cpu",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "2 processes, global batch 32" in result.stdout and "test accuracy" in result.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["epochs_run"] == 2
+    again = subprocess.run(  # an existing run is refused before any process starts
+        [
+            sys.executable,
+            str(ROOT / "examples" / "train_ddp_standalone_example.py"),
+            f"data.root={tmp_path / 'data'}",
+            f"training.path={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 1 and "already holds a run" in again.stderr
+    assert "Traceback" not in again.stderr
