@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 
@@ -88,6 +89,7 @@ def run_distributed(
     rank 0's result is returned.
     """
     p = config.parallel
+    backend = resolve_backend(config)
     env = distributed.process_env()
     if env is None:
         return spawn(
@@ -96,7 +98,7 @@ def run_distributed(
             *args,
             master_addr=p.master_addr,
             master_port=p.master_port,
-            backend=p.backend,
+            backend=backend,
             timeout_s=p.timeout_s,
         )[0]
     distributed.initialize_ddp(
@@ -104,7 +106,7 @@ def run_distributed(
         env.world_size,
         env.master_addr,
         env.master_port if env.master_port is not None else p.master_port,
-        p.backend,
+        backend,
         p.timeout_s,
         local_rank=env.local_rank,
         local_world_size=env.local_world_size,
@@ -112,6 +114,13 @@ def run_distributed(
     result = fn(env.rank, env.world_size, *args)
     distributed.cleanup_ddp()
     return result
+
+
+def resolve_backend(config: Config) -> str:
+    """``parallel.backend``, with ``auto`` made concrete: NCCL when training on GPUs, else gloo."""
+    if config.parallel.backend != "auto":
+        return config.parallel.backend
+    return "nccl" if config.training.device != "cpu" and torch.cuda.is_available() else "gloo"
 
 
 def spawn(

@@ -119,8 +119,10 @@ class Trainer:
         """The module the training pass calls; DDP returns its wrapper here (hook)."""
         return self.model
 
+    log_prefix = ""  # DDP: "[RANK r] " on every line, on the terminal and in train.log
+
     def setup_logging(self) -> logging.Logger:  # hook
-        return configure_logging(self.config.log_level)
+        return configure_logging(self.config.log_level, prefix=self.log_prefix)
 
     def select_device(self) -> torch.device:  # hook
         return select_device(self.config.training.device)
@@ -331,7 +333,7 @@ class Trainer:
         if self.is_main:
             rd.prepare_run_dir(self.run_dir, overwrite=self.overwrite)
             (self.run_dir / rd.CONFIG).write_text(dump_config(self.config), encoding="utf-8")
-            self._log_handler = add_file_handler(self.run_dir / rd.LOG)
+            self._log_handler = add_file_handler(self.run_dir / rd.LOG, prefix=self.log_prefix)
         self._run_open = True
 
     def close(self) -> None:

@@ -63,6 +63,7 @@ class TrainerDDP(Trainer):
                 f"{distributed.get_rank()} of its process group"
             )
         self.rank = rank
+        self.log_prefix = f"[RANK {rank}] "
         self.local_rank = distributed.get_local_rank()
         self.world_size = distributed.get_world_size()
         self.rank_logger = logging.getLogger(f"{LOGGER_NAME}.ranks")
@@ -102,7 +103,7 @@ class TrainerDDP(Trainer):
 
     def setup_logging(self) -> logging.Logger:
         level = self.config.log_level if self.rank == 0 else "WARNING"
-        return configure_logging(level, prefix=f"[RANK {self.rank}] ")
+        return configure_logging(level, prefix=self.log_prefix)
 
     def select_device(self) -> torch.device:
         spec = self.config.training.device
@@ -112,9 +113,9 @@ class TrainerDDP(Trainer):
                 "'auto' (each process takes cuda:LOCAL_RANK)"
             )
         nccl = distributed.backend() == "nccl"
+        if spec == "cpu" and nccl:
+            raise ConfigError("training.device: cpu needs parallel.backend gloo, found nccl")
         if nccl or (spec in ("cuda", "auto") and torch.cuda.is_available()):
-            if not torch.cuda.is_available():
-                raise ConfigError("parallel.backend: nccl needs CUDA, which is not available")
             if self.local_rank >= torch.cuda.device_count():
                 raise ConfigError(
                     f"training.device: local rank {self.local_rank} needs cuda:{self.local_rank} "

@@ -292,6 +292,8 @@ def test_spawn_torchrun_and_srun_give_the_same_run(ddp_config_file, tmp_path):
     assert "[RANK 1] INFO epoch" not in spawned.stderr  # rank 1 logs at WARNING
     assert "[RANK 0] INFO epoch 3/3" in spawned.stderr
     assert "global batch 32 = 16 per process x 2 processes" in spawned.stderr
+    log = (tmp_path / "spawn" / "train.log").read_text().splitlines()
+    assert log and all("[RANK 0] " in line for line in log)  # only rank 0 writes the log file
 
     torchrun = subprocess.run(
         [

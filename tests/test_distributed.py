@@ -121,3 +121,14 @@ def test_one_process_group_and_trainer_ddp_in_this_process(make_config):
     finally:
         qg.cleanup_ddp()
     assert not distributed.is_initialized()
+
+
+def test_auto_backend_follows_the_training_device(make_config, monkeypatch):
+    from QuantumGravPy.launch import resolve_backend
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_backend(make_config("training.device=auto")) == "nccl"
+    assert resolve_backend(make_config("training.device=cpu")) == "gloo"  # never NCCL on CPU
+    assert resolve_backend(make_config("parallel.backend=gloo", "training.device=cuda")) == "gloo"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_backend(make_config("training.device=auto")) == "gloo"
