@@ -245,11 +245,13 @@ def make_loader(
     sampler: Any = None,
 ) -> DataLoader:
     """A PyG loader; a shuffling loader draws its order from its own seeded generator."""
+    if shuffle and sampler is not None:
+        raise ValueError("shuffle and sampler exclude each other: the sampler decides the order")
     generator = torch.Generator().manual_seed(seed) if shuffle else None
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        shuffle=shuffle and sampler is None,
+        shuffle=shuffle,
         sampler=sampler,
         drop_last=drop_last,
         num_workers=num_workers,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Sampler
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
@@ -130,12 +130,18 @@ class Trainer:
     def load_dataset(self) -> Dataset | list:  # hook
         return dataset_from_config(self.config.data)
 
-    def make_train_loader(self, dataset: Dataset) -> DataLoader:  # hook
+    def make_train_sampler(self, dataset: Dataset) -> Sampler | None:  # hook
+        """None: the loader shuffles with its own seeded generator. DDP returns its sampler."""
+        return None
+
+    def make_train_loader(self, dataset: Dataset) -> DataLoader:
         t = self.config.training
+        sampler = self.make_train_sampler(dataset)
         return make_loader(
             dataset,
             batch_size=t.batch_size,
-            shuffle=True,
+            shuffle=sampler is None,
+            sampler=sampler,
             drop_last=t.drop_last,
             num_workers=t.num_workers,
             seed=t.seed,

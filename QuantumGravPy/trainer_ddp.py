@@ -26,7 +26,7 @@ from torch_geometric.loader import DataLoader
 
 from . import distributed, shm_comm
 from .config import Config
-from .datasets import dataset_from_config, make_loader
+from .datasets import dataset_from_config
 from .distributed import DistributedError, RankFailedError
 from .errors import ConfigError
 from .evaluation import MetricSums, Validator
@@ -179,22 +179,15 @@ class TrainerDDP(Trainer):
         )
         return dataset if first else dataset_from_config(self.config.data, progress=False)
 
-    def make_train_loader(self, dataset: Dataset) -> DataLoader:
+    def make_train_sampler(self, dataset: Dataset) -> DistributedSampler:
         t = self.config.training
-        sampler = DistributedSampler(
+        return DistributedSampler(
             dataset,
             num_replicas=self.world_size,
             rank=self.rank,
             shuffle=True,
             seed=t.seed,  # one seed on every rank: together the shards partition each epoch
             drop_last=t.drop_last,
-        )
-        return make_loader(
-            dataset,
-            batch_size=t.batch_size,
-            sampler=sampler,
-            drop_last=t.drop_last,
-            num_workers=t.num_workers,
         )
 
     def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:

@@ -4,6 +4,7 @@ Compared, each at global batches 32 and 128 on the default model and causal-set 
   - qg.Trainer, one process (torch's default threads: all cores);
   - qg.TrainerDDP, two processes (cores / 2 threads each), gradients averaged through shared
     memory (the default on one CPU machine) and through gloo;
+  - the same two processes with no gradient exchange at all: the ceiling on this machine;
   - a hand-written DDP loop (DistributedSampler + DistributedDataParallel), two processes, with
     one thread each as a careful user would set, and with torch's default threads.
 And validation of 2,800 graphs by rank 0 alone against sharded over the two ranks.
@@ -11,7 +12,7 @@ And validation of 2,800 graphs by rank 0 alone against sharded over the two rank
 Epoch time is the training pass, data loading included, as in history.csv. Configurations run
 alternately, several rounds, and the medians are compared, since the machine is shared.
 
-    python bench/ddp_scaling.py [--rounds 2] [--epochs 3]
+    python bench/ddp_scaling.py [--rounds 3] [--epochs 3]
 """
 
 from __future__ import annotations
@@ -58,8 +59,12 @@ def single(rank, world_size, config, epochs):
     return _median_epoch(lambda: trainer.train_epoch(loader), epochs)
 
 
-def ours(rank, world_size, config, epochs):
+def ours(rank, world_size, config, epochs, exchange=True):
     trainer = qg.TrainerDDP(rank, config)
+    if not exchange:
+        # Each rank trains alone on its shard: what two processes could gain with a gradient
+        # exchange that cost nothing. The ceiling for any DDP implementation on this machine.
+        trainer.ddp_model = trainer.model
     loader, _, _ = trainer.prepare_dataloaders()
 
     def epoch():
@@ -113,7 +118,7 @@ def validation(rank, world_size, config, repeats):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batches", type=int, nargs="+", default=[32, 128])
     args = parser.parse_args()
@@ -148,6 +153,9 @@ def main() -> None:
                     config(b // 2, parallel__shared_memory="false"),
                     args.epochs,
                     backend="gloo",
+                )[0],
+                "ceiling: 2 processes, no gradient exchange": lambda b=batch: qg.spawn(
+                    ours, 2, config(b // 2), args.epochs, False, backend="gloo"
                 )[0],
                 "hand-written DDP, 2 processes, 1 thread each": lambda b=batch: qg.spawn(
                     hand_written, 2, config(b // 2), args.epochs, 1, backend="gloo"

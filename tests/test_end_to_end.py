@@ -35,65 +35,38 @@ def test_shipped_config_learns_the_dimension_of_causal_sets(tmp_path):
         assert (run / name).is_file(), name
 
 
-def test_single_process_example_runs(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "train_single_process.py"),
-            f"data.root={tmp_path / 'data'}",
-            "data.num_graphs=90",
-            "training.num_epochs=2",
-            "model.hidden_channels=8",
-            f"training.path={tmp_path / 'run'}",
-            "training.device=cpu",
-        ],
+def run_example(name: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """An example script on a small, fast config, as a user would run it."""
+    small = [
+        f"data.root={tmp_path / 'data'}",
+        "data.num_graphs=90",
+        "training.num_epochs=2",
+        "model.hidden_channels=8",
+        f"training.path={tmp_path / 'run'}",
+        "training.device=cpu",
+    ]
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name), *args, *small],
         cwd=ROOT,
-        env=env,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+def test_single_process_example_runs(tmp_path):
+    result = run_example("train_single_process.py", tmp_path)
     assert result.returncode == 0, result.stderr
     assert "2 epochs" in result.stdout and (tmp_path / "run" / "summary.json").is_file()
 
 
 def test_ddp_standalone_example_trains_with_two_processes(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "train_ddp_standalone_example.py"),
-            "--world-size=2",
-            f"data.root={tmp_path / 'data'}",
-            "data.num_graphs=90",
-            "training.num_epochs=2",
-            "model.hidden_channels=8",
-            f"training.path={tmp_path / 'run'}",
-            "training.device=cpu",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_example("train_ddp_standalone_example.py", tmp_path, "--world-size=2")
     assert result.returncode == 0, result.stderr
     assert "2 processes, global batch 32" in result.stdout and "test accuracy" in result.stdout
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["epochs_run"] == 2
-    again = subprocess.run(  # an existing run is refused before any process starts
-        [
-            sys.executable,
-            str(ROOT / "examples" / "train_ddp_standalone_example.py"),
-            f"data.root={tmp_path / 'data'}",
-            f"training.path={tmp_path / 'run'}",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    again = run_example("train_ddp_standalone_example.py", tmp_path)  # the run exists now
     assert again.returncode == 1 and "already holds a run" in again.stderr
     assert "Traceback" not in again.stderr
