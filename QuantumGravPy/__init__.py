@@ -20,6 +20,13 @@ from .errors import CheckpointError, ConfigError, DataError, QGError, RunDirecto
 from .evaluation import MetricSums, Tester, Validator
 from .launch import WorkerError, launch, prepare_run, run_distributed, spawn
 from .models import GNNModel
+from .samplers import (
+    ClassBalancedSampler,
+    DistributedClassBalancedSampler,
+    DistributedSamplerWrapper,
+    DistributedWeightedRandomSampler,
+    ProgressiveClassBalancedSampler,
+)
 from .trainer import Trainer
 from .trainer_ddp import TrainerDDP
 
@@ -29,14 +36,19 @@ __all__ = [
     "CausalSet",
     "CausalSetDataset",
     "CheckpointError",
+    "ClassBalancedSampler",
     "Config",
     "ConfigError",
     "DataError",
+    "DistributedClassBalancedSampler",
     "DistributedError",
+    "DistributedSamplerWrapper",
+    "DistributedWeightedRandomSampler",
     "EarlyStopping",
     "GNNModel",
     "MetricSums",
     "PortInUseError",
+    "ProgressiveClassBalancedSampler",
     "QGError",
     "RankFailedError",
     "RankTimeoutError",

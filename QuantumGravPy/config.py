@@ -116,8 +116,21 @@ class TrainingConfig:
     lr_scheduler: SchedulerConfig | None = None
     num_workers: int = field(default=0, metadata=_NON_NEGATIVE)
     checkpoint_every: int = field(default=0, metadata=_NON_NEGATIVE)  # 0: only best and last
+    # null (shuffle), class_balanced, progressive, weighted (graph attribute "weight"), or a
+    # dotted path to f(dataset, **sampler_kwargs) -> Sampler; distributed automatically
+    sampler: str | None = None
+    sampler_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
+        from .samplers import SAMPLER_NAMES
+
+        if self.sampler is not None and self.sampler not in SAMPLER_NAMES:
+            if "." not in self.sampler:
+                raise ConfigError(
+                    f"training.sampler: expected null, {', '.join(SAMPLER_NAMES)} or a dotted "
+                    f"path, found {self.sampler!r}"
+                )
+            resolve(self.sampler, key="training.sampler")
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", self.device):
             raise ConfigError(
                 f"training.device: expected auto, cpu, cuda or cuda:N, found {self.device!r}"

@@ -205,6 +205,28 @@ def dataset_dimensions(dataset: Dataset | list[Data]) -> tuple[int, int]:
     return dataset[0].x.shape[1], max(int(g.y.max()) for g in dataset) + 1
 
 
+def dataset_labels(dataset: Dataset | list[Data]) -> torch.Tensor:
+    """The graph labels ``y`` of a dataset (or a Subset of one), in order."""
+    return graph_attribute(dataset, "y").long()
+
+
+def graph_attribute(dataset: Dataset | list[Data], name: str) -> torch.Tensor:
+    """One number per graph, read from each graph's attribute ``name``."""
+    base, indices = dataset, None
+    if isinstance(dataset, Subset):
+        base, indices = dataset.dataset, list(dataset.indices)
+    if isinstance(base, InMemoryDataset) and name in base._data:
+        values = base._data[name].reshape(-1)
+        if values.numel() == len(base):  # one value per graph, stored contiguously
+            return values if indices is None else values[indices]
+    try:
+        return torch.stack([torch.as_tensor(g[name]).reshape(()) for g in dataset])
+    except (KeyError, AttributeError, RuntimeError) as e:
+        raise DataError(
+            f"every training graph needs one number as attribute {name!r}: {e}"
+        ) from None
+
+
 def split_sizes(n: int, fractions: Sequence[float]) -> tuple[int, int, int]:
     n_val = round(n * fractions[1])
     n_test = round(n * fractions[2])

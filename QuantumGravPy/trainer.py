@@ -30,6 +30,7 @@ from .errors import CheckpointError, ConfigError, DataError, QGError
 from .evaluation import MetricSums, Tester, Validator, make_criterion
 from .logs import add_file_handler, configure_logging
 from .models import GNNModel
+from .samplers import build_sampler
 
 
 class TrainingDivergedError(QGError):
@@ -131,8 +132,16 @@ class Trainer:
         return dataset_from_config(self.config.data)
 
     def make_train_sampler(self, dataset: Dataset) -> Sampler | None:  # hook
-        """None: the loader shuffles with its own seeded generator. DDP returns its sampler."""
-        return None
+        """``training.sampler``; None: the loader shuffles with its own seeded generator."""
+        t = self.config.training
+        if t.sampler is None:
+            return None
+        try:
+            return build_sampler(
+                t.sampler, dataset, seed=t.seed, kwargs=t.sampler_kwargs, drop_last=t.drop_last
+            )
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"training.sampler_kwargs: {t.sampler} rejected them: {e}") from None
 
     def make_train_loader(self, dataset: Dataset) -> DataLoader:
         t = self.config.training
@@ -163,7 +172,9 @@ class Trainer:
         )
 
     def on_epoch_start(self, train_loader: DataLoader) -> None:  # hook
-        pass
+        sampler = train_loader.sampler
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(self.epoch)  # a new draw each epoch, the same on every rank
 
     def on_train_end(self) -> None:  # hook
         pass

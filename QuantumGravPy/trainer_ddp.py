@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import Dataset, Subset
+from torch.utils.data import Dataset, Sampler, Subset
 from torch.utils.data.distributed import DistributedSampler
 from torch_geometric.loader import DataLoader
 
@@ -179,8 +179,10 @@ class TrainerDDP(Trainer):
         )
         return dataset if first else dataset_from_config(self.config.data, progress=False)
 
-    def make_train_sampler(self, dataset: Dataset) -> DistributedSampler:
+    def make_train_sampler(self, dataset: Dataset) -> Sampler:
         t = self.config.training
+        if t.sampler is not None:
+            return super().make_train_sampler(dataset)  # made distributed for this group
         return DistributedSampler(
             dataset,
             num_replicas=self.world_size,
@@ -227,9 +229,6 @@ class TrainerDDP(Trainer):
             self.gradient_sync,
             self.config.validation.mode,
         )
-
-    def on_epoch_start(self, train_loader: DataLoader) -> None:
-        train_loader.sampler.set_epoch(self.epoch)  # a new shuffle, the same on every rank
 
     def on_train_end(self) -> None:
         self.rank_logger.info(
