@@ -90,6 +90,8 @@ def test_dumped_config_loads_back_equal(tmp_path):
         ),
         ("early_stopping: {metric: f1}", [], "early_stopping.metric: expected one of"),
         ("log_level: LOUD", [], "log_level: expected one of"),
+        ("training: {sampler: balanced}", [], "training.sampler: expected null, class_balanced"),
+        ("training: {sampler: nowhere.Sampler}", [], "training.sampler: cannot import"),
         ("", ["training.batch_size"], "override 'training.batch_size': expected key.path=value"),
         (
             "",

@@ -407,3 +407,48 @@ def test_ctrl_c_ends_every_rank(ddp_config_file):
         time.sleep(0.2)
     else:
         pytest.fail("processes of the interrupted job are still running")
+
+
+# --- samplers in a real process group ----------------------------------------------------------
+
+
+def agree_on_seed(rank, world_size):
+    wrapper = qg.DistributedSamplerWrapper(list(range(10)))  # seed=None: rank 0's, broadcast
+    native = qg.DistributedClassBalancedSampler([0, 1] * 5)
+    return wrapper.seed, native.seed, wrapper.num_replicas, wrapper.rank
+
+
+def balanced_training(rank, world_size, config):
+    trainer = qg.TrainerDDP(rank, config)
+    train_loader, val_loader, _ = trainer.prepare_dataloaders()
+    seen = {"labels": [], "indices": []}
+    trainer.on_epoch_start(train_loader)
+    for batch in train_loader:
+        seen["labels"] += batch.y.tolist()
+    seen["indices"] = [train_loader.dataset.indices[i] for i in train_loader.sampler]
+    history = trainer.run_training(train_loader, val_loader)
+    trainer.close()
+    return seen, type(train_loader.sampler).__name__, len(history)
+
+
+def test_ranks_agree_on_a_seed_nobody_chose():
+    results = run_ranks(2, agree_on_seed)
+    assert results[0][:2] == results[1][:2]
+    assert [r[2:] for r in results] == [(2, 0), (2, 1)]  # replicas and rank from the group
+
+
+def test_class_balanced_training_gives_each_rank_balanced_different_data(make_config):
+    config = make_config(
+        "data.dataset=user_data.imbalanced_rings",
+        "data.dataset_kwargs={num_graphs: 400}",
+        "training.sampler=class_balanced",
+        "training.num_epochs=2",
+    )
+    results = run_ranks(2, balanced_training, config)
+    for seen, sampler, epochs in results:
+        assert sampler == "DistributedClassBalancedSampler" and epochs == 2
+        share = sum(seen["labels"]) / len(seen["labels"])  # the minority is 10% of the data
+        assert 0.4 < share < 0.6, share
+    a, b = (r[0]["indices"] for r in results)
+    assert len(a) == len(b) == 140  # 280 training graphs per epoch in total, not 280 per rank
+    assert a != b

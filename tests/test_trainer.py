@@ -236,3 +236,31 @@ def test_an_interrupted_checkpoint_write_keeps_the_previous_file(tmp_path, monke
 def test_declared_input_width_must_match_the_data(make_config):
     with pytest.raises(qg.ConfigError, match="model.in_channels: the data has 6 node features"):
         qg.Trainer(make_config("model.in_channels=4"))
+
+
+def test_configured_samplers_are_used_as_they_are_in_one_process(make_config):
+    for spec, expected in [
+        ("class_balanced", "DistributedClassBalancedSampler"),
+        ("progressive", "ProgressiveClassBalancedSampler"),
+        ("weighted", "DistributedWeightedRandomSampler"),
+        ("user_data.ReverseSampler", "ReverseSampler"),
+    ]:
+        cfg = make_config(
+            "data.dataset=user_data.imbalanced_rings",
+            "data.dataset_kwargs={num_graphs: 100}",
+            f"training.sampler={spec}",
+            "training.num_epochs=1",
+        )
+        trainer, history, _ = train(cfg, overwrite=True)
+        sampler = trainer.prepare_dataloaders()[0].sampler
+        assert type(sampler).__name__ == expected and len(history) == 1
+        if spec == "user_data.ReverseSampler":
+            assert list(sampler) == list(range(len(sampler) - 1, -1, -1))
+
+
+def test_sampler_kwargs_mistakes_are_config_errors(make_config):
+    trainer = qg.Trainer(
+        make_config("training.sampler=class_balanced", "training.sampler_kwargs={bogus: 1}")
+    )
+    with pytest.raises(qg.ConfigError, match="training.sampler_kwargs: class_balanced rejected"):
+        trainer.prepare_dataloaders()

@@ -32,3 +32,30 @@ def nan_loss(outputs, batch):
 
 def mean_cross_entropy(outputs, batch):
     return torch.nn.functional.cross_entropy(outputs, batch.y)
+
+
+def imbalanced_rings(num_graphs: int = 200, minority_every: int = 10) -> list[Data]:
+    """Rings (class 0) with a path (class 1) only every ``minority_every`` graphs.
+
+    Paths carry ``weight`` 5 and rings 1, for the weighted sampler.
+    """
+    pool = ring_graphs(2 * num_graphs)
+    rings = iter(g for g in pool if int(g.y) == 0)
+    paths = iter(g for g in pool if int(g.y) == 1)
+    graphs = [next(paths) if i % minority_every == 0 else next(rings) for i in range(num_graphs)]
+    for g in graphs:
+        g.weight = torch.tensor([5.0 if int(g.y) == 1 else 1.0])
+    return graphs
+
+
+class ReverseSampler(torch.utils.data.Sampler):
+    """A custom sampler: the dataset backwards."""
+
+    def __init__(self, dataset):
+        self.n = len(dataset)
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        return iter(range(self.n - 1, -1, -1))
