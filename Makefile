@@ -26,10 +26,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check QuantumGravPy tests bench examples
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/overhead.py
 	$(PY) bench/generation.py
 	$(PY) bench/baseline.py
 	$(PY) bench/ddp_scaling.py
+	$(PY) bench/samplers.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

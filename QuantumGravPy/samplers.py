@@ -107,10 +107,9 @@ class _CounterSampler(Sampler[int]):
         self.seed = shared_seed(seed)
         self.epoch = 0
         self._weights = w
+        self._cdf = np.cumsum(w)  # built once; every epoch reuses it
 
     def cumulative_weights(self) -> np.ndarray:  # epoch-dependent in subclasses
-        if not hasattr(self, "_cdf"):
-            self._cdf = np.cumsum(self._weights)
         return self._cdf
 
     def set_epoch(self, epoch: int) -> None:
@@ -123,7 +122,12 @@ class _CounterSampler(Sampler[int]):
         """The indices drawn at global positions ``positions`` of this epoch's sequence."""
         cdf = self.cumulative_weights()
         u = counter_uniforms(self.seed, self.epoch, positions) * cdf[-1]
-        return np.minimum(np.searchsorted(cdf, u, side="right"), cdf.size - 1)
+        # Looking up sorted values walks the table once instead of jumping around it, which is
+        # several times faster once the table outgrows the cache.
+        order = np.argsort(u, kind="stable")
+        found = np.empty_like(order)
+        found[order] = np.searchsorted(cdf, u[order], side="right")
+        return np.minimum(found, cdf.size - 1)
 
     def __iter__(self) -> Iterator[int]:
         positions = np.arange(self.rank, len(self) * self.num_replicas, self.num_replicas)
