@@ -3,6 +3,15 @@
 ``import QuantumGravPy as qg``; the names below are the public API.
 """
 
+from .augment import (
+    AugmentationConfig,
+    AugmentedDataset,
+    RankAwareSeedGenerator,
+    apply_augmentation,
+    gen_augmentation_params,
+    gen_distributed_augmentation_params,
+    get_preset,
+)
 from .causal_sets import CausalSet, myrheim_meyer_dimension, ordering_fraction_expectation, sprinkle
 from .checkpoint import load_checkpoint
 from .config import Config, load_config
@@ -27,12 +36,15 @@ from .samplers import (
     DistributedWeightedRandomSampler,
     ProgressiveClassBalancedSampler,
 )
+from .sharding import DistributedRangeSplitter, stream_distributed_augmentation_chain
 from .trainer import Trainer
 from .trainer_ddp import TrainerDDP
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AugmentationConfig",
+    "AugmentedDataset",
     "CausalSet",
     "CausalSetDataset",
     "CheckpointError",
@@ -42,6 +54,7 @@ __all__ = [
     "DataError",
     "DistributedClassBalancedSampler",
     "DistributedError",
+    "DistributedRangeSplitter",
     "DistributedSamplerWrapper",
     "DistributedWeightedRandomSampler",
     "EarlyStopping",
@@ -50,6 +63,7 @@ __all__ = [
     "PortInUseError",
     "ProgressiveClassBalancedSampler",
     "QGError",
+    "RankAwareSeedGenerator",
     "RankFailedError",
     "RankTimeoutError",
     "RunDirectoryError",
@@ -58,7 +72,11 @@ __all__ = [
     "TrainerDDP",
     "Validator",
     "WorkerError",
+    "apply_augmentation",
     "cleanup_ddp",
+    "gen_augmentation_params",
+    "gen_distributed_augmentation_params",
+    "get_preset",
     "initialize_ddp",
     "launch",
     "load_checkpoint",
@@ -70,4 +88,5 @@ __all__ = [
     "spawn",
     "split_dataset",
     "sprinkle",
+    "stream_distributed_augmentation_chain",
 ]

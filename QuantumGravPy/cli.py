@@ -42,7 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     test = command("test", "evaluate a checkpoint on the test split; prints JSON")
     test.add_argument("--checkpoint", required=True, metavar="PATH", help="checkpoint file")
-    command("generate", "build the dataset cache without training")
+    generate = command("generate", "build the dataset cache without training")
+    generate.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        metavar="W",
+        help="generate with W processes, each its own range of graphs (the same result)",
+    )
     return parser
 
 
@@ -135,11 +142,14 @@ def _test(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     from .config import load_config
     from .datasets import dataset_from_config
+    from .errors import ConfigError
     from .logs import configure_logging
 
     config = load_config(args.config, args.overrides)
     configure_logging(config.log_level)
-    dataset = dataset_from_config(config.data)
+    if args.world_size < 1:
+        raise ConfigError(f"--world-size: expected a positive number, found {args.world_size}")
+    dataset = dataset_from_config(config.data, world_size=args.world_size)
     print(f"{len(dataset)} graphs ready under {config.data.root}")
     return 0
 

@@ -169,6 +169,14 @@ EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy", "train_loss")
 
 
 @dataclass(frozen=True)
+class AugmentationSection:
+    preset: Literal["mild", "moderate", "aggressive"] | None = None  # null: no augmentation
+    # per_sample: draws keyed by (sample, epoch), the same for any number of processes;
+    # per_rank: keyed by rank and world size as well
+    seeding: Literal["per_sample", "per_rank"] = "per_sample"
+
+
+@dataclass(frozen=True)
 class EarlyStoppingConfig:
     enabled: bool = True  # false: train all epochs, still keep the best checkpoint by metric
     metric: Literal["val_loss", "val_accuracy", "train_loss"] = "val_loss"
@@ -199,6 +207,7 @@ class Config:
     testing: EvalConfig = field(default_factory=EvalConfig)
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    augmentation: AugmentationSection = field(default_factory=AugmentationSection)  # training only
 
     @property
     def run_dir(self) -> Path:

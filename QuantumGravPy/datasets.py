@@ -28,7 +28,7 @@ from .errors import DataError
 log = logging.getLogger(__name__)
 
 # Bump when the generated graphs change for the same parameters, so old caches are not reused.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: graphs carry their coordinates as pos
 # Graphs of one size processed together; bounds the [B, N, N, d] intermediates to ~100 MB.
 _CHUNK = 512
 
@@ -81,6 +81,7 @@ def generate_causal_set_graphs(
                 x=features[b],
                 edge_index=torch.cat([edges, edges.flip(0)], dim=1),
                 y=torch.tensor([label]),
+                pos=coords[b],  # float64, time first, zero-padded: for exact sub-sprinklings
             )
     return [graphs[i] for i in range(start, end)]
 
@@ -102,6 +103,7 @@ class CausalSetDataset(InMemoryDataset):
         seed: int = 0,
         transform: Callable | None = None,
         progress: bool = True,
+        world_size: int = 1,
     ):
         if num_graphs < 1:
             raise ValueError(f"num_graphs must be positive, got {num_graphs}")
@@ -120,6 +122,7 @@ class CausalSetDataset(InMemoryDataset):
             "version": GENERATOR_VERSION,
         }
         self.progress = progress
+        self.world_size = world_size  # processes that generate a missing cache
         super().__init__(root, transform=transform, log=False)
         self.load(self.processed_paths[0])
 
@@ -145,15 +148,21 @@ class CausalSetDataset(InMemoryDataset):
 
     def process(self) -> None:
         p = self.params
-        log.info("generating %d causal sets into %s", p["num_graphs"], self.processed_paths[0])
-        graphs = generate_causal_set_graphs(
-            0,
+        log.info(
+            "generating %d causal sets into %s with %d process(es)",
             p["num_graphs"],
-            num_points=p["num_points"],
-            dimensions=p["dimensions"],
-            seed=p["seed"],
-            progress=self.progress,
+            self.processed_paths[0],
+            self.world_size,
         )
+        if self.world_size > 1:
+            from .launch import spawn
+
+            # Each process generates its contiguous range; graph i depends on (seed, i) only,
+            # so the result is the same as one process's.
+            parts = spawn(_generate_range, self.world_size, p, backend="gloo")
+            graphs = [g for part in parts for g in part]
+        else:
+            graphs = _generate_range(0, 1, p, progress=self.progress)
         # Write to a temporary name first: an interrupted run must not leave a truncated cache
         # that a later run would load as if it were complete.
         tmp = self.processed_paths[0] + f".tmp{os.getpid()}"
@@ -161,7 +170,23 @@ class CausalSetDataset(InMemoryDataset):
         os.replace(tmp, self.processed_paths[0])
 
 
-def dataset_from_config(data_cfg: Any, *, progress: bool = True) -> Dataset | list[Data]:
+def _generate_range(rank: int, world_size: int, params: dict, progress: bool = False):
+    from .sharding import DistributedRangeSplitter
+
+    start, end = DistributedRangeSplitter(params["num_graphs"], world_size).get_rank_range(rank)
+    return generate_causal_set_graphs(
+        start,
+        end,
+        num_points=params["num_points"],
+        dimensions=params["dimensions"],
+        seed=params["seed"],
+        progress=progress,
+    )
+
+
+def dataset_from_config(
+    data_cfg: Any, *, progress: bool = True, world_size: int = 1
+) -> Dataset | list[Data]:
     """Build (or load from cache) the dataset a ``data:`` config section describes."""
     if data_cfg.dataset is None:
         return CausalSetDataset(
@@ -171,6 +196,7 @@ def dataset_from_config(data_cfg: Any, *, progress: bool = True) -> Dataset | li
             dimensions=data_cfg.dimensions,
             seed=data_cfg.seed,
             progress=progress,
+            world_size=world_size,
         )
     from .config import resolve
 
@@ -212,6 +238,7 @@ def dataset_labels(dataset: Dataset | list[Data]) -> torch.Tensor:
 
 def graph_attribute(dataset: Dataset | list[Data], name: str) -> torch.Tensor:
     """One number per graph, read from each graph's attribute ``name``."""
+    dataset = getattr(dataset, "unaugmented", dataset)  # augmentation never changes labels
     base, indices = dataset, None
     if isinstance(dataset, Subset):
         base, indices = dataset.dataset, list(dataset.indices)
@@ -265,6 +292,7 @@ def make_loader(
     num_workers: int = 0,
     seed: int = 0,
     sampler: Any = None,
+    persistent_workers: bool = True,
 ) -> DataLoader:
     """A PyG loader; a shuffling loader draws its order from its own seeded generator."""
     if shuffle and sampler is not None:
@@ -277,6 +305,6 @@ def make_loader(
         sampler=sampler,
         drop_last=drop_last,
         num_workers=num_workers,
-        persistent_workers=num_workers > 0,
+        persistent_workers=persistent_workers and num_workers > 0,
         generator=generator,
     )

@@ -21,7 +21,9 @@ from torch.utils.data import Dataset, Sampler
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
+from . import distributed
 from . import run_dir as rd
+from .augment import AugmentedDataset, get_preset
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import Config, config_to_dict, dump_config, resolve
 from .datasets import dataset_dimensions, dataset_from_config, make_loader, split_dataset
@@ -145,6 +147,16 @@ class Trainer:
 
     def make_train_loader(self, dataset: Dataset) -> DataLoader:
         t = self.config.training
+        augmentation = self.config.augmentation
+        if augmentation.preset is not None:
+            dataset = AugmentedDataset(
+                dataset,
+                get_preset(augmentation.preset),
+                seeding=augmentation.seeding,
+                base_seed=t.seed,
+                rank=distributed.get_rank(),
+                world_size=distributed.get_world_size(),
+            )
         sampler = self.make_train_sampler(dataset)
         return make_loader(
             dataset,
@@ -154,6 +166,8 @@ class Trainer:
             drop_last=t.drop_last,
             num_workers=t.num_workers,
             seed=t.seed,
+            # workers that outlive an epoch would keep augmenting with the old epoch's draws
+            persistent_workers=augmentation.preset is None,
         )
 
     def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:  # hook
@@ -172,9 +186,9 @@ class Trainer:
         )
 
     def on_epoch_start(self, train_loader: DataLoader) -> None:  # hook
-        sampler = train_loader.sampler
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(self.epoch)  # a new draw each epoch, the same on every rank
+        for part in (train_loader.sampler, train_loader.dataset):
+            if hasattr(part, "set_epoch"):
+                part.set_epoch(self.epoch)  # new draws each epoch, the same on every rank
 
     def on_train_end(self) -> None:  # hook
         pass

@@ -1,0 +1,235 @@
+"""Deterministic augmentation of graphs and causal sets.
+
+Every random choice comes from a seed derived by hashing what identifies the draw, never from a
+shared generator, so results are reproducible and independent of the order in which samples are
+visited. Two seedings:
+
+- :func:`gen_augmentation_params` (``seeding: per_sample``, the default) keys on the sample and
+  the epoch only, so augmentation does not depend on the number of processes;
+- :func:`gen_distributed_augmentation_params` (``seeding: per_rank``) also keys on the rank and
+  the world size, so ranks never repeat each other's random parameters for the same sample.
+
+For a causal set with coordinates (``pos``), removing elements recomputes the relations, the
+links and the features of the remaining points: a random sub-causal-set of a sprinkling is again
+a sprinkling, at lower density. Other graphs lose the nodes and their edges.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+from torch_geometric.data import Data
+from torch_geometric.utils import subgraph
+
+from .causal_sets import causal_structure, node_features
+
+OPERATIONS = ("remove_elements", "link_dropout", "feature_noise", "feature_scale")
+
+
+@dataclass(frozen=True)
+class AugmentationConfig:
+    """Ranges the parameters are drawn from, uniformly, and how many operations apply."""
+
+    remove_fraction: tuple[float, float] = (0.0, 0.1)  # fraction of elements removed
+    link_dropout: tuple[float, float] = (0.0, 0.05)  # fraction of links removed
+    feature_noise: tuple[float, float] = (0.0, 0.01)  # std of Gaussian noise on node features
+    feature_scale: tuple[float, float] = (0.95, 1.05)  # factor on node features
+    augmentation_depth: int = 2  # how many of the four operations apply to a sample
+
+    def __post_init__(self) -> None:
+        for name in ("remove_fraction", "link_dropout"):
+            lo, hi = getattr(self, name)
+            if not 0 <= lo <= hi < 1:
+                raise ValueError(f"{name} must be a range [lo, hi] with 0 <= lo <= hi < 1")
+        lo, hi = self.feature_noise
+        if not 0 <= lo <= hi:
+            raise ValueError("feature_noise must be a range [lo, hi] with 0 <= lo <= hi")
+        lo, hi = self.feature_scale
+        if not 0 < lo <= hi:
+            raise ValueError("feature_scale must be a range [lo, hi] with 0 < lo <= hi")
+        if not 0 <= self.augmentation_depth <= len(OPERATIONS):
+            raise ValueError(
+                f"augmentation_depth must be from 0 to {len(OPERATIONS)}, "
+                f"got {self.augmentation_depth}"
+            )
+
+
+PRESETS = {
+    "mild": AugmentationConfig(
+        remove_fraction=(0.0, 0.05),
+        link_dropout=(0.0, 0.02),
+        feature_noise=(0.0, 0.005),
+        feature_scale=(0.98, 1.02),
+        augmentation_depth=1,
+    ),
+    "moderate": AugmentationConfig(),
+    "aggressive": AugmentationConfig(
+        remove_fraction=(0.05, 0.25),
+        link_dropout=(0.0, 0.1),
+        feature_noise=(0.0, 0.02),
+        feature_scale=(0.9, 1.1),
+        augmentation_depth=4,
+    ),
+}
+
+
+def get_preset(name: str) -> AugmentationConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown augmentation preset {name!r}; choose one of {', '.join(PRESETS)}"
+        ) from None
+
+
+def _hex_seed(*parts: Any) -> str:
+    text = "|".join(["qg-augment", *map(str, parts)])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class RankAwareSeedGenerator:
+    """Seeds (hex strings) from the base seed, the sample id, the rank and the world size."""
+
+    def __init__(self, base_seed: int, world_size: int):
+        if world_size < 1:
+            raise ValueError(f"world_size must be at least 1, got {world_size}")
+        self.base_seed = int(base_seed)
+        self.world_size = int(world_size)
+
+    def generate_seed(self, sample_id: int, rank: int) -> str:
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank must be in [0, {self.world_size}), got {rank}")
+        return _hex_seed(self.base_seed, "rank", self.world_size, rank, int(sample_id))
+
+
+def params_from_seed(seed: str, config: AugmentationConfig | None = None) -> dict[str, Any]:
+    """The parameter dict a hex seed stands for, under ``config`` (default: moderate)."""
+    config = config or PRESETS["moderate"]
+    rng = np.random.default_rng(int(seed, 16))
+    chosen = set(rng.choice(len(OPERATIONS), size=config.augmentation_depth, replace=False))
+    # Every parameter is always drawn, so the stream does not depend on which operations apply.
+    return {
+        "seed": seed,
+        "operations": [op for k, op in enumerate(OPERATIONS) if k in chosen],
+        "remove_fraction": float(rng.uniform(*config.remove_fraction)),
+        "link_dropout": float(rng.uniform(*config.link_dropout)),
+        "feature_noise": float(rng.uniform(*config.feature_noise)),
+        "feature_scale": float(rng.uniform(*config.feature_scale)),
+    }
+
+
+def gen_distributed_augmentation_params(
+    sample_id: int,
+    rank: int,
+    config: AugmentationConfig | None = None,
+    base_seed: int = 0,
+    world_size: int = 1,
+) -> dict[str, Any]:
+    """Parameters for ``sample_id`` on ``rank``: the same for the same arguments, apart by rank."""
+    seed = RankAwareSeedGenerator(base_seed, world_size).generate_seed(sample_id, rank)
+    return {"sample_id": int(sample_id), **params_from_seed(seed, config)}
+
+
+def gen_augmentation_params(
+    sample_id: int, epoch: int, config: AugmentationConfig | None = None, base_seed: int = 0
+) -> dict[str, Any]:
+    """Parameters keyed by sample and epoch only: the same whatever the number of processes."""
+    seed = _hex_seed(int(base_seed), "epoch", int(epoch), int(sample_id))
+    return {"sample_id": int(sample_id), **params_from_seed(seed, config)}
+
+
+def apply_augmentation(data: Data, params: dict[str, Any]) -> Data:
+    """A new Data object with the operations of ``params`` applied; ``data`` is left as it is."""
+    rng = np.random.default_rng(int(params["seed"], 16) ^ 0x5EED)  # apart from the params stream
+    out = data.clone()
+    ops = params["operations"]
+    if "remove_elements" in ops and params["remove_fraction"] > 0:
+        out = _remove_elements(out, params["remove_fraction"], rng)
+    if "link_dropout" in ops and params["link_dropout"] > 0:
+        out.edge_index = _drop_links(out.edge_index, out.num_nodes, params["link_dropout"], rng)
+    if "feature_noise" in ops and params["feature_noise"] > 0:
+        noise = rng.normal(0.0, params["feature_noise"], tuple(out.x.shape))
+        out.x = out.x + torch.from_numpy(noise).to(out.x.dtype)
+    if "feature_scale" in ops:
+        out.x = out.x * params["feature_scale"]
+    return out
+
+
+def _remove_elements(data: Data, fraction: float, rng: np.random.Generator) -> Data:
+    n = data.num_nodes
+    keep_count = max(2, n - math.floor(n * fraction))
+    if keep_count >= n:
+        return data
+    keep = torch.from_numpy(np.sort(rng.choice(n, size=keep_count, replace=False)))
+    if getattr(data, "pos", None) is not None and data.pos.dtype == torch.float64:
+        # A sub-sprinkling: recompute the causal structure of the remaining points.
+        pos = data.pos[keep]
+        relations, links = causal_structure(pos[None])
+        edges = links[0].nonzero().t()
+        data.x = node_features(relations, links)[0].to(data.x.dtype)
+        data.pos = pos
+        data.edge_index = torch.cat([edges, edges.flip(0)], dim=1)
+        return data  # num_nodes follows from x; setting it would add a key other graphs lack
+    edge_index, _ = subgraph(keep, data.edge_index, relabel_nodes=True, num_nodes=n)
+    data.x, data.edge_index = data.x[keep], edge_index
+    return data
+
+
+def _drop_links(edge_index: torch.Tensor, n: int, p: float, rng) -> torch.Tensor:
+    """Drop a fraction ``p`` of the undirected links, both directions of a link together."""
+    lo = torch.minimum(edge_index[0], edge_index[1])
+    hi = torch.maximum(edge_index[0], edge_index[1])
+    pair, which = torch.unique(lo * n + hi, return_inverse=True)
+    keep_pair = torch.from_numpy(rng.random(pair.numel()) >= p)
+    return edge_index[:, keep_pair[which]]
+
+
+class AugmentedDataset(Dataset):
+    """Training data with deterministic augmentation; ``set_epoch`` picks the epoch's draws.
+
+    ``seeding="per_sample"`` keys each draw on (base seed, epoch, index); ``"per_rank"`` on
+    (base seed, world size, rank, epoch and index).
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        config: AugmentationConfig,
+        *,
+        seeding: str = "per_sample",
+        base_seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
+        if seeding not in ("per_sample", "per_rank"):
+            raise ValueError(f"seeding must be per_sample or per_rank, got {seeding!r}")
+        self.unaugmented = dataset
+        self.config = config
+        self.seeding = seeding
+        self.base_seed = base_seed
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.unaugmented)
+
+    def params(self, index: int) -> dict[str, Any]:
+        if self.seeding == "per_sample":
+            return gen_augmentation_params(index, self.epoch, self.config, self.base_seed)
+        sample_id = self.epoch * len(self) + index
+        return gen_distributed_augmentation_params(
+            sample_id, self.rank, self.config, self.base_seed, self.world_size
+        )
+
+    def __getitem__(self, index: int) -> Data:
+        return apply_augmentation(self.unaugmented[index], self.params(index))

@@ -1,0 +1,119 @@
+"""Deterministic, rank-aware augmentation and the transforms it drives."""
+
+import pytest
+import torch
+
+import QuantumGravPy as qg
+from QuantumGravPy.causal_sets import causal_structure, node_features
+
+
+@pytest.fixture(scope="module")
+def causal_set(tmp_path_factory):
+    ds = qg.CausalSetDataset(
+        str(tmp_path_factory.mktemp("aug")), num_graphs=4, num_points=(40, 40), progress=False
+    )
+    return ds[1]
+
+
+def test_presets_and_an_unknown_name():
+    assert qg.get_preset("mild").augmentation_depth < qg.get_preset("aggressive").augmentation_depth
+    with pytest.raises(ValueError, match="choose one of mild, moderate, aggressive"):
+        qg.get_preset("extreme")
+    with pytest.raises(ValueError, match="remove_fraction"):
+        qg.AugmentationConfig(remove_fraction=(0.5, 0.2))
+
+
+def test_rank_aware_seeds_are_hex_deterministic_and_apart_by_rank():
+    gen = qg.RankAwareSeedGenerator(base_seed=4, world_size=3)
+    seeds = [gen.generate_seed(7, r) for r in range(3)]
+    assert all(int(s, 16) >= 0 for s in seeds) and len(set(seeds)) == 3
+    assert seeds[0] == qg.RankAwareSeedGenerator(4, 3).generate_seed(7, 0)
+    assert seeds[0] != qg.RankAwareSeedGenerator(4, 2).generate_seed(7, 0)  # world size counts
+    with pytest.raises(ValueError):
+        gen.generate_seed(7, 3)
+
+
+def test_distributed_params_are_reproducible_and_differ_across_ranks():
+    a = qg.gen_distributed_augmentation_params(5, 0, base_seed=1, world_size=2)
+    assert a == qg.gen_distributed_augmentation_params(5, 0, base_seed=1, world_size=2)
+    assert a != qg.gen_distributed_augmentation_params(5, 1, base_seed=1, world_size=2)
+    with pytest.raises(ValueError):
+        qg.gen_distributed_augmentation_params(5, 2, world_size=2)
+    with pytest.raises(ValueError):
+        qg.gen_distributed_augmentation_params(5, -1, world_size=2)
+
+
+def test_per_sample_params_depend_on_sample_and_epoch_only():
+    p = qg.gen_augmentation_params(3, 2, base_seed=5)
+    assert p == qg.gen_augmentation_params(3, 2, base_seed=5)
+    assert p != qg.gen_augmentation_params(3, 3, base_seed=5)
+    assert p != qg.gen_augmentation_params(4, 2, base_seed=5)
+    depth = qg.get_preset("aggressive").augmentation_depth
+    assert len(qg.gen_augmentation_params(3, 2, qg.get_preset("aggressive"))["operations"]) == depth
+
+
+def only(op, **values):
+    base = qg.gen_augmentation_params(0, 0)
+    return {**base, "operations": [op], **values}
+
+
+def test_removing_elements_leaves_an_exact_sub_sprinkling(causal_set):
+    original = causal_set.clone()
+    out = qg.apply_augmentation(causal_set, only("remove_elements", remove_fraction=0.25))
+    assert out.num_nodes == 30 and torch.equal(causal_set.x, original.x)  # input untouched
+    # the kept points are some of the original ones, and everything is recomputed from them
+    kept = [int((original.pos == p).all(1).nonzero()) for p in out.pos]
+    assert kept == sorted(kept)
+    relations, links = causal_structure(original.pos[kept][None])
+    assert torch.allclose(out.x, node_features(relations, links)[0])
+    edges = links[0].nonzero().t()
+    assert torch.equal(out.edge_index, torch.cat([edges, edges.flip(0)], dim=1))
+
+
+def test_removing_nodes_of_a_plain_graph_keeps_the_induced_subgraph():
+    from user_data import ring_graphs
+
+    ring = ring_graphs(2)[0]  # a 5-cycle
+    out = qg.apply_augmentation(ring, only("remove_elements", remove_fraction=0.4))
+    assert out.num_nodes == 3 and out.x.shape == (3, 3)
+    assert out.edge_index.max() < 3
+
+
+def test_link_dropout_removes_both_directions_together(causal_set):
+    out = qg.apply_augmentation(causal_set, only("link_dropout", link_dropout=0.5))
+    edges = set(map(tuple, out.edge_index.t().tolist()))
+    assert edges == {(j, i) for i, j in edges}
+    assert 0 < len(edges) < causal_set.edge_index.shape[1]
+
+
+def test_feature_noise_and_scale(causal_set):
+    scaled = qg.apply_augmentation(causal_set, only("feature_scale", feature_scale=2.0))
+    assert torch.allclose(scaled.x, causal_set.x * 2)
+    noisy = qg.apply_augmentation(causal_set, only("feature_noise", feature_noise=0.1))
+    assert 0.05 < float((noisy.x - causal_set.x).std()) < 0.15
+    again = qg.apply_augmentation(causal_set, only("feature_noise", feature_noise=0.1))
+    assert torch.equal(noisy.x, again.x)  # the same params, the same result
+
+
+def test_augmented_dataset_per_sample_ignores_ranks_per_rank_does_not(causal_set):
+    data = [causal_set] * 4
+    config = qg.get_preset("aggressive")
+    a = qg.AugmentedDataset(data, config, rank=0, world_size=1)
+    b = qg.AugmentedDataset(data, config, rank=1, world_size=2)
+    assert torch.equal(a[2].x, b[2].x)
+    a.set_epoch(1)
+    assert not torch.equal(a[2].x, b[2].x)  # a new epoch, new draws
+    r0 = qg.AugmentedDataset(data, config, seeding="per_rank", rank=0, world_size=2)
+    r1 = qg.AugmentedDataset(data, config, seeding="per_rank", rank=1, world_size=2)
+    assert r0.params(2) != r1.params(2)
+
+
+def test_training_with_augmentation(make_config):
+    cfg = make_config("augmentation.preset=moderate", "training.num_epochs=2")
+    trainer = qg.Trainer(cfg)
+    train_loader, val_loader, _ = trainer.prepare_dataloaders()
+    assert isinstance(train_loader.dataset, qg.AugmentedDataset)
+    assert not isinstance(val_loader.dataset, qg.AugmentedDataset)  # training data only
+    history = trainer.run_training(train_loader, val_loader)
+    trainer.close()
+    assert len(history) == 2 and train_loader.dataset.epoch == 1
