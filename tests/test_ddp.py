@@ -452,3 +452,19 @@ def test_class_balanced_training_gives_each_rank_balanced_different_data(make_co
     a, b = (r[0]["indices"] for r in results)
     assert len(a) == len(b) == 140  # 280 training graphs per epoch in total, not 280 per rank
     assert a != b
+
+
+def custom_sampler_shards(rank, world_size, config):
+    trainer = qg.TrainerDDP(rank, config)
+    sampler = trainer.prepare_dataloaders()[0].sampler
+    trainer.close()
+    return type(sampler).__name__, list(sampler)
+
+
+def test_a_custom_sampler_is_wrapped_under_ddp(make_config):
+    config = make_config("training.sampler=user_data.ReverseSampler")
+    (name0, a), (name1, b) = run_ranks(2, custom_sampler_shards, config)
+    assert name0 == name1 == "DistributedSamplerWrapper"
+    n = len(a) + len(b)
+    merged = [x for pair in zip(a, b, strict=True) for x in pair]
+    assert merged == list(range(n - 1, -1, -1))  # the ranks split the custom order between them
