@@ -16,7 +16,8 @@ import torch
 
 from .errors import CheckpointError
 
-FORMAT_VERSION = 1
+# 2: the full state needed to resume (random states, scaler, EMA, best weights, config digest)
+FORMAT_VERSION = 2
 # Wrappers that prefix parameter names: DistributedDataParallel and torch.compile.
 _PREFIXES = ("module.", "_orig_mod.")
 
@@ -61,7 +62,17 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     ):
         raise CheckpointError(f"{path}: not a QuantumGravPy checkpoint (needs 'model' and 'epoch')")
     state["model"] = strip_prefixes(state["model"])
+    if isinstance(state.get("best_model"), dict):
+        state["best_model"] = strip_prefixes(state["best_model"])
+    if isinstance(state.get("ema"), dict) and isinstance(state["ema"].get("model"), dict):
+        state["ema"]["model"] = strip_prefixes(state["ema"]["model"])
     return state
+
+
+def evaluation_weights(state: dict[str, Any]) -> dict[str, Any]:
+    """The weights a checkpoint is evaluated with: the moving average if it has one."""
+    ema = state.get("ema")
+    return ema["model"] if isinstance(ema, dict) else state["model"]
 
 
 def strip_prefixes(state_dict: dict[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--overwrite", action="store_true", help="replace a run already in training.path"
     )
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in training.path from checkpoints/last.pt (start it if it has "
+        "not saved one yet); automatic when torchrun or SLURM restarts the job",
+    )
+    train.add_argument(
+        "--force",
+        action="store_true",
+        help="with --resume: continue even though the config differs from the checkpoint's",
+    )
     test = command("test", "evaluate a checkpoint on the test split; prints JSON")
     test.add_argument("--checkpoint", required=True, metavar="PATH", help="checkpoint file")
     generate = command("generate", "build the dataset cache without training")
@@ -92,22 +103,34 @@ def _rank_prefix() -> str:
 
 def _train(args: argparse.Namespace) -> int:
     from .config import load_config
-    from .distributed import process_env
-    from .launch import launch
+    from .distributed import process_env, restart_count
+    from .errors import ConfigError
+    from .launch import check_resumable, launch
     from .run_dir import check_run_dir
     from .trainer import Trainer
 
     config = load_config(args.config, args.overrides)
+    overwrite, resume, force = args.overwrite, args.resume, args.force
+    if force and not resume:
+        raise ConfigError("--force only applies to --resume")
+    if overwrite and resume:
+        raise ConfigError("--overwrite and --resume exclude each other: replace or continue")
+    if restart_count() > 0:
+        overwrite, resume = False, True  # the launcher restarted the job: continue, never wipe
     env = process_env()
     if env is not None or config.parallel.world_size > 1:
         # Spawn the ranks, or, under torchrun or srun, be one of theirs.
-        result = launch(config, overwrite=args.overwrite)
+        result = launch(config, overwrite=overwrite, resume=resume, force=force)
         if env is None or env.rank == 0:
             _report(result["test"], config)
         return 0
-    # Refuse an occupied run directory before spending minutes on data and model.
-    check_run_dir(config.run_dir, overwrite=args.overwrite)
-    trainer = Trainer(config, overwrite=args.overwrite)
+    # Refuse an occupied run directory (or a checkpoint that does not fit) before spending
+    # minutes on data and model.
+    if resume:
+        check_resumable(config, world_size=1, force=force)
+    else:
+        check_run_dir(config.run_dir, overwrite=overwrite)
+    trainer = Trainer(config, overwrite=overwrite, resume=resume, force=force)
     try:
         train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
         trainer.run_training(train_loader, val_loader)

@@ -120,6 +120,14 @@ class TrainingConfig:
     # dotted path to f(dataset, **sampler_kwargs) -> Sampler; distributed automatically
     sampler: str | None = None
     sampler_kwargs: dict[str, Any] = field(default_factory=dict)
+    # optimizer steps every N batches; gradients of the others are kept, not synchronised
+    accumulate_grad_batches: int = field(default=1, metadata=_POSITIVE)
+    # "32": float32; "bf16" or "16": autocast to bfloat16 / float16 (16 adds a gradient scaler)
+    precision: Literal["32", "bf16", "16"] = "32"
+    # null: no average; e.g. 0.999: validation and test use an exponential moving average
+    ema_decay: float | None = field(
+        default=None, metadata=_check(lambda v: 0 < v < 1, "a number in (0, 1)")
+    )
 
     def validate(self) -> None:
         from .samplers import SAMPLER_NAMES
@@ -227,7 +235,13 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.safe_load(text)  # plain data only: tags that build Python objects are refused
+    except yaml.constructor.ConstructorError as e:
+        where = f" (line {e.problem_mark.line + 1})" if e.problem_mark else ""
+        raise ConfigError(
+            f"{path}: YAML tags are not allowed{where}: a config holds plain values and names "
+            f"Python objects by dotted path ({' '.join(str(e.problem).split())})"
+        ) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: invalid YAML: {' '.join(str(e).split())}") from None
     if raw is None:
@@ -366,6 +380,8 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, key + ".")
     if origin is Literal:
+        if isinstance(value, int) and not isinstance(value, bool) and str(value) in args:
+            value = str(value)  # precision: 32 in YAML is the integer 32
         if value not in args:
             raise ConfigError(
                 f"{key}: expected one of {', '.join(map(str, args))}, found {value!r}"

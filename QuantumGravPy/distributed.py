@@ -63,6 +63,20 @@ class ProcessEnv:
 # --- environment -----------------------------------------------------------------------------
 
 
+def restart_count(environ: Mapping[str, str] | None = None) -> int:
+    """How often the launcher has restarted this job: torchrun's ``--max-restarts`` counter, or
+    SLURM's requeue counter. A restarted job resumes its run instead of starting over."""
+    env = os.environ if environ is None else environ
+    for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"):
+        value = env.get(name, "").strip()
+        if value:
+            try:
+                return int(value)
+            except ValueError:
+                raise DistributedError(f"cannot read {name}={value!r}: not a number") from None
+    return 0
+
+
 def first_slurm_host(nodelist: str) -> str:
     """The first host of a SLURM node list: ``gpu[03-05,07],cpu1`` -> ``gpu03``."""
     match = re.match(r"([^,\[]+)(\[([^\]]+)\])?", nodelist.strip())

@@ -59,9 +59,15 @@ class Validator:
 
     prefix = "val"
 
-    def __init__(self, criterion: Criterion, device: torch.device | str):
+    def __init__(
+        self,
+        criterion: Criterion,
+        device: torch.device | str,
+        autocast_dtype: torch.dtype | None = None,
+    ):
         self.criterion = criterion
         self.device = torch.device(device)
+        self.autocast_dtype = autocast_dtype  # None: float32; else as training.precision says
 
     @torch.no_grad()
     def accumulate(self, model: nn.Module, loader: Iterable) -> MetricSums:
@@ -70,9 +76,15 @@ class Validator:
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)
         for batch in loader:
             batch = batch.to(self.device, non_blocking=True)
-            outputs = model(batch)
+            with torch.autocast(
+                self.device.type,
+                dtype=self.autocast_dtype,
+                enabled=self.autocast_dtype is not None,
+            ):
+                outputs = model(batch)
+                loss = self.criterion(outputs, batch)
             n = batch.num_graphs
-            sums[0] += self.criterion(outputs, batch).double() * n
+            sums[0] += loss.double() * n
             sums[1] += (outputs.argmax(dim=-1) == batch.y).sum()
             sums[2] += n
         model.train(was_training)

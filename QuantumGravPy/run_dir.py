@@ -18,6 +18,7 @@ HISTORY = "history.csv"
 SUMMARY = "summary.json"
 LOG = "train.log"
 CHECKPOINTS = "checkpoints"
+LAST = "last.pt"  # the checkpoint a resumed run continues from
 # Anything a run writes; one of them present means the directory holds a run.
 RUN_FILES = (CONFIG, HISTORY, SUMMARY, LOG, CHECKPOINTS)
 
@@ -49,6 +50,30 @@ def prepare_run_dir(path: Path, *, overwrite: bool) -> None:
         elif target.exists():
             target.unlink()
     (path / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
+
+
+def check_startable(path: Path) -> None:
+    """For ``--resume`` without a checkpoint: start only where no results would be lost.
+
+    A directory with nothing of a run, or only the config and log of a job that was stopped
+    before its first epoch ended, may start from scratch; one with results may not.
+    """
+    found = [name for name in (HISTORY, SUMMARY) if (path / name).exists()] + [
+        f"{CHECKPOINTS}/{p.name}" for p in sorted((path / CHECKPOINTS).glob("*.pt"))
+    ]
+    if found:
+        raise RunDirectoryError(
+            f"--resume: {path} holds results ({', '.join(found)}) but no "
+            f"{CHECKPOINTS}/{LAST} to continue from; pass --overwrite to replace the run, or "
+            "choose another training.path"
+        )
+
+
+def remove_partial_writes(path: Path) -> None:
+    """Delete temporary files of writes that a killed job left unfinished."""
+    for directory in (path, path / CHECKPOINTS):
+        for tmp in directory.glob(".*.tmp*"):
+            tmp.unlink(missing_ok=True)
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -305,8 +305,9 @@ def build_sampler(
 
     ``class_balanced``, ``progressive`` and ``weighted`` (per-graph ``weight`` attributes) are
     native; a dotted path names a callable ``f(dataset, **sampler_kwargs)`` returning any sampler
-    over ``range(len(dataset))``, which is wrapped in :class:`DistributedSamplerWrapper` when
-    there is more than one process, and used as it is otherwise.
+    over ``range(len(dataset))``, which is wrapped in :class:`DistributedSamplerWrapper`, in one
+    process too: the wrapper reseeds it from (seed, epoch), so its order does not depend on the
+    number of processes or on whether the run was resumed.
     """
     from .datasets import dataset_labels, graph_attribute
 
@@ -330,8 +331,6 @@ def build_sampler(
     from .config import resolve
 
     sampler = resolve(spec, key="training.sampler")(dataset, **kwargs)
-    if world_size == 1:
-        return sampler
     return DistributedSamplerWrapper(
         sampler, num_replicas=world_size, rank=rank, seed=seed, drop_last=drop_last
     )

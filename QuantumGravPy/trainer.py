@@ -6,11 +6,13 @@ Subclasses (TrainerDDP) change behaviour through the small hooks marked "hook" b
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 import random
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +20,26 @@ import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import Dataset, Sampler
+from torch.utils.data.distributed import DistributedSampler
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
 from . import distributed
+from . import resume as rs
 from . import run_dir as rd
 from .augment import AugmentedDataset, get_preset
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import FORMAT_VERSION, evaluation_weights, load_checkpoint, save_checkpoint
 from .config import Config, config_to_dict, dump_config, resolve
 from .datasets import dataset_dimensions, dataset_from_config, make_loader, split_dataset
 from .early_stopping import EarlyStopping
+from .ema import EMA
 from .errors import CheckpointError, ConfigError, DataError, QGError
 from .evaluation import MetricSums, Tester, Validator, make_criterion
 from .logs import add_file_handler, configure_logging
 from .models import GNNModel
 from .samplers import build_sampler
+
+PRECISIONS = {"32": None, "bf16": torch.bfloat16, "16": torch.float16}
 
 
 class TrainingDivergedError(QGError):
@@ -67,23 +74,38 @@ class Trainer:
     ``prepare_dataloaders()`` splits the data, ``run_training(train, val)`` runs the epoch loop
     and returns the history, ``run_test(test)`` evaluates the best checkpoint. Files go to the
     run directory ``training.path``; one that already holds a run is refused unless
-    ``overwrite=True``.
+    ``overwrite=True``. With ``resume=True`` the run in that directory continues from its
+    ``checkpoints/last.pt`` (or starts, if it has not saved one yet); a config that would train
+    something else is refused unless ``force=True``.
     """
 
     world_size = 1
+    rank = 0
 
     def __init__(
-        self, config: Config, dataset: Dataset | list | None = None, *, overwrite: bool = False
+        self,
+        config: Config,
+        dataset: Dataset | list | None = None,
+        *,
+        overwrite: bool = False,
+        resume: bool = False,
+        force: bool = False,
     ):
+        if overwrite and resume:
+            raise ConfigError("--overwrite and --resume exclude each other: replace or continue")
         self.config = config
         self.epoch = 0  # completed epochs
-        self.global_step = 0
+        self.global_step = 0  # optimizer steps
         self.overwrite = overwrite
+        self.resuming = resume
+        self.resumed_from: Path | None = None  # the checkpoint this run continued from
         self.run_dir = config.run_dir
         self.history: list[dict[str, Any]] = []
         self.stopped_early = False
         self.best_state: dict[str, torch.Tensor] | None = None  # weights of the best epoch, on CPU
         self._run_open = False
+        self._rng_states: list[dict[str, Any]] = []  # every rank's, at the last epoch's end
+        self._rng_to_restore: dict[str, Any] | None = None
         self.logger = self.setup_logging()
         self.device = self.select_device()
         seed_everything(config.training.seed)
@@ -102,13 +124,21 @@ class Trainer:
         ).to(self.device)
         self.optimizer = self._build_optimizer()
         self.lr_scheduler = self._build_scheduler()
+        t = config.training
+        self.autocast_dtype = PRECISIONS[t.precision]
+        # Gradients of float16 losses underflow without scaling; bfloat16 has float32's range.
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "16")
+        # The average follows the trained weights; it is not wrapped in DDP.
+        self.ema = EMA(self.model, t.ema_decay) if t.ema_decay is not None else None
         self.criterion = make_criterion(config.criterion)
-        self.validator = Validator(self.criterion, self.device)
-        self.tester = Tester(self.criterion, self.device)
+        self.validator = Validator(self.criterion, self.device, self.autocast_dtype)
+        self.tester = Tester(self.criterion, self.device, self.autocast_dtype)
         es = config.early_stopping
         self.early_stopping = EarlyStopping(
             mode=es.mode, patience=es.patience, delta=es.delta, grace_period=es.grace_period
         )
+        if resume:
+            self.resume(force=force)
 
     # --- hooks: what a distributed subclass changes ------------------------------------------
 
@@ -122,6 +152,19 @@ class Trainer:
         """The module the training pass calls; DDP returns its wrapper here (hook)."""
         return self.model
 
+    @property
+    def eval_model(self) -> nn.Module:
+        """What validation, the best checkpoint and testing use: the average, if there is one."""
+        return self.ema.module if self.ema is not None else self.model
+
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        """Around a micro-batch that does not step; DDP skips its gradient exchange (hook)."""
+        return contextlib.nullcontext()
+
+    def gather_rng_states(self) -> list[dict[str, Any]]:
+        """Every process's random states, in rank order (hook: DDP gathers them)."""
+        return [rs.rng_state(self.device)]
+
     log_prefix = ""  # DDP: "[RANK r] " on every line, on the terminal and in train.log
 
     def setup_logging(self) -> logging.Logger:  # hook
@@ -133,11 +176,23 @@ class Trainer:
     def load_dataset(self) -> Dataset | list:  # hook
         return dataset_from_config(self.config.data)
 
-    def make_train_sampler(self, dataset: Dataset) -> Sampler | None:  # hook
-        """``training.sampler``; None: the loader shuffles with its own seeded generator."""
+    def make_train_sampler(self, dataset: Dataset) -> Sampler:
+        """``training.sampler``, or by default a shuffle drawn from (training.seed, epoch).
+
+        Both are split between processes so that, for any number of them, global batch k holds
+        the same graphs (see :func:`~QuantumGravPy.resume.invariance_breaks`), and both depend
+        on the epoch alone, so a resumed run draws what an uninterrupted one would have.
+        """
         t = self.config.training
         if t.sampler is None:
-            return None
+            return DistributedSampler(
+                dataset,
+                num_replicas=self.world_size,
+                rank=self.rank,
+                shuffle=True,
+                seed=t.seed,  # one seed on every rank: together the shards partition each epoch
+                drop_last=t.drop_last,
+            )
         try:
             return build_sampler(
                 t.sampler, dataset, seed=t.seed, kwargs=t.sampler_kwargs, drop_last=t.drop_last
@@ -157,12 +212,10 @@ class Trainer:
                 rank=distributed.get_rank(),
                 world_size=distributed.get_world_size(),
             )
-        sampler = self.make_train_sampler(dataset)
         return make_loader(
             dataset,
             batch_size=t.batch_size,
-            shuffle=sampler is None,
-            sampler=sampler,
+            sampler=self.make_train_sampler(dataset),
             drop_last=t.drop_last,
             num_workers=t.num_workers,
             seed=t.seed,
@@ -176,14 +229,25 @@ class Trainer:
         )
 
     def on_train_start(self, train_loader: DataLoader) -> None:  # hook
+        t = self.config.training
         self.logger.info(
-            "training %s for up to %d epochs on %s: %d training graphs, batch size %d",
+            "training %s for up to %d epochs on %s: %d training graphs, batch size %d%s%s%s",
             self.config.name,
-            self.config.training.num_epochs,
+            t.num_epochs,
             self.device,
             len(train_loader.dataset),
-            self.config.training.batch_size,
+            t.batch_size,
+            f", {t.accumulate_grad_batches} batches per step"
+            if t.accumulate_grad_batches > 1
+            else "",
+            f", precision {t.precision}" if t.precision != "32" else "",
+            f", EMA of the weights (decay {t.ema_decay})" if self.ema is not None else "",
         )
+        breaks = rs.invariance_breaks(self.config)
+        if breaks:
+            self.logger.info(
+                "note: results depend on the number of processes because %s", "; ".join(breaks)
+            )
 
     def on_epoch_start(self, train_loader: DataLoader) -> None:  # hook
         for part in (train_loader.sampler, train_loader.dataset):
@@ -198,7 +262,7 @@ class Trainer:
         return sums
 
     def validate(self, val_loader: DataLoader) -> dict[str, float]:  # hook
-        return self.validator.evaluate(self.model, val_loader)
+        return self.validator.evaluate(self.eval_model, val_loader)
 
     def decide(self, row: dict[str, Any]) -> tuple[bool, bool]:
         """(improved, stop) after an epoch; DDP decides on rank 0 and broadcasts (hook)."""
@@ -234,6 +298,7 @@ class Trainer:
         self.open_run()
         num_epochs = self.config.training.num_epochs
         self.on_train_start(train_loader)
+        self.restore_rng()
         while self.epoch < num_epochs and not self.stopped_early:
             self.on_epoch_start(train_loader)
             lr = self.optimizer.param_groups[0]["lr"]
@@ -261,7 +326,12 @@ class Trainer:
         return self.history
 
     def train_epoch(self, loader: DataLoader) -> float:
-        """One pass over ``loader``; returns the training loss averaged over graphs."""
+        """One pass over ``loader``; returns the training loss averaged over graphs.
+
+        With ``training.accumulate_grad_batches`` k, the optimizer steps once per k batches.
+        Each batch's loss is weighted by its share of the step's graphs, so k batches of b
+        graphs make the same step as one batch of k*b graphs.
+        """
         model = self.train_module
         model.train()
         total = torch.zeros(3, dtype=torch.float64, device=self.device)
@@ -272,14 +342,23 @@ class Trainer:
             leave=False,
             disable=None if self.is_main else True,  # None: only on a terminal
         )
-        for batch in bar:
-            batch = batch.to(self.device, non_blocking=True)
+        for group in _groups(bar, self.config.training.accumulate_grad_batches):
+            graphs = sum(batch.num_graphs for batch in group)
             self.optimizer.zero_grad(set_to_none=True)
-            loss = self.criterion(model(batch), batch)
-            loss.backward()
-            self.optimizer.step()
-            total[0] += loss.detach() * batch.num_graphs
-            total[2] += batch.num_graphs
+            for i, batch in enumerate(group):
+                batch = batch.to(self.device, non_blocking=True)
+                last = i == len(group) - 1
+                # Gradients are exchanged once per step, on its last batch.
+                with contextlib.nullcontext() if last else self.no_sync():
+                    with self.autocast():
+                        loss = self.criterion(model(batch), batch)
+                    self.scaler.scale(loss * (batch.num_graphs / graphs)).backward()
+                total[0] += loss.detach().double() * batch.num_graphs
+            total[2] += graphs
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            if self.ema is not None:
+                self.ema.update(self.model)
             self.global_step += 1
         loss = self.reduce_sums(MetricSums(total)).compute("train")["train_loss"]
         if not math.isfinite(loss):
@@ -288,6 +367,14 @@ class Trainer:
                 "lower training.optimizer.kwargs.lr or check the data for NaN features"
             )
         return loss
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """``training.precision``: float32, or autocast to bfloat16 / float16."""
+        return torch.autocast(
+            self.device.type,
+            dtype=self.autocast_dtype,
+            enabled=self.autocast_dtype is not None,
+        )
 
     def step_scheduler(self, row: dict[str, Any]) -> None:
         if self.lr_scheduler is None:
@@ -300,18 +387,24 @@ class Trainer:
     def end_epoch(self, row: dict[str, Any], improved: bool) -> None:
         if improved:
             self.best_state = {
-                k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()
+                k: v.detach().to("cpu", copy=True) for k, v in self.eval_model.state_dict().items()
             }
+        # Every rank's random state as it is now, where the next epoch starts from.
+        self._rng_states = self.gather_rng_states()
         self.write_epoch_files(row, improved)
 
     def write_epoch_files(self, row: dict[str, Any], improved: bool) -> None:
-        """Checkpoints, history.csv and the epoch's log line (hook: DDP guards it on rank 0)."""
-        if improved:
-            self.save_checkpoint("best.pt")
-        self.save_checkpoint("last.pt")
+        """Checkpoints, history.csv and the epoch's log line (hook: DDP guards it on rank 0).
+
+        ``last.pt`` is written last: it is what a resumed run continues from, so everything
+        else of this epoch is on disk before it.
+        """
         every = self.config.training.checkpoint_every
         if every and self.epoch % every == 0:
             self.save_checkpoint(f"epoch_{self.epoch:04d}.pt")
+        if improved:
+            self.save_checkpoint("best.pt")
+        self.save_checkpoint("last.pt")
         if self.is_main:
             rd.write_history(self.run_dir, self.history)
         self.logger.info(
@@ -340,7 +433,8 @@ class Trainer:
         model = self.model
         if checkpoint is not None:
             model = copy.deepcopy(self.model)
-            load_model_state(model, load_checkpoint(checkpoint, self.device), checkpoint)
+            weights = evaluation_weights(load_checkpoint(checkpoint, self.device))
+            load_model_state(model, weights, checkpoint)
         elif self.best_state is not None:
             model = copy.deepcopy(self.model)
             model.load_state_dict(self.best_state)
@@ -358,13 +452,30 @@ class Trainer:
     # --- files ---------------------------------------------------------------------------------
 
     def open_run(self) -> None:
-        """Create the run directory on first use: config.yaml and train.log."""
+        """Create the run directory on first use: config.yaml and train.log.
+
+        A resumed run keeps its directory: the log is appended to, history.csv is rewritten
+        from the checkpoint (rows of epochs after it are dropped), and temporary files of a
+        checkpoint write that was killed are removed.
+        """
         if self._run_open:
             return
         if self.is_main:
-            rd.prepare_run_dir(self.run_dir, overwrite=self.overwrite)
+            if self.resuming:
+                (self.run_dir / rd.CHECKPOINTS).mkdir(parents=True, exist_ok=True)
+                rd.remove_partial_writes(self.run_dir)
+            else:
+                rd.prepare_run_dir(self.run_dir, overwrite=self.overwrite)
             (self.run_dir / rd.CONFIG).write_text(dump_config(self.config), encoding="utf-8")
             self._log_handler = add_file_handler(self.run_dir / rd.LOG, prefix=self.log_prefix)
+            if self.resumed_from is not None:
+                rd.write_history(self.run_dir, self.history)
+                self.logger.info(
+                    "resumed from %s after epoch %d (step %d)",
+                    self.resumed_from,
+                    self.epoch,
+                    self.global_step,
+                )
         self._run_open = True
 
     def close(self) -> None:
@@ -390,16 +501,23 @@ class Trainer:
         rd.write_summary(self.run_dir, summary)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything a checkpoint records: plain state dicts and numbers only."""
+        """Everything a checkpoint records: plain state dicts, tensors and numbers only."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
+            "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
+            "ema": self.ema.state_dict() if self.ema is not None else None,
+            "best_model": self.best_state,  # what run_test evaluates
             "epoch": self.epoch,
             "global_step": self.global_step,
+            "sampler_epoch": self.epoch,  # the next epoch's set_epoch
             "early_stopping": self.early_stopping.state_dict(),
+            "stopped_early": self.stopped_early,
             "history": [dict(row) for row in self.history],
+            "rng": self._rng_states,  # one entry per rank
             "config": config_to_dict(self.config),
+            "config_digest": rs.config_digest(self.config),
             "world_size": self.world_size,
         }
 
@@ -409,6 +527,84 @@ class Trainer:
         if self.is_main:
             save_checkpoint(self.state_dict(), path)
         return path
+
+    # --- resuming ------------------------------------------------------------------------------
+
+    def resume(self, *, force: bool = False) -> bool:
+        """Restore the run in ``training.path`` from ``checkpoints/last.pt``, on every process.
+
+        Returns False, and leaves the trainer at its start, when the directory holds no run or
+        only the start of one (no epoch finished); a directory with results but no last.pt is
+        refused. Called by the constructor with ``resume=True``.
+        """
+        self.resuming = True
+        state = self.read_resume_state(force)
+        if state is None:
+            return False
+        self.load_state_dict(state, self.run_dir / rd.CHECKPOINTS / rd.LAST)
+        for notice in state["notices"]:
+            self.logger.info("%s", notice)
+        return True
+
+    def read_resume_state(self, force: bool) -> dict[str, Any] | None:
+        """Load and check ``last.pt`` (hook: DDP reads it on rank 0 and broadcasts it)."""
+        path = self.run_dir / rd.CHECKPOINTS / rd.LAST
+        if not path.is_file():
+            rd.check_startable(self.run_dir)
+            return None
+        state = load_checkpoint(path)
+        if state.get("format_version") != FORMAT_VERSION or "rng" not in state:
+            raise CheckpointError(
+                f"{path}: written by an older version of QuantumGravPy without the state needed "
+                "to resume (format {}, needs {})".format(
+                    state.get("format_version"), FORMAT_VERSION
+                )
+            )
+        state["notices"] = rs.check_resume(
+            self.config, state, self.world_size, force=force, path=path
+        )
+        return state
+
+    def load_state_dict(self, state: dict[str, Any], path: str | Path = "checkpoint") -> None:
+        """Continue from ``state`` (a checkpoint's contents) in this process."""
+        load_model_state(self.model, state["model"], path)
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.lr_scheduler is not None and state["lr_scheduler"] is not None:
+                self.lr_scheduler.load_state_dict(state["lr_scheduler"])
+            if self.scaler.is_enabled() and state["scaler"] is not None:
+                self.scaler.load_state_dict(state["scaler"])
+        except (KeyError, ValueError, RuntimeError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CheckpointError(f"{path}: its optimizer state does not fit ({first})") from None
+        if self.ema is not None:
+            if state["ema"] is not None:
+                self.ema.load_state_dict(state["ema"])
+            else:  # EMA switched on for the rest of the run (--force)
+                self.ema = EMA(self.model, self.ema.decay)
+        self.epoch = int(state["epoch"])
+        self.global_step = int(state["global_step"])
+        self.history = [dict(row) for row in state["history"]]
+        self.early_stopping.load_state_dict(state["early_stopping"])
+        self.stopped_early = self.config.early_stopping.enabled and self.early_stopping.should_stop
+        self.best_state = state["best_model"]
+        rngs = state["rng"]
+        self._rng_states = list(rngs)
+        self._rng_to_restore = rngs[self.rank] if self.rank < len(rngs) else None
+        self.resumed_from = Path(path)
+
+    def restore_rng(self) -> None:
+        """Put back this rank's random states from the checkpoint, just before the loop.
+
+        A rank the checkpoint has no state for (the job grew) starts a stream of its own.
+        """
+        if self.resumed_from is None:
+            return
+        if self._rng_to_restore is not None:
+            rs.set_rng_state(self._rng_to_restore, self.device)
+        else:
+            seed_everything(self.config.training.seed + 1_000_003 * self.epoch + self.rank)
+        self._rng_to_restore = None
 
     # --- construction --------------------------------------------------------------------------
 
@@ -435,9 +631,21 @@ class Trainer:
             ) from None
 
 
-def load_model_state(model: nn.Module, state: dict[str, Any], path: str | Path) -> None:
+def _groups(batches: Iterable, size: int) -> Iterator[list]:
+    """Consecutive lists of ``size`` items (the last may be shorter)."""
+    group = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+def load_model_state(model: nn.Module, weights: dict[str, Any], path: str | Path) -> None:
     try:
-        model.load_state_dict(state["model"])
+        model.load_state_dict(weights)
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0]
         raise CheckpointError(f"{path}: does not fit the configured model ({first})") from None

@@ -3,7 +3,8 @@
 It overrides small hooks of :class:`~QuantumGravPy.trainer.Trainer` and nothing else:
 
 - the model is wrapped in DDP with integer ``device_ids`` (``cuda:LOCAL_RANK``) or none on CPU;
-- the training loader shards with a DistributedSampler, reshuffled by ``set_epoch`` every epoch;
+- the training sampler (the base class's) is split between ranks, reshuffled by ``set_epoch``;
+- micro-batches that do not step skip the gradient exchange (``no_sync``);
 - training losses are all-reduced as sums; validation and test are exact for any world size,
   either on rank 0 alone (``validation.mode: rank0``) or on disjoint shards (``sharded``);
 - rank 0 decides (early stopping, best checkpoint) after a barrier and broadcasts the decision,
@@ -20,8 +21,7 @@ from typing import Any, TypeVar
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import Dataset, Sampler, Subset
-from torch.utils.data.distributed import DistributedSampler
+from torch.utils.data import Dataset, Subset
 from torch_geometric.loader import DataLoader
 
 from . import distributed, shm_comm
@@ -51,6 +51,8 @@ class TrainerDDP(Trainer):
         dataset: Dataset | list | None = None,
         *,
         overwrite: bool = False,
+        resume: bool = False,
+        force: bool = False,
     ):
         if not distributed.is_initialized():
             raise DistributedError(
@@ -68,10 +70,11 @@ class TrainerDDP(Trainer):
         self.world_size = distributed.get_world_size()
         self.rank_logger = logging.getLogger(f"{LOGGER_NAME}.ranks")
         self.rank_logger.setLevel(logging.INFO)  # start and end lines show on every rank
-        super().__init__(config, dataset, overwrite=overwrite)
+        super().__init__(config, dataset, overwrite=overwrite, resume=resume, force=force)
         # Stated here rather than trusted to the base class: the loop state of a DDP run starts
-        # at epoch 0 on every rank (the predecessor of this class forgot it and crashed).
-        self.epoch = 0
+        # at the same epoch on every rank, 0 or that of the checkpoint rank 0 read and broadcast
+        # (the predecessor of this class forgot to set it and crashed).
+        self.epoch = 0 if self.resumed_from is None else self.epoch
         # Every rank has built the same initial model from training.seed, the one a single
         # process builds; DDP broadcasts rank 0's copy anyway. From here on, each rank draws its
         # own dropout masks.
@@ -100,6 +103,17 @@ class TrainerDDP(Trainer):
     @property
     def train_module(self) -> torch.nn.Module:
         return self.ddp_model
+
+    def no_sync(self):
+        return self.ddp_model.no_sync()
+
+    def gather_rng_states(self) -> list[dict]:
+        return distributed.all_gather_object(super().gather_rng_states()[0])
+
+    def read_resume_state(self, force: bool) -> dict[str, Any] | None:
+        # Rank 0 reads and checks the checkpoint; every rank gets the same state (and any
+        # refusal), so the run directory need not be on a filesystem the other ranks see.
+        return self._on_main(lambda: Trainer.read_resume_state(self, force))
 
     def setup_logging(self) -> logging.Logger:
         level = self.config.log_level if self.rank == 0 else "WARNING"
@@ -179,19 +193,6 @@ class TrainerDDP(Trainer):
         )
         return dataset if first else dataset_from_config(self.config.data, progress=False)
 
-    def make_train_sampler(self, dataset: Dataset) -> Sampler:
-        t = self.config.training
-        if t.sampler is not None:
-            return super().make_train_sampler(dataset)  # made distributed for this group
-        return DistributedSampler(
-            dataset,
-            num_replicas=self.world_size,
-            rank=self.rank,
-            shuffle=True,
-            seed=t.seed,  # one seed on every rank: together the shards partition each epoch
-            drop_last=t.drop_last,
-        )
-
     def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:
         if self.config.validation.mode == "sharded":
             # Disjoint and unpadded: every graph is evaluated exactly once over all ranks (a
@@ -246,7 +247,7 @@ class TrainerDDP(Trainer):
         return self._on_main(lambda: evaluator.evaluate(model, loader))
 
     def validate(self, val_loader: DataLoader) -> dict[str, float]:
-        return self._evaluate(self.validator, self.model, val_loader)
+        return self._evaluate(self.validator, self.eval_model, val_loader)
 
     def evaluate_test(self, model: torch.nn.Module, test_loader: DataLoader) -> dict[str, float]:
         return self._evaluate(self.tester, model, test_loader)
