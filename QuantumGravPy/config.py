@@ -122,8 +122,9 @@ class TrainingConfig:
     sampler_kwargs: dict[str, Any] = field(default_factory=dict)
     # optimizer steps every N batches; gradients of the others are kept, not synchronised
     accumulate_grad_batches: int = field(default=1, metadata=_POSITIVE)
-    # "32": float32; "bf16" or "16": autocast to bfloat16 / float16 (16 adds a gradient scaler)
-    precision: Literal["32", "bf16", "16"] = "32"
+    # "32": float32; "bf16" or "16": autocast to bfloat16 / float16 (16 adds a gradient scaler);
+    # "64": float64 weights and data, for results that agree across process counts to ~1e-12
+    precision: Literal["32", "bf16", "16", "64"] = "32"
     # null: no average; e.g. 0.999: validation and test use an exponential moving average
     ema_decay: float | None = field(
         default=None, metadata=_check(lambda v: 0 < v < 1, "a number in (0, 1)")

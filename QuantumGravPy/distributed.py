@@ -216,14 +216,27 @@ def initialize_ddp(
         torch.set_num_threads(max(1, available_cores() // local_world_size))
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master_addr, str(port)
+    timeout = timedelta(seconds=timeout_s)
     try:
-        dist.init_process_group(
-            backend,
-            init_method=f"tcp://{master_addr}:{port}",
-            rank=rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
-        )
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            # torchrun's agent keeps its store across restarts (--max-restarts): the addresses
+            # the ranks of a failed attempt published are still in it, so every attempt gets
+            # keys of its own. Otherwise a restarted rank may dial a dead one.
+            store = dist.PrefixStore(
+                f"QuantumGravPy/attempt_{restart_count()}",
+                dist.TCPStore(master_addr, port, world_size, is_master=False, timeout=timeout),
+            )
+            dist.init_process_group(
+                backend, store=store, rank=rank, world_size=world_size, timeout=timeout
+            )
+        else:
+            dist.init_process_group(
+                backend,
+                init_method=f"tcp://{master_addr}:{port}",
+                rank=rank,
+                world_size=world_size,
+                timeout=timeout,
+            )
     except dist.DistNetworkError as e:
         if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
             raise PortInUseError(master_addr, port) from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -64,10 +65,12 @@ class Validator:
         criterion: Criterion,
         device: torch.device | str,
         autocast_dtype: torch.dtype | None = None,
+        float_dtype: torch.dtype = torch.float32,
     ):
         self.criterion = criterion
         self.device = torch.device(device)
-        self.autocast_dtype = autocast_dtype  # None: float32; else as training.precision says
+        self.autocast_dtype = autocast_dtype  # None: no autocast; else as training.precision says
+        self.float_dtype = float_dtype  # the model's: float64 data for a float64 model
 
     @torch.no_grad()
     def accumulate(self, model: nn.Module, loader: Iterable) -> MetricSums:
@@ -75,7 +78,7 @@ class Validator:
         model.eval()
         sums = torch.zeros(3, dtype=torch.float64, device=self.device)
         for batch in loader:
-            batch = batch.to(self.device, non_blocking=True)
+            batch = to_device(batch, self.device, self.float_dtype)
             with torch.autocast(
                 self.device.type,
                 dtype=self.autocast_dtype,
@@ -92,6 +95,14 @@ class Validator:
 
     def evaluate(self, model: nn.Module, loader: Iterable) -> dict[str, float]:
         return self.accumulate(model, loader).compute(self.prefix)
+
+
+def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype = torch.float32) -> Any:
+    """``batch`` on ``device``; its floating-point tensors in ``float_dtype`` if not float32."""
+    batch = batch.to(device, non_blocking=True)
+    if float_dtype != torch.float32:
+        batch = batch.apply(lambda t: t.to(float_dtype) if t.is_floating_point() else t)
+    return batch
 
 
 class Tester(Validator):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -128,8 +129,8 @@ def step_batch(batch_size: int, world_size: int, accumulate: int) -> int:
 
 def check_resume(
     config: Config, state: Mapping[str, Any], world_size: int, *, force: bool, path: Any
-) -> list[str]:
-    """Refuse a config that would train something else; return notices for the log.
+) -> list[tuple[int, str]]:
+    """Refuse a config that would train something else; return (level, notice)s for the log.
 
     Raises :class:`ConfigError` naming every differing key (and the batch per optimizer step, if
     it changed), unless ``force``; then the differences come back as notices instead.
@@ -161,17 +162,17 @@ def check_resume(
             + "; ".join(changes)
             + ". Restore those keys, or pass --force to continue with the changes anyway"
         )
-    notices = [f"resuming with changed settings (--force): {c}" for c in changes]
+    notices = [(logging.WARNING, f"resuming with changed settings (--force): {c}") for c in changes]
     if state["world_size"] != world_size:
+        streams = "; dropout continues from new random streams" if config.model.dropout else ""
         notices.append(
-            f"resuming a run trained with {state['world_size']} process(es) on {world_size}: "
-            f"{new_step} graphs per optimizer step as before "
-            f"({t.batch_size} per process x {world_size} x {t.accumulate_grad_batches} "
-            "accumulated); the batch sequence is unchanged when the world-size conditions hold"
-            + (
-                "; dropout draws of the processes continue from new random streams"
-                if config.model.dropout > 0
-                else ""
+            (
+                logging.INFO,
+                f"resuming a run trained with {state['world_size']} process(es) on "
+                f"{world_size}: {new_step} graphs per optimizer step as before "
+                f"({t.batch_size} per process x {world_size} x {t.accumulate_grad_batches} "
+                "accumulated); the batch sequence is unchanged when the world-size conditions "
+                f"hold{streams}",
             )
         )
     return notices

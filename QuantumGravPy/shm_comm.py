@@ -23,7 +23,7 @@ import os
 import platform
 import time
 import uuid
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory
 
 import torch
 
@@ -49,6 +49,20 @@ def supported(device: torch.device, params: list[torch.nn.Parameter]) -> bool:
     return len(votes) > 1 and len({host for host, _ in votes}) == 1 and all(ok for _, ok in votes)
 
 
+def _attach(name: str) -> shared_memory.SharedMemory:
+    """Open rank 0's segment without making this process responsible for removing it.
+
+    Before Python 3.13 attaching registers the segment with this process's resource tracker,
+    which then warns at exit about a "leaked" segment that rank 0 already removed.
+    """
+    try:
+        return shared_memory.SharedMemory(name=name, track=False)  # Python 3.13+
+    except TypeError:
+        shm = shared_memory.SharedMemory(name=name)
+        resource_tracker.unregister(shm._name, "shared_memory")
+        return shm
+
+
 class SharedMemoryAllReduce:
     """The shared buffer and counters of one job; ``hook`` is the DDP communication hook."""
 
@@ -65,7 +79,7 @@ class SharedMemoryAllReduce:
             self._shm.buf[:] = bytes(size)
         name = distributed.broadcast_object(name)
         if self.rank != 0:
-            self._shm = shared_memory.SharedMemory(name=name)
+            self._shm = _attach(name)
         distributed.barrier()
         if self.rank == 0:
             # Every rank has it open; unlinking now means no file is left behind, whatever

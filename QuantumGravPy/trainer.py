@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import logging
 import math
 import random
@@ -34,12 +35,18 @@ from .datasets import dataset_dimensions, dataset_from_config, make_loader, spli
 from .early_stopping import EarlyStopping
 from .ema import EMA
 from .errors import CheckpointError, ConfigError, DataError, QGError
-from .evaluation import MetricSums, Tester, Validator, make_criterion
+from .evaluation import MetricSums, Tester, Validator, make_criterion, to_device
 from .logs import add_file_handler, configure_logging
 from .models import GNNModel
 from .samplers import build_sampler
 
-PRECISIONS = {"32": None, "bf16": torch.bfloat16, "16": torch.float16}
+# training.precision: (autocast dtype, dtype of weights and data)
+PRECISIONS = {
+    "32": (None, torch.float32),
+    "bf16": (torch.bfloat16, torch.float32),
+    "16": (torch.float16, torch.float32),
+    "64": (None, torch.float64),
+}
 
 
 class TrainingDivergedError(QGError):
@@ -106,6 +113,7 @@ class Trainer:
         self._run_open = False
         self._rng_states: list[dict[str, Any]] = []  # every rank's, at the last epoch's end
         self._rng_to_restore: dict[str, Any] | None = None
+        self._resume_notices: list[tuple[int, str]] = []
         self.logger = self.setup_logging()
         self.device = self.select_device()
         seed_everything(config.training.seed)
@@ -119,20 +127,22 @@ class Trainer:
             )
         # Built on the CPU from the seeded generator, so the initial weights do not depend on the
         # device, then moved.
+        self.autocast_dtype, self.float_dtype = PRECISIONS[config.training.precision]
         self.model: nn.Module = GNNModel.from_config(
             config.model, self.in_channels, self.num_classes
-        ).to(self.device)
+        ).to(self.device, self.float_dtype)
         self.optimizer = self._build_optimizer()
         self.lr_scheduler = self._build_scheduler()
         t = config.training
-        self.autocast_dtype = PRECISIONS[t.precision]
         # Gradients of float16 losses underflow without scaling; bfloat16 has float32's range.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "16")
         # The average follows the trained weights; it is not wrapped in DDP.
         self.ema = EMA(self.model, t.ema_decay) if t.ema_decay is not None else None
         self.criterion = make_criterion(config.criterion)
-        self.validator = Validator(self.criterion, self.device, self.autocast_dtype)
-        self.tester = Tester(self.criterion, self.device, self.autocast_dtype)
+        self.validator = Validator(
+            self.criterion, self.device, self.autocast_dtype, self.float_dtype
+        )
+        self.tester = Tester(self.criterion, self.device, self.autocast_dtype, self.float_dtype)
         es = config.early_stopping
         self.early_stopping = EarlyStopping(
             mode=es.mode, patience=es.patience, delta=es.delta, grace_period=es.grace_period
@@ -330,23 +340,29 @@ class Trainer:
 
         With ``training.accumulate_grad_batches`` k, the optimizer steps once per k batches.
         Each batch's loss is weighted by its share of the step's graphs, so k batches of b
-        graphs make the same step as one batch of k*b graphs.
+        graphs make the same step as one batch of k*b graphs (the loss must be a mean over the
+        graphs of a batch, as PyTorch's losses are by default).
         """
         model = self.train_module
         model.train()
         total = torch.zeros(3, dtype=torch.float64, device=self.device)
+        t = self.config.training
+        k = t.accumulate_grad_batches
+        # With drop_last, a step short of k batches is dropped too, as a short batch would be.
+        batches = len(loader) - len(loader) % k if t.drop_last else len(loader)
         bar = tqdm(
-            loader,
+            itertools.islice(loader, batches),
+            total=batches,
             desc=f"epoch {self.epoch + 1}",
             unit="batch",
             leave=False,
             disable=None if self.is_main else True,  # None: only on a terminal
         )
-        for group in _groups(bar, self.config.training.accumulate_grad_batches):
+        for group in _groups(bar, k):
             graphs = sum(batch.num_graphs for batch in group)
             self.optimizer.zero_grad(set_to_none=True)
             for i, batch in enumerate(group):
-                batch = batch.to(self.device, non_blocking=True)
+                batch = to_device(batch, self.device, self.float_dtype)
                 last = i == len(group) - 1
                 # Gradients are exchanged once per step, on its last batch.
                 with contextlib.nullcontext() if last else self.no_sync():
@@ -476,6 +492,8 @@ class Trainer:
                     self.epoch,
                     self.global_step,
                 )
+                for level, notice in self._resume_notices:
+                    self.logger.log(level, "%s", notice)
         self._run_open = True
 
     def close(self) -> None:
@@ -542,8 +560,7 @@ class Trainer:
         if state is None:
             return False
         self.load_state_dict(state, self.run_dir / rd.CHECKPOINTS / rd.LAST)
-        for notice in state["notices"]:
-            self.logger.info("%s", notice)
+        self._resume_notices = state["notices"]  # logged once train.log is open
         return True
 
     def read_resume_state(self, force: bool) -> dict[str, Any] | None:

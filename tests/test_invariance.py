@@ -1,0 +1,161 @@
+"""World-size invariance, gradient accumulation, mixed precision and the moving average."""
+
+import pytest
+import torch
+from conftest import run_ranks
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+import QuantumGravPy as qg
+
+# The conditions under which results do not depend on the number of processes (see README),
+# with float64 so that rounding (which adaptive optimizers amplify) stays far below 1e-5.
+INVARIANT = (
+    "training.drop_last=true",
+    "training.precision=64",
+    "training.num_epochs=3",
+    "augmentation.preset=mild",
+    "augmentation.seeding=per_sample",
+    "model.dropout=0.0",
+    "model.norm=graph",
+)
+
+
+def train_one(config):
+    trainer = qg.Trainer(config)
+    history = trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    trainer.close()
+    return trainer, history
+
+
+def weights(model):
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
+def train_ranks(rank, world_size, config):
+    trainer = qg.TrainerDDP(rank, config)
+    history = trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    trainer.close()
+    return {
+        "weights": weights(trainer.model),
+        "ema": weights(trainer.ema.module) if trainer.ema is not None else None,
+        "history": history,
+        "steps": trainer.global_step,
+    }
+
+
+def max_difference(a, b):
+    return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
+
+
+@pytest.mark.timeout(300)
+def test_one_two_and_four_processes_end_with_the_same_weights(make_config):
+    single, history = train_one(make_config(*INVARIANT, "training.batch_size=8"))
+    reference = weights(single.model)
+    for world_size, batch, accumulate in [(2, 4, 1), (4, 2, 1), (2, 2, 2)]:
+        config = make_config(
+            *INVARIANT,
+            f"training.batch_size={batch}",
+            f"training.accumulate_grad_batches={accumulate}",
+            f"training.path={single.run_dir}-{world_size}x{batch}x{accumulate}",
+        )
+        results = run_ranks(world_size, train_ranks, config, timeout_s=120)
+        for result in results:
+            assert result["steps"] == single.global_step
+            assert max_difference(result["weights"], reference) < 1e-5
+        rows = results[0]["history"]
+        assert [r["val_loss"] for r in rows] == pytest.approx(
+            [r["val_loss"] for r in history], abs=1e-6
+        )
+
+
+def test_a_config_that_breaks_invariance_says_why(make_config, capfd, tmp_path):
+    train_one(make_config("training.num_epochs=1", "model.dropout=0.1", "log_level=INFO"))
+    err = capfd.readouterr().err
+    assert "results depend on the number of processes because training.drop_last is false" in err
+    assert "model.dropout is 0.1" in err
+    train_one(
+        make_config(
+            *INVARIANT, "training.num_epochs=1", "log_level=INFO", f"training.path={tmp_path / 'b'}"
+        )
+    )
+    assert "results depend on the number of processes" not in capfd.readouterr().err
+
+
+def test_two_accumulated_batches_of_b_make_the_step_of_one_batch_of_2b(make_config, tmp_path):
+    big, _ = train_one(make_config(*INVARIANT, "training.batch_size=8"))
+    small, _ = train_one(
+        make_config(
+            *INVARIANT,
+            "training.batch_size=4",
+            "training.accumulate_grad_batches=2",
+            f"training.path={tmp_path / 'accumulated'}",
+        )
+    )
+    assert small.global_step == big.global_step  # one step per two batches
+    assert max_difference(weights(small.model), weights(big.model)) < 1e-8
+
+
+def count_exchanges(rank, world_size, config):
+    trainer = qg.TrainerDDP(rank, config)
+    calls = []
+
+    def counting(state, bucket):
+        calls.append(trainer.global_step)
+        return allreduce_hook(state, bucket)
+
+    trainer.ddp_model.register_comm_hook(None, counting)
+    trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    trainer.close()
+    return len(calls), trainer.global_step
+
+
+def test_batches_that_do_not_step_skip_the_gradient_exchange(make_config):
+    config = make_config(
+        "training.batch_size=4",
+        "training.accumulate_grad_batches=3",
+        "training.num_epochs=1",
+        "parallel.shared_memory=false",
+    )
+    (calls, steps), _ = run_ranks(2, count_exchanges, config, timeout_s=120)
+    # The test model fits one gradient bucket: one exchange per optimizer step, not per batch.
+    assert steps == 4 and calls == steps  # 42 graphs per rank: 11 batches, 4 steps
+
+
+@pytest.mark.parametrize("precision", ["bf16", "16"])
+def test_mixed_precision_trains(make_config, tmp_path, precision):
+    _, reference = train_one(make_config("training.num_epochs=8"))
+    trainer, history = train_one(
+        make_config(
+            f"training.precision={precision}",
+            "training.num_epochs=8",
+            f"training.path={tmp_path / precision}",
+        )
+    )
+    assert history[-1]["train_loss"] < 0.5 * history[0]["train_loss"]
+    assert history[-1]["train_loss"] == pytest.approx(reference[-1]["train_loss"], rel=0.1)
+    assert max(row["val_accuracy"] for row in history) > 0.6  # three classes: chance is 1/3
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # weights stay fp32
+    assert trainer.scaler.is_enabled() == (precision == "16")
+
+
+def test_validation_and_test_use_the_moving_average(make_config):
+    trainer, history = train_one(make_config("training.ema_decay=0.7", "training.num_epochs=3"))
+    _, val_loader, test_loader = trainer.prepare_dataloaders()
+    assert trainer.validator.evaluate(trainer.ema.module, val_loader) == pytest.approx(
+        {k: history[-1][k] for k in ("val_loss", "val_accuracy")}
+    )
+    assert trainer.validator.evaluate(trainer.model, val_loader) != pytest.approx(
+        trainer.validator.evaluate(trainer.ema.module, val_loader)
+    )
+    best = trainer.run_dir / "checkpoints" / "best.pt"
+    from_file = trainer.run_test(test_loader, checkpoint=best)
+    assert trainer.run_test(test_loader) == from_file  # the best epoch's average, both ways
+    assert qg.load_checkpoint(best)["ema"]["updates"] > 0
+
+
+def test_moving_averages_agree_across_ranks(make_config):
+    config = make_config("training.ema_decay=0.9", "training.num_epochs=2", "model.dropout=0.3")
+    results = run_ranks(2, train_ranks, config, timeout_s=120)
+    a, b = (r["ema"] for r in results)
+    assert all(torch.equal(a[k], b[k]) for k in a)  # bitwise: they follow the same weights
+    assert max_difference(a, results[0]["weights"]) > 1e-4  # and are not the weights themselves

@@ -1,0 +1,296 @@
+"""Exact resuming: full-state checkpoints, --resume, killed jobs, and the refusals around them."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+from conftest import ROOT, TESTS, run_cli, small_raw_config
+
+import QuantumGravPy as qg
+from QuantumGravPy import run_dir as rd
+from QuantumGravPy.checkpoint import save_checkpoint
+
+# Everything that draws random numbers or carries state across epochs: dropout (torch's RNG),
+# augmentation, a cosine schedule, the moving average and early-stopping bookkeeping.
+STATEFUL = (
+    "model.dropout=0.2",
+    "augmentation.preset=mild",
+    "training.lr_scheduler={type: torch.optim.lr_scheduler.CosineAnnealingLR, kwargs: {T_max: 6}}",
+    "training.ema_decay=0.8",
+    "training.num_epochs=6",
+    "training.checkpoint_every=1",
+)
+
+
+def train(config, **kwargs):
+    trainer = qg.Trainer(config, **kwargs)
+    train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+    history = trainer.run_training(train_loader, val_loader)
+    metrics = trainer.run_test(test_loader)
+    trainer.close()
+    return trainer, history, metrics
+
+
+def without_times(history):
+    return [{k: v for k, v in row.items() if k != "epoch_seconds"} for row in history]
+
+
+def final_state(run):
+    return qg.load_checkpoint(run / rd.CHECKPOINTS / rd.LAST)
+
+
+def assert_same_weights(a, b, tol=0.0):
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.allclose(a[key].double(), b[key].double(), rtol=0, atol=tol), key
+
+
+# --- the checkpoint ------------------------------------------------------------------------------
+
+
+def test_a_checkpoint_holds_everything_needed_to_continue(make_config):
+    cfg = make_config(*STATEFUL, "training.num_epochs=2", "training.precision=16")
+    trainer = qg.Trainer(cfg)
+    history = trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    trainer.close()
+    state = qg.load_checkpoint(cfg.run_dir / "checkpoints" / "last.pt")  # weights_only=True
+    assert state["epoch"] == 2 and state["sampler_epoch"] == 2
+    assert state["global_step"] == trainer.global_step == 2 * len(trainer.prepare_dataloaders()[0])
+    assert state["world_size"] == 1 and len(state["config_digest"]) == 16
+    assert without_times(state["history"]) == without_times(history)
+    assert state["early_stopping"]["epochs_seen"] == 2
+    assert state["lr_scheduler"]["last_epoch"] == 2
+    assert state["optimizer"]["state"] and state["scaler"]["scale"] > 0
+    assert state["ema"]["updates"] == trainer.global_step
+    assert not any(k.startswith(("module.", "_orig_mod.")) for k in state["model"])
+    (rng,) = state["rng"]
+    assert set(rng) == {"torch", "numpy", "python"}
+    assert torch.equal(rng["torch"], torch.get_rng_state())  # as the last epoch left it
+
+
+def test_resuming_in_process_equals_the_uninterrupted_run(make_config, tmp_path):
+    whole = make_config(*STATEFUL, f"training.path={tmp_path / 'whole'}")
+    _, history, metrics = train(whole)
+
+    part = make_config(*STATEFUL, f"training.path={tmp_path / 'part'}", "training.num_epochs=4")
+    train(part)
+    torch.manual_seed(1234)  # whatever happened in between, the checkpoint's states count
+    resumed = make_config(*STATEFUL, f"training.path={tmp_path / 'part'}", "log_level=INFO")
+    trainer, resumed_history, resumed_metrics = train(resumed, resume=True)
+    assert trainer.resumed_from == tmp_path / "part" / "checkpoints" / "last.pt"
+    assert without_times(resumed_history) == without_times(history)
+    assert resumed_metrics == metrics
+    assert_same_weights(
+        final_state(tmp_path / "part")["model"], final_state(whole.run_dir)["model"]
+    )
+    assert without_times(rd.read_history(tmp_path / "part")) == without_times(
+        rd.read_history(whole.run_dir)
+    )
+    assert "resumed from" in (tmp_path / "part" / "train.log").read_text()
+
+
+def test_history_rows_after_the_checkpoint_are_discarded(make_config):
+    cfg = make_config(*STATEFUL, "training.num_epochs=3")
+    train(cfg)
+    checkpoints = cfg.run_dir / "checkpoints"
+    # As if the job had died after epoch 3's rows were written but before its last.pt was.
+    (checkpoints / "epoch_0002.pt").replace(checkpoints / "last.pt")
+    assert len(rd.read_history(cfg.run_dir)) == 3
+    trainer = qg.Trainer(cfg, resume=True)
+    trainer.open_run()
+    assert [row["epoch"] for row in rd.read_history(cfg.run_dir)] == [1, 2]
+    assert trainer.epoch == 2
+    trainer.close()
+
+
+def test_resume_starts_a_run_that_saved_nothing_yet_and_refuses_lost_checkpoints(make_config):
+    cfg = make_config("training.num_epochs=1")
+    trainer = qg.Trainer(cfg, resume=True)  # nothing there: a fresh start
+    assert trainer.resumed_from is None
+    train(cfg, resume=True)
+    (cfg.run_dir / "checkpoints" / "last.pt").unlink()
+    with pytest.raises(qg.RunDirectoryError, match="holds results .* but no checkpoints/last.pt"):
+        qg.Trainer(cfg, resume=True)
+    with pytest.raises(qg.ConfigError, match="--overwrite and --resume exclude each other"):
+        qg.Trainer(cfg, resume=True, overwrite=True)
+
+
+def test_a_checkpoint_without_resume_state_is_refused_for_resuming(make_config):
+    cfg = make_config()
+    last = cfg.run_dir / "checkpoints" / "last.pt"
+    save_checkpoint({"model": {}, "epoch": 1}, last)
+    with pytest.raises(qg.CheckpointError, match="last.pt: written by an older version"):
+        qg.Trainer(cfg, resume=True)
+
+
+def test_a_different_config_is_refused_naming_the_keys_unless_forced(make_config, tmp_path):
+    cfg = make_config("training.num_epochs=1")
+    train(cfg)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(qg.config.config_to_dict(cfg)))
+    changed = run_cli("train", str(path), "--resume", "model.hidden_channels=8", "training.seed=5")
+    assert changed.returncode == 2
+    assert "Traceback" not in changed.stderr
+    assert "model.hidden_channels: 16 -> 8" in changed.stderr
+    assert "training.seed: 0 -> 5" in changed.stderr and "--force" in changed.stderr
+    assert len(rd.read_history(cfg.run_dir)) == 1  # nothing was touched
+
+    step = run_cli("train", str(path), "--resume", "training.batch_size=8")
+    assert step.returncode == 2 and "graphs per optimizer step" in step.stderr
+    assert "training.batch_size=16 keeps it" in step.stderr
+
+    # Run length and output settings may change; the run goes on.
+    longer = run_cli("train", str(path), "--resume", "training.num_epochs=2", "log_level=INFO")
+    assert longer.returncode == 0, longer.stderr
+    assert len(rd.read_history(cfg.run_dir)) == 2
+
+    forced = run_cli(
+        "train", str(path), "--resume", "--force", "training.num_epochs=3", "training.seed=5"
+    )
+    assert forced.returncode == 0, forced.stderr
+    assert (
+        "resuming with changed settings (--force): training.seed: 0 -> 5"
+        in (cfg.run_dir / "train.log").read_text()
+    )
+
+    misuse = run_cli("train", str(path), "--force")
+    assert misuse.returncode == 2 and "--force only applies to --resume" in misuse.stderr
+
+
+# --- killed jobs ---------------------------------------------------------------------------------
+
+
+def kill_config(tmp_path, data_root, name, world_size):
+    raw = small_raw_config(tmp_path, data_root)
+    raw["log_level"] = "INFO"
+    raw["training"].update(path=str(tmp_path / name), batch_size=16 // world_size, num_epochs=6)
+    raw["model"]["dropout"] = 0.2
+    raw["augmentation"] = {"preset": "mild"}
+    raw["training"]["ema_decay"] = 0.8
+    raw["parallel"] = {"world_size": world_size}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def start_job(config, *args, **env):
+    """``qg train`` in a new process group, as a batch system starts a job."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "QuantumGravPy", "train", str(config), *args],
+        cwd=ROOT,
+        env=dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join([str(TESTS / "kill_hooks"), str(ROOT), str(TESTS)]),
+            **env,
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def rows_written(run):
+    try:
+        return len(rd.read_history(run))
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def kill_when(job, run, rows, delay):
+    """SIGKILL the whole job ``delay`` s after ``rows`` history rows exist (or it ends)."""
+    deadline = time.monotonic() + 120
+    while job.poll() is None and rows_written(run) < rows and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(delay)
+    if job.poll() is None:
+        os.killpg(job.pid, signal.SIGKILL)
+    job.communicate(timeout=60)
+    return job.returncode
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(tmp_path, data_root, world_size):
+    rng = random.Random(world_size)  # the kill points are drawn, and the same on every run
+    whole = kill_config(tmp_path, data_root, "whole", world_size)
+    job = start_job(whole)
+    _, err = job.communicate(timeout=240)
+    assert job.returncode == 0, err
+
+    cut = kill_config(tmp_path, data_root, "cut", world_size)
+    run = tmp_path / "cut"
+    # 1: killed in the middle of writing last.pt (after the 2nd one): the 2nd must survive.
+    job = start_job(cut, "--resume", QG_TEST_KILL_IN_WRITE="3")
+    job.communicate(timeout=240)
+    assert job.returncode == -signal.SIGKILL
+    assert final_state(run)["epoch"] == 2
+    # 2 and 3: killed at random points of the following epochs.
+    for _ in range(2):
+        done = rows_written(run)
+        code = kill_when(start_job(cut, "--resume"), run, done + rng.randint(1, 2), rng.random())
+        assert code in (0, -signal.SIGKILL)
+    job = start_job(cut, "--resume")
+    _, err = job.communicate(timeout=240)
+    assert job.returncode == 0, err
+    assert not list((run / "checkpoints").glob(".*tmp*"))  # the cut write was cleaned up
+
+    assert without_times(rd.read_history(run)) == without_times(rd.read_history(tmp_path / "whole"))
+    a, b = final_state(run), final_state(tmp_path / "whole")
+    assert_same_weights(a["model"], b["model"], tol=1e-6)
+    assert_same_weights(a["ema"]["model"], b["ema"]["model"], tol=1e-6)
+    summary = (run / "summary.json").read_text()
+    assert summary == (tmp_path / "whole" / "summary.json").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_torchrun_restarts_a_killed_worker_and_the_run_resumes(tmp_path, data_root):
+    from QuantumGravPy.distributed import free_port
+
+    whole = kill_config(tmp_path, data_root, "whole", 2)
+    job = start_job(whole)
+    _, err = job.communicate(timeout=240)
+    assert job.returncode == 0, err
+
+    config = kill_config(tmp_path, data_root, "elastic", 2)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(TESTS / "kill_hooks"), str(ROOT), str(TESTS)]),
+        QG_TEST_KILL_IN_WRITE="3",
+        QG_TEST_KILL_SCOPE="process",
+    )
+    elastic = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--max-restarts=1",
+            "--master_port",
+            str(free_port()),
+            "-m",
+            "QuantumGravPy",
+            "train",
+            str(config),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert elastic.returncode == 0, elastic.stderr
+    log = (tmp_path / "elastic" / "train.log").read_text()
+    assert "resumed from" in log and "after epoch 2" in log
+    assert without_times(rd.read_history(tmp_path / "elastic")) == without_times(
+        rd.read_history(tmp_path / "whole")
+    )
+    assert_same_weights(
+        final_state(tmp_path / "elastic")["model"], final_state(tmp_path / "whole")["model"]
+    )
