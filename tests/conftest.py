@@ -47,6 +47,18 @@ def run_cli(
     )
 
 
+def train(config, **kwargs):
+    """Train, test the best epoch and close: ``(trainer, history, test_metrics)``."""
+    import QuantumGravPy as qg
+
+    trainer = qg.Trainer(config, **kwargs)
+    train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+    history = trainer.run_training(train_loader, val_loader)
+    metrics = trainer.run_test(test_loader)
+    trainer.close()
+    return trainer, history, metrics
+
+
 def run_ranks(world_size: int, fn, *args, timeout_s: float = 60.0) -> list:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` real gloo processes on a free port.
 

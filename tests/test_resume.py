@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 import yaml
-from conftest import ROOT, TESTS, run_cli, small_raw_config
+from conftest import ROOT, TESTS, run_cli, small_raw_config, train
 
 import QuantumGravPy as qg
 from QuantumGravPy import run_dir as rd
@@ -26,15 +26,6 @@ STATEFUL = (
     "training.num_epochs=6",
     "training.checkpoint_every=1",
 )
-
-
-def train(config, **kwargs):
-    trainer = qg.Trainer(config, **kwargs)
-    train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
-    history = trainer.run_training(train_loader, val_loader)
-    metrics = trainer.run_test(test_loader)
-    trainer.close()
-    return trainer, history, metrics
 
 
 def without_times(history):

@@ -6,6 +6,7 @@ import pickle
 
 import pytest
 import torch
+from conftest import train
 
 import QuantumGravPy as qg
 from QuantumGravPy.checkpoint import save_checkpoint
@@ -14,15 +15,6 @@ from QuantumGravPy.evaluation import make_criterion
 from QuantumGravPy.trainer import TrainingDivergedError
 
 HISTORY_KEYS = {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "epoch_seconds"}
-
-
-def train(config, **kwargs):
-    trainer = qg.Trainer(config, **kwargs)
-    train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
-    history = trainer.run_training(train_loader, val_loader)
-    metrics = trainer.run_test(test_loader)
-    trainer.close()
-    return trainer, history, metrics
 
 
 def test_a_run_leaves_history_summary_config_log_and_checkpoints(make_config):
