@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(PY) bench/baseline.py
 	$(PY) bench/ddp_scaling.py
 	$(PY) bench/samplers.py
+	$(PY) bench/invariance.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

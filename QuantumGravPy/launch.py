@@ -25,8 +25,8 @@ from .checkpoint import load_checkpoint
 from .config import Config
 from .datasets import dataset_from_config
 from .distributed import PortInUseError
-from .errors import QGError
-from .resume import check_resume
+from .errors import ConfigError, QGError
+from .reproducibility import check_resume
 from .run_dir import CHECKPOINTS, LAST, check_run_dir, check_startable
 
 # Seconds a rank gets to exit by itself once another has failed, before it is terminated.
@@ -108,6 +108,8 @@ def prepare_run(
     Refuses an occupied run directory (or, resuming, a checkpoint the config does not fit)
     before minutes are spent, and builds the causal-set cache so that the ranks only read it.
     """
+    if overwrite and resume:
+        raise ConfigError("--overwrite and --resume exclude each other: replace or continue")
     if resume:
         check_resumable(config, world_size=world_size, force=force)
     else:

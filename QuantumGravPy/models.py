@@ -60,9 +60,15 @@ class GNNModel(nn.Module):
         self.residual = residual
         self.norm_kind = norm
         self.encoder = nn.Linear(in_channels, hidden_channels)
+        kwargs = dict(conv_kwargs or {})
+        if norm in ("graph", "batch") and "bias" not in kwargs and _accepts(conv_cls, "bias"):
+            # The norm subtracts the mean, so a conv bias would only be shifted away: its
+            # gradient is zero, and adaptive optimizers turn the rounding noise of that zero
+            # into steps of the size of the learning rate, which makes results depend on how
+            # sums are ordered (and so on the number of processes). Set conv_kwargs.bias to keep it.
+            kwargs["bias"] = False
         self.convs = nn.ModuleList(
-            _make_conv(conv_cls, hidden_channels, dict(conv_kwargs or {}), act_cls)
-            for _ in range(num_layers)
+            _make_conv(conv_cls, hidden_channels, kwargs, act_cls) for _ in range(num_layers)
         )
         self.norms = nn.ModuleList(_make_norm(norm, hidden_channels) for _ in range(num_layers))
         self.act = _make_activation(act_cls)
@@ -124,6 +130,10 @@ class _Lambda(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fn(x)
+
+
+def _accepts(cls: type, name: str) -> bool:
+    return name in inspect.signature(cls.__init__).parameters
 
 
 def _make_conv(conv_cls: type, channels: int, kwargs: dict[str, Any], act_cls: Any) -> nn.Module:

@@ -17,10 +17,11 @@ CONFIG = "config.yaml"
 HISTORY = "history.csv"
 SUMMARY = "summary.json"
 LOG = "train.log"
+ENVIRONMENT = "environment.json"  # software and machine of every start and resume of the run
 CHECKPOINTS = "checkpoints"
 LAST = "last.pt"  # the checkpoint a resumed run continues from
 # Anything a run writes; one of them present means the directory holds a run.
-RUN_FILES = (CONFIG, HISTORY, SUMMARY, LOG, CHECKPOINTS)
+RUN_FILES = (CONFIG, HISTORY, SUMMARY, LOG, ENVIRONMENT, CHECKPOINTS)
 
 
 def check_run_dir(path: Path, *, overwrite: bool) -> None:
@@ -97,6 +98,19 @@ def read_history(path: Path) -> list[dict[str, float]]:
     """``history.csv`` of a run directory, numbers parsed."""
     with open(path / HISTORY, newline="", encoding="utf-8") as f:
         return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def record_environment(path: Path, entry: dict[str, Any]) -> None:
+    """Append ``entry`` to the run's list of starts and resumes in environment.json."""
+    entries = []
+    if (path / ENVIRONMENT).exists():
+        try:
+            entries = json.loads((path / ENVIRONMENT).read_text(encoding="utf-8"))
+        except ValueError:
+            entries = []  # a damaged record is replaced rather than stopping the run
+        if not isinstance(entries, list):
+            entries = []
+    write_atomic(path / ENVIRONMENT, json.dumps([*entries, entry], indent=2) + "\n")
 
 
 def write_summary(path: Path, summary: dict[str, Any]) -> None:

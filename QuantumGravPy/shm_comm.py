@@ -19,11 +19,12 @@ only, so no atomic operations are needed; x86's ordering of stores makes the dat
 before the counter that announces it, which is why this is used only on x86-64.
 """
 
+import mmap
 import os
 import platform
+import sys
 import time
 import uuid
-from multiprocessing import resource_tracker, shared_memory
 
 import torch
 
@@ -31,6 +32,7 @@ from . import distributed
 from .distributed import RankTimeoutError
 
 _COUNTER_BYTES = 8
+_SHM_DIR = "/dev/shm"
 # Spin this many polls before yielding the core, so an oversubscribed machine still progresses.
 _SPINS_BEFORE_YIELD = 200
 
@@ -42,6 +44,8 @@ def supported(device: torch.device, params: list[torch.nn.Parameter]) -> bool:
     """
     local = (
         device.type == "cpu"
+        and sys.platform.startswith("linux")  # /dev/shm
+        and os.path.isdir(_SHM_DIR)
         and platform.machine().lower() in ("x86_64", "amd64")
         and all(p.dtype == torch.float32 for p in params)
     )
@@ -49,18 +53,22 @@ def supported(device: torch.device, params: list[torch.nn.Parameter]) -> bool:
     return len(votes) > 1 and len({host for host, _ in votes}) == 1 and all(ok for _, ok in votes)
 
 
-def _attach(name: str) -> shared_memory.SharedMemory:
-    """Open rank 0's segment without making this process responsible for removing it.
+def _map(name: str, size: int, *, create: bool) -> mmap.mmap:
+    """Map the segment ``name`` of ``size`` bytes (``create``: make it, zero-filled).
 
-    Before Python 3.13 attaching registers the segment with this process's resource tracker,
-    which then warns at exit about a "leaked" segment that rank 0 already removed.
+    A plain file in /dev/shm rather than multiprocessing's SharedMemory, whose resource
+    tracker, shared between spawned processes but not between torchrun's, either warns about
+    segments that rank 0 already removed or fails to find them.
     """
+    path = os.path.join(_SHM_DIR, name)
+    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+    fd = os.open(path, flags, 0o600)
     try:
-        return shared_memory.SharedMemory(name=name, track=False)  # Python 3.13+
-    except TypeError:
-        shm = shared_memory.SharedMemory(name=name)
-        resource_tracker.unregister(shm._name, "shared_memory")
-        return shm
+        if create:
+            os.ftruncate(fd, size)
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
 
 
 class SharedMemoryAllReduce:
@@ -75,20 +83,19 @@ class SharedMemoryAllReduce:
         size = self.world_size * (_COUNTER_BYTES + 2 * numel * 4)
         name = f"qg_{uuid.uuid4().hex[:16]}" if self.rank == 0 else None
         if self.rank == 0:
-            self._shm = shared_memory.SharedMemory(name=name, create=True, size=size)
-            self._shm.buf[:] = bytes(size)
+            self._mmap = _map(name, size, create=True)  # a new file is zero-filled
         name = distributed.broadcast_object(name)
         if self.rank != 0:
-            self._shm = _attach(name)
+            self._mmap = _map(name, size, create=False)
         distributed.barrier()
         if self.rank == 0:
-            # Every rank has it open; unlinking now means no file is left behind, whatever
-            # happens to the job later. The memory lives on until the last rank closes it.
-            self._shm.unlink()
+            # Every rank has it mapped; removing the name now means no file is left behind,
+            # whatever happens to the job later. The memory lives on until the last rank unmaps.
+            os.unlink(os.path.join(_SHM_DIR, name))
         w = self.world_size
-        self._counters = torch.frombuffer(self._shm.buf, dtype=torch.int64, count=w)
+        self._counters = torch.frombuffer(self._mmap, dtype=torch.int64, count=w)
         self._data = torch.frombuffer(
-            self._shm.buf, dtype=torch.float32, offset=w * _COUNTER_BYTES, count=2 * w * numel
+            self._mmap, dtype=torch.float32, offset=w * _COUNTER_BYTES, count=2 * w * numel
         ).view(2, w, numel)
 
     def allreduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -133,4 +140,4 @@ class SharedMemoryAllReduce:
 
     def close(self) -> None:
         self._counters = self._data = None
-        self._shm.close()
+        self._mmap.close()

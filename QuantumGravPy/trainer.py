@@ -26,7 +26,7 @@ from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
 from . import distributed
-from . import resume as rs
+from . import reproducibility as rs
 from . import run_dir as rd
 from .augment import AugmentedDataset, get_preset
 from .checkpoint import FORMAT_VERSION, evaluation_weights, load_checkpoint, save_checkpoint
@@ -114,8 +114,10 @@ class Trainer:
         self._rng_states: list[dict[str, Any]] = []  # every rank's, at the last epoch's end
         self._rng_to_restore: dict[str, Any] | None = None
         self._resume_notices: list[tuple[int, str]] = []
+        self._environment: dict[str, Any] | None = None  # of this process, for the checkpoints
         self.logger = self.setup_logging()
         self.device = self.select_device()
+        self._environment = rs.environment(self.device, self.world_size)
         seed_everything(config.training.seed)
         self.dataset = dataset if dataset is not None else self.load_dataset()
         self.in_channels, self.num_classes = dataset_dimensions(self.dataset)
@@ -190,8 +192,8 @@ class Trainer:
         """``training.sampler``, or by default a shuffle drawn from (training.seed, epoch).
 
         Both are split between processes so that, for any number of them, global batch k holds
-        the same graphs (see :func:`~QuantumGravPy.resume.invariance_breaks`), and both depend
-        on the epoch alone, so a resumed run draws what an uninterrupted one would have.
+        the same graphs (see :func:`~QuantumGravPy.reproducibility.invariance_breaks`), and both
+        depend on the epoch alone, so a resumed run draws what an uninterrupted one would have.
         """
         t = self.config.training
         if t.sampler is None:
@@ -483,6 +485,13 @@ class Trainer:
             else:
                 rd.prepare_run_dir(self.run_dir, overwrite=self.overwrite)
             (self.run_dir / rd.CONFIG).write_text(dump_config(self.config), encoding="utf-8")
+            rd.record_environment(
+                self.run_dir,
+                {
+                    "resumed_after_epoch": self.epoch if self.resumed_from else None,
+                    **rs.environment(self.device, self.world_size),
+                },
+            )
             self._log_handler = add_file_handler(self.run_dir / rd.LOG, prefix=self.log_prefix)
             if self.resumed_from is not None:
                 rd.write_history(self.run_dir, self.history)
@@ -537,6 +546,7 @@ class Trainer:
             "config": config_to_dict(self.config),
             "config_digest": rs.config_digest(self.config),
             "world_size": self.world_size,
+            "environment": self._environment,
         }
 
     def save_checkpoint(self, name: str = "last.pt") -> Path:

@@ -1,5 +1,6 @@
 """Exact resuming: full-state checkpoints, --resume, killed jobs, and the refusals around them."""
 
+import json
 import os
 import random
 import signal
@@ -84,6 +85,21 @@ def test_resuming_in_process_equals_the_uninterrupted_run(make_config, tmp_path)
         rd.read_history(whole.run_dir)
     )
     assert "resumed from" in (tmp_path / "part" / "train.log").read_text()
+    starts = json.loads((tmp_path / "part" / "environment.json").read_text())
+    assert [entry["resumed_after_epoch"] for entry in starts] == [None, 4]
+    assert starts[1]["torch"] == torch.__version__ and starts[1]["world_size"] == 1
+
+
+def test_resuming_under_other_package_versions_is_flagged(make_config):
+    cfg = make_config("training.num_epochs=1", "log_level=INFO")
+    train(cfg)
+    last = cfg.run_dir / "checkpoints" / "last.pt"
+    state = qg.load_checkpoint(last)
+    state["environment"]["torch"] = "1.0.0"
+    save_checkpoint(state, last)
+    train(make_config("training.num_epochs=2", "log_level=INFO"), resume=True)
+    log = (cfg.run_dir / "train.log").read_text()
+    assert "WARNING the checkpoint was written with other versions (torch 1.0.0 -> " in log
 
 
 def test_history_rows_after_the_checkpoint_are_discarded(make_config):
@@ -238,6 +254,27 @@ def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(tmp_path, dat
     assert_same_weights(a["ema"]["model"], b["ema"]["model"], tol=1e-6)
     summary = (run / "summary.json").read_text()
     assert summary == (tmp_path / "whole" / "summary.json").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_a_two_process_run_continues_in_one_process(tmp_path, data_root):
+    config = kill_config(tmp_path, data_root, "shrink", 2)
+    first = run_cli("train", str(config), "training.num_epochs=2")
+    assert first.returncode == 0, first.stderr
+    # A restart on half the processes keeps the global batch by doubling the per-process one.
+    again = run_cli(
+        "train",
+        str(config),
+        "--resume",
+        "parallel.world_size=1",
+        "training.batch_size=16",
+        "training.num_epochs=3",
+    )
+    assert again.returncode == 0, again.stderr
+    log = (tmp_path / "shrink" / "train.log").read_text()
+    assert "resuming a run trained with 2 process(es) on 1: 16 graphs per optimizer step" in log
+    assert [row["epoch"] for row in rd.read_history(tmp_path / "shrink")] == [1, 2, 3]
+    assert json.loads((tmp_path / "shrink" / "summary.json").read_text())["world_size"] == 1
 
 
 @pytest.mark.timeout(300)

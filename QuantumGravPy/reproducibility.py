@@ -1,4 +1,5 @@
-"""What exact resuming needs besides the weights: random states, the config check, and notices.
+"""Reproducing runs: random states, the config check on resume, the world-size conditions, and
+a record of the software and machine a run used.
 
 A resumed run continues from the end of the last completed epoch. Everything an epoch draws is a
 function of (seed, epoch) (the batch order, samplers, augmentation) or of the random states saved
@@ -11,8 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import platform
 import random
+import sys
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -163,6 +167,15 @@ def check_resume(
             + ". Restore those keys, or pass --force to continue with the changes anyway"
         )
     notices = [(logging.WARNING, f"resuming with changed settings (--force): {c}") for c in changes]
+    versions = version_changes(state.get("environment"))
+    if versions:
+        notices.append(
+            (
+                logging.WARNING,
+                f"the checkpoint was written with other versions ({', '.join(versions)}): the "
+                "continued run may differ from an uninterrupted one by rounding",
+            )
+        )
     if state["world_size"] != world_size:
         streams = "; dropout continues from new random streams" if config.model.dropout else ""
         notices.append(
@@ -176,6 +189,52 @@ def check_resume(
             )
         )
     return notices
+
+
+# --- the environment -----------------------------------------------------------------------------
+
+# Versions that decide the numbers a run computes; a resume under other ones is flagged.
+NUMERIC_PACKAGES = ("torch", "torch_geometric", "numpy")
+
+
+def environment(device: torch.device | None = None, world_size: int = 1) -> dict[str, Any]:
+    """The software and machine of this process: what a reader needs to reproduce a run."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    env: dict[str, Any] = {
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": list(sys.argv),
+        "quantumgravpy": installed("QuantumGravPy"),
+        "python": platform.python_version(),
+        **{name: installed(name) for name in NUMERIC_PACKAGES},
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "world_size": world_size,
+        "device": str(device) if device is not None else None,
+        "cuda": torch.version.cuda,
+    }
+    if device is not None and device.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(device)
+        env["cudnn"] = torch.backends.cudnn.version()
+    return env
+
+
+def version_changes(saved: Mapping[str, Any] | None) -> list[str]:
+    """Numeric packages whose version differs from the one a checkpoint was written with."""
+    if not saved:
+        return []
+    now = environment()
+    return [
+        f"{name} {saved.get(name)} -> {now[name]}"
+        for name in NUMERIC_PACKAGES
+        if saved.get(name) != now[name]
+    ]
 
 
 # --- world-size invariance -----------------------------------------------------------------------
