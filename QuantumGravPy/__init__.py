@@ -25,6 +25,7 @@ from .distributed import (
     initialize_ddp,
 )
 from .early_stopping import EarlyStopping
+from .ema import EMA
 from .errors import CheckpointError, ConfigError, DataError, QGError, RunDirectoryError
 from .evaluation import MetricSums, Tester, Validator
 from .launch import WorkerError, launch, prepare_run, run_distributed, spawn
@@ -43,6 +44,7 @@ from .trainer_ddp import TrainerDDP
 __version__ = "0.1.0"
 
 __all__ = [
+    "EMA",
     "AugmentationConfig",
     "AugmentedDataset",
     "CausalSet",

@@ -1,4 +1,4 @@
-"""The command line: ``qg train | test | generate`` (also ``python -m QuantumGravPy``).
+"""The command line: ``qg train | test | generate | plot`` (also ``python -m QuantumGravPy``).
 
 A mistake in what the user passed (config, override, path, checkpoint) prints one line starting
 with ``error:`` and exits with status 2; ``--debug`` shows the traceback as well.
@@ -53,6 +53,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     test = command("test", "evaluate a checkpoint on the test split; prints JSON")
     test.add_argument("--checkpoint", required=True, metavar="PATH", help="checkpoint file")
+    plot = sub.add_parser(
+        "plot",
+        help="draw the curves of one run, or of several runs in one picture",
+        description="Draw loss, accuracy and learning rate per epoch. One run: curves.png (and "
+        "the test confusion matrix) in its directory. Several: their curves overlaid.",
+    )
+    plot.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories")
+    plot.add_argument(
+        "--output",
+        metavar="PNG",
+        help="where to write the picture (default: RUN_DIR/curves.png for one run, "
+        "comparison.png for several)",
+    )
+    plot.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     generate = command("generate", "build the dataset cache without training")
     generate.add_argument(
         "--world-size",
@@ -69,10 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Overrides may come after options (``test CFG --checkpoint P key=value``), which argparse
     # alone does not accept for a variable-length positional; collect them here.
     args, extra = parser.parse_known_args(argv)
-    stray = [a for a in extra if a.startswith("-") or "=" not in a]
+    stray = [a for a in extra if a.startswith("-") or "=" not in a or args.command == "plot"]
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
-    args.overrides = [*args.overrides, *extra]
+    args.overrides = [*getattr(args, "overrides", []), *extra]
     try:
         return COMMANDS[args.command](args)
     except QGError as e:
@@ -177,4 +191,33 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": _train, "test": _test, "generate": _generate}
+def _plot(args: argparse.Namespace) -> int:
+    from . import plots
+
+    runs = [plots.read_run(path) for path in args.runs]  # every directory checked first
+    if len(runs) == 1 and args.output is None:
+        written = plots.write_run_plots(args.runs[0], _class_names(args.runs[0]))
+    else:
+        output = args.output or "comparison.png"
+        written = [plots.plot_curves(runs, output)]
+    for path in written:
+        print(path)
+    return 0
+
+
+def _class_names(run_dir: str) -> list[str] | None:
+    """Class names from the run's config.yaml, if it has a readable one."""
+    from pathlib import Path
+
+    from . import plots
+    from .config import load_config
+    from .errors import ConfigError
+    from .run_dir import CONFIG
+
+    try:
+        return plots.class_names_of(load_config(Path(run_dir) / CONFIG))
+    except ConfigError:
+        return None
+
+
+COMMANDS = {"train": _train, "test": _test, "generate": _generate, "plot": _plot}

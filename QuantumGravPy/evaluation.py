@@ -7,6 +7,7 @@ the number of correct predictions and the number of graphs, and divide once at t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,11 @@ def make_criterion(dotted: str) -> Criterion:
 
 @dataclass
 class MetricSums:
-    """Summed loss, correct predictions and graph count; ``values`` is a float64 [3] tensor."""
+    """Summed loss, correct predictions and graph count; ``values`` is a float64 [3] tensor.
+
+    Optionally followed by a C x C confusion matrix (row: true class, column: predicted), so
+    that one all-reduce combines everything.
+    """
 
     values: Tensor
 
@@ -48,11 +53,18 @@ class MetricSums:
     def count(self) -> int:
         return int(self.values[2])
 
-    def compute(self, prefix: str) -> dict[str, float]:
-        loss_sum, correct, count = self.values.tolist()
+    def compute(self, prefix: str) -> dict[str, Any]:
+        """Loss and accuracy; with a confusion matrix when one was counted (``_confusion``)."""
+        loss_sum, correct, count = self.values[:3].tolist()
         if count == 0:
-            return {f"{prefix}_loss": float("nan"), f"{prefix}_accuracy": float("nan")}
-        return {f"{prefix}_loss": loss_sum / count, f"{prefix}_accuracy": correct / count}
+            result = {f"{prefix}_loss": float("nan"), f"{prefix}_accuracy": float("nan")}
+        else:
+            result = {f"{prefix}_loss": loss_sum / count, f"{prefix}_accuracy": correct / count}
+        cells = self.values.numel() - 3
+        if cells:
+            c = math.isqrt(cells)
+            result[f"{prefix}_confusion"] = self.values[3:].view(c, c).long().tolist()
+        return result
 
 
 class Validator:
@@ -66,8 +78,10 @@ class Validator:
         device: torch.device | str,
         autocast_dtype: torch.dtype | None = None,
         float_dtype: torch.dtype = torch.float32,
+        num_classes: int | None = None,
     ):
         self.criterion = criterion
+        self.num_classes = num_classes  # set: also count a confusion matrix
         self.device = torch.device(device)
         self.autocast_dtype = autocast_dtype  # None: no autocast; else as training.precision says
         self.float_dtype = float_dtype  # the model's: float64 data for a float64 model
@@ -76,7 +90,8 @@ class Validator:
     def accumulate(self, model: nn.Module, loader: Iterable) -> MetricSums:
         was_training = model.training
         model.eval()
-        sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        c = self.num_classes or 0
+        sums = torch.zeros(3 + c * c, dtype=torch.float64, device=self.device)
         for batch in loader:
             batch = to_device(batch, self.device, self.float_dtype)
             with torch.autocast(
@@ -88,8 +103,11 @@ class Validator:
                 loss = self.criterion(outputs, batch)
             n = batch.num_graphs
             sums[0] += loss.double() * n
-            sums[1] += (outputs.argmax(dim=-1) == batch.y).sum()
+            predicted = outputs.argmax(dim=-1)
+            sums[1] += (predicted == batch.y).sum()
             sums[2] += n
+            if c:
+                sums[3:] += torch.bincount(batch.y.view(-1) * c + predicted, minlength=c * c)
         model.train(was_training)
         return MetricSums(sums)
 

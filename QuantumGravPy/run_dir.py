@@ -88,7 +88,8 @@ def write_history(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     if not rows:
         return
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    fields = list(dict.fromkeys(key for row in rows for key in row))  # every column, in order
+    writer = csv.DictWriter(buffer, fieldnames=fields, restval="nan", lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     write_atomic(path / HISTORY, buffer.getvalue())

@@ -25,7 +25,7 @@ from torch.utils.data.distributed import DistributedSampler
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
-from . import distributed
+from . import distributed, plots
 from . import reproducibility as rs
 from . import run_dir as rd
 from .augment import AugmentedDataset, get_preset
@@ -144,7 +144,9 @@ class Trainer:
         self.validator = Validator(
             self.criterion, self.device, self.autocast_dtype, self.float_dtype
         )
-        self.tester = Tester(self.criterion, self.device, self.autocast_dtype, self.float_dtype)
+        self.tester = Tester(
+            self.criterion, self.device, self.autocast_dtype, self.float_dtype, self.num_classes
+        )
         es = config.early_stopping
         self.early_stopping = EarlyStopping(
             mode=es.mode, patience=es.patience, delta=es.delta, grace_period=es.grace_period
@@ -315,9 +317,9 @@ class Trainer:
             self.on_epoch_start(train_loader)
             lr = self.optimizer.param_groups[0]["lr"]
             start = time.perf_counter()
-            train_loss = self.train_epoch(train_loader)
+            train = self.train_epoch(train_loader)
             seconds = time.perf_counter() - start
-            row = {"epoch": self.epoch + 1, "train_loss": train_loss, **self.validate(val_loader)}
+            row = {"epoch": self.epoch + 1, **train, **self.validate(val_loader)}
             row.update(lr=lr, epoch_seconds=seconds)
             self.epoch += 1
             self.history.append(row)
@@ -337,8 +339,10 @@ class Trainer:
         self.on_train_end()
         return self.history
 
-    def train_epoch(self, loader: DataLoader) -> float:
-        """One pass over ``loader``; returns the training loss averaged over graphs.
+    def train_epoch(self, loader: DataLoader) -> dict[str, float]:
+        """One pass over ``loader``; returns ``train_loss`` and ``train_accuracy`` over graphs.
+
+        Both are those of the weights as they were when each batch was seen.
 
         With ``training.accumulate_grad_batches`` k, the optimizer steps once per k batches.
         Each batch's loss is weighted by its share of the step's graphs, so k batches of b
@@ -369,22 +373,24 @@ class Trainer:
                 # Gradients are exchanged once per step, on its last batch.
                 with contextlib.nullcontext() if last else self.no_sync():
                     with self.autocast():
-                        loss = self.criterion(model(batch), batch)
+                        outputs = model(batch)
+                        loss = self.criterion(outputs, batch)
                     self.scaler.scale(loss * (batch.num_graphs / graphs)).backward()
                 total[0] += loss.detach().double() * batch.num_graphs
+                total[1] += (outputs.detach().argmax(dim=-1) == batch.y).sum()
             total[2] += graphs
             self.scaler.step(self.optimizer)
             self.scaler.update()
             if self.ema is not None:
                 self.ema.update(self.model)
             self.global_step += 1
-        loss = self.reduce_sums(MetricSums(total)).compute("train")["train_loss"]
-        if not math.isfinite(loss):
+        metrics = self.reduce_sums(MetricSums(total)).compute("train")
+        if not math.isfinite(metrics["train_loss"]):
             raise TrainingDivergedError(
-                f"the training loss is {loss} after epoch {self.epoch + 1}; "
+                f"the training loss is {metrics['train_loss']} after epoch {self.epoch + 1}; "
                 "lower training.optimizer.kwargs.lr or check the data for NaN features"
             )
-        return loss
+        return metrics
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """``training.precision``: float32, or autocast to bfloat16 / float16."""
@@ -526,6 +532,14 @@ class Trainer:
         }
         summary.update(test_metrics or {})
         rd.write_summary(self.run_dir, summary)
+        self.write_plots()
+
+    def write_plots(self) -> None:
+        """curves.png and confusion_matrix.png; a failure here costs a warning, never the run."""
+        try:
+            plots.write_run_plots(self.run_dir, plots.class_names_of(self.config))
+        except Exception as e:  # the results are on disk already; pictures are a convenience
+            self.logger.warning("could not write the plots of %s: %s", self.run_dir, e)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint records: plain state dicts, tensors and numbers only."""

@@ -67,6 +67,8 @@ def test_ddp_standalone_example_trains_with_two_processes(tmp_path):
     assert "2 processes, global batch 32" in result.stdout and "test accuracy" in result.stdout
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["epochs_run"] == 2
+    for picture in ("curves.png", "confusion_matrix.png"):  # drawn by rank 0 of a DDP run too
+        assert (tmp_path / "run" / picture).read_bytes()[:4] == b"\x89PNG"
     again = run_example("train_ddp_standalone_example.py", tmp_path)  # the run exists now
     assert again.returncode == 1 and "already holds a run" in again.stderr
     assert "Traceback" not in again.stderr

@@ -3,7 +3,6 @@
 import pytest
 import torch
 from conftest import run_ranks
-from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 import QuantumGravPy as qg
 
@@ -97,24 +96,16 @@ def test_two_accumulated_batches_of_b_make_the_step_of_one_batch_of_2b(make_conf
 
 def count_exchanges(rank, world_size, config):
     trainer = qg.TrainerDDP(rank, config)
-    calls = []
-
-    def counting(state, bucket):
-        calls.append(trainer.global_step)
-        return allreduce_hook(state, bucket)
-
-    trainer.ddp_model.register_comm_hook(None, counting)
+    assert trainer.gradient_sync == "shared memory"  # our comm hook, which counts its calls
     trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    calls = trainer._shm.calls
     trainer.close()
-    return len(calls), trainer.global_step
+    return calls, trainer.global_step
 
 
 def test_batches_that_do_not_step_skip_the_gradient_exchange(make_config):
     config = make_config(
-        "training.batch_size=4",
-        "training.accumulate_grad_batches=3",
-        "training.num_epochs=1",
-        "parallel.shared_memory=false",
+        "training.batch_size=4", "training.accumulate_grad_batches=3", "training.num_epochs=1"
     )
     (calls, steps), _ = run_ranks(2, count_exchanges, config, timeout_s=120)
     # The test model fits one gradient bucket: one exchange per optimizer step, not per batch.
