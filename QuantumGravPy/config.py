@@ -39,13 +39,13 @@ _PROBABILITY = _check(lambda v: 0 <= v < 1, "a number in [0, 1)")
 @dataclass(frozen=True)
 class DataConfig:
     root: str = "data"  # where the generated dataset is cached
-    num_graphs: int = field(default=3000, metadata=_POSITIVE)
+    num_graphs: int = field(default=3000, metadata=_POSITIVE)  # causal sets to generate
     num_points: tuple[int, int] = (32, 64)  # [min, max] elements per causal set
     dimensions: tuple[int, ...] = (2, 3, 4)  # spacetime dimensions; y is the index in this list
     seed: int = 0  # generation and the train/val/test split
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)  # train, validation, test
     dataset: DottedPath | None = None  # a function returning your own Dataset or list of Data
-    dataset_kwargs: dict[str, Any] = field(default_factory=dict)
+    dataset_kwargs: dict[str, Any] = field(default_factory=dict)  # keyword arguments for it
 
     def validate(self) -> None:
         lo, hi = self.num_points
@@ -70,15 +70,17 @@ class DataConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     conv: DottedPath = "torch_geometric.nn.GraphConv"  # any message-passing layer class
+    # extra arguments for each conv layer, e.g. {aggr: mean}; bias is left out before a graph
+    # or batch norm (which subtracts it again) unless given here
     conv_kwargs: dict[str, Any] = field(default_factory=dict)
-    hidden_channels: int = field(default=64, metadata=_POSITIVE)
-    num_layers: int = field(default=3, metadata=_POSITIVE)
-    activation: DottedPath = "torch.nn.ReLU"
-    dropout: float = field(default=0.0, metadata=_PROBABILITY)
-    residual: bool = True
+    hidden_channels: int = field(default=64, metadata=_POSITIVE)  # width of every layer
+    num_layers: int = field(default=3, metadata=_POSITIVE)  # message-passing blocks
+    activation: DottedPath = "torch.nn.ReLU"  # an nn.Module class or a function
+    dropout: float = field(default=0.0, metadata=_PROBABILITY)  # after each block and head layer
+    residual: bool = True  # add each block's input to its output
     # graph: GraphNorm, statistics of each graph alone; layer: per node; batch: BatchNorm
     norm: Literal["graph", "layer", "batch", "none"] = "graph"
-    pooling: tuple[Literal["mean", "max", "add"], ...] = ("mean", "max", "add")
+    pooling: tuple[Literal["mean", "max", "add"], ...] = ("mean", "max", "add")  # concatenated
     head_channels: tuple[int, ...] = (64,)  # hidden layers of the MLP head
     in_channels: int | None = None  # node features; null: taken from the dataset
     num_classes: int | None = None  # null: taken from the dataset
@@ -94,14 +96,14 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class OptimizerConfig:
-    type: DottedPath = "torch.optim.AdamW"
-    kwargs: dict[str, Any] = field(default_factory=lambda: {"lr": 0.003})
+    type: DottedPath = "torch.optim.AdamW"  # any torch.optim.Optimizer class
+    kwargs: dict[str, Any] = field(default_factory=lambda: {"lr": 0.003})  # its arguments
 
 
 @dataclass(frozen=True)
 class SchedulerConfig:
     type: DottedPath  # e.g. torch.optim.lr_scheduler.CosineAnnealingLR; stepped once per epoch
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # its arguments besides the optimizer
 
 
 @dataclass(frozen=True)
@@ -109,21 +111,22 @@ class TrainingConfig:
     seed: int = 0  # model initialisation and the order of training batches
     device: str = "auto"  # auto, cpu, cuda or cuda:N
     path: str | None = None  # the run directory; null: runs/<name>
-    num_epochs: int = field(default=30, metadata=_POSITIVE)
+    num_epochs: int = field(default=30, metadata=_POSITIVE)  # at most (early stopping)
     batch_size: int = field(default=32, metadata=_POSITIVE)  # per process
-    drop_last: bool = False
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    lr_scheduler: SchedulerConfig | None = None
-    num_workers: int = field(default=0, metadata=_NON_NEGATIVE)
+    drop_last: bool = False  # drop each epoch's last, smaller batch (a world-size condition)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # the optimizer
+    lr_scheduler: SchedulerConfig | None = None  # null: a constant learning rate
+    num_workers: int = field(default=0, metadata=_NON_NEGATIVE)  # data-loading worker processes
     checkpoint_every: int = field(default=0, metadata=_NON_NEGATIVE)  # 0: only best and last
     # null (shuffle), class_balanced, progressive, weighted (graph attribute "weight"), or a
     # dotted path to f(dataset, **sampler_kwargs) -> Sampler; distributed automatically
     sampler: str | None = None
-    sampler_kwargs: dict[str, Any] = field(default_factory=dict)
+    sampler_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {num_samples: 5000}
     # optimizer steps every N batches; gradients of the others are kept, not synchronised
     accumulate_grad_batches: int = field(default=1, metadata=_POSITIVE)
     # "32": float32; "bf16" or "16": autocast to bfloat16 / float16 (16 adds a gradient scaler);
-    # "64": float64 weights and data, for results that agree across process counts to ~1e-12
+    # "64": float64 weights and data, which keeps runs on different process counts together
+    # far longer (see the README on reproducibility)
     precision: Literal["32", "bf16", "16", "64"] = "32"
     # null: no average; e.g. 0.999: validation and test use an exponential moving average
     ema_decay: float | None = field(
@@ -148,7 +151,7 @@ class TrainingConfig:
 
 @dataclass(frozen=True)
 class EvalConfig:
-    batch_size: int = field(default=256, metadata=_POSITIVE)  # per process
+    batch_size: int = field(default=256, metadata=_POSITIVE)  # graphs per evaluation batch
 
 
 @dataclass(frozen=True)
@@ -163,11 +166,11 @@ class ValidationConfig(EvalConfig):
 class ParallelConfig:
     world_size: int = field(default=1, metadata=_POSITIVE)  # > 1: spawn that many processes
     backend: Literal["auto", "nccl", "gloo"] = "auto"  # auto: NCCL with CUDA, gloo otherwise
-    master_addr: str = "127.0.0.1"
+    master_addr: str = "127.0.0.1"  # where rank 0 listens (spawned jobs)
     master_port: int | None = field(  # null: a free port is chosen
         default=None, metadata=_check(lambda v: 0 < v < 65536, "a port from 1 to 65535")
     )
-    find_unused_parameters: bool = False
+    find_unused_parameters: bool = False  # DDP's option for models that skip parameters
     timeout_s: float = field(default=300.0, metadata=_POSITIVE)  # a silent rank ends the job
     # Average gradients through shared memory when all ranks are CPU processes on one x86-64
     # machine (much less waiting than gloo on busy cores; the same numbers). false: always gloo.
@@ -188,8 +191,8 @@ class AugmentationSection:
 @dataclass(frozen=True)
 class EarlyStoppingConfig:
     enabled: bool = True  # false: train all epochs, still keep the best checkpoint by metric
-    metric: Literal["val_loss", "val_accuracy", "train_loss"] = "val_loss"
-    mode: Literal["min", "max"] = "min"
+    metric: Literal["val_loss", "val_accuracy", "train_loss"] = "val_loss"  # also picks best.pt
+    mode: Literal["min", "max"] = "min"  # min for losses, max for accuracy
     patience: int = field(default=8, metadata=_POSITIVE)  # epochs without improvement
     delta: float = field(default=0.0, metadata=_NON_NEGATIVE)  # smallest change that counts
     grace_period: int = field(default=0, metadata=_NON_NEGATIVE)  # epochs before it may stop
@@ -205,8 +208,8 @@ class EarlyStoppingConfig:
 
 @dataclass(frozen=True)
 class Config:
-    name: str = "qg"
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    name: str = "qg"  # the run's name; the run directory defaults to runs/<name>
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"  # on rank 0; others: WARNING
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
