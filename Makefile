@@ -27,12 +27,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
-	$(PY) bench/overhead.py
-	$(PY) bench/generation.py
-	$(PY) bench/baseline.py
-	$(PY) bench/ddp_scaling.py
-	$(PY) bench/samplers.py
-	$(PY) bench/invariance.py
+	$(PY) bench/report.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -6,7 +6,8 @@ Compared, each at global batches 32 and 128 on the default model and causal-set 
     memory (the default on one CPU machine) and through gloo;
   - the same two processes with no gradient exchange at all: the ceiling on this machine;
   - a hand-written DDP loop (DistributedSampler + DistributedDataParallel), two processes, with
-    one thread each as a careful user would set, and with torch's default threads.
+    one thread each as a careful user would set, and with torch's default threads;
+  - PyTorch Lightning's Trainer with strategy "ddp", two processes (if installed).
 And validation of 2,800 graphs by rank 0 alone against sharded over the two ranks.
 
 Epoch time is the training pass, data loading included, as in history.csv. Configurations run
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -33,6 +33,8 @@ from torch.utils.data.distributed import DistributedSampler
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import lightning_helpers  # noqa: E402
 
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy import distributed  # noqa: E402
@@ -102,6 +104,25 @@ def hand_written(rank, world_size, config, epochs, threads):
     return _median_epoch(epoch, epochs)
 
 
+def lightning_ddp(rank, world_size, config, epochs):
+    """Lightning's Trainer with strategy "ddp" on the process group this job already has."""
+    # Lightning joins processes started by someone else when these are set.
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), NODE_RANK="0"
+    )
+    trainer = qg.Trainer(config)  # only to get the same data split and initial model
+    train_loader, _, _ = trainer.prepare_dataloaders()
+    # Lightning puts its own DistributedSampler in place of the shuffling.
+    loader = make_loader(train_loader.dataset, batch_size=config.training.batch_size, shuffle=True)
+    module = lightning_helpers.module(
+        copy.deepcopy(trainer.model), torch.optim.AdamW, config.training.optimizer.kwargs
+    )
+    seconds: list[float] = []
+    fit = lightning_helpers.trainer(epochs + 1, seconds, devices=world_size, strategy="ddp")
+    fit.fit(module, train_dataloaders=loader)
+    return statistics.median(seconds[1:])  # the first epoch is the warm-up
+
+
 def validation(rank, world_size, config, repeats):
     times = {}
     for mode in ("rank0", "sharded"):
@@ -163,6 +184,15 @@ def main() -> None:
                 "hand-written DDP, 2 processes, default threads": lambda b=batch: qg.spawn(
                     hand_written, 2, config(b // 2), args.epochs, cores, backend="gloo"
                 )[0],
+                **(
+                    {
+                        "Lightning Trainer, strategy ddp, 2 processes": lambda b=batch: qg.spawn(
+                            lightning_ddp, 2, config(b // 2), args.epochs, backend="gloo"
+                        )[0]
+                    }
+                    if lightning_helpers.available()
+                    else {}
+                ),
             }
             samples: dict[str, list[float]] = {name: [] for name in runs}
             for _ in range(args.rounds):
@@ -174,18 +204,24 @@ def main() -> None:
                 rows.append((batch, name, median, base / median))
         val = qg.spawn(validation, 2, config(16), args.epochs, backend="gloo")[0]
 
-    print(f"machine: {platform.machine()}, {cores} cores; torch {torch.__version__}")
-    print(f"{'global batch':>12}  {'configuration':<48} {'s/epoch':>8} {'speed-up':>9}")
+    print(
+        f"{cores} cores, torch {torch.__version__}; medians of {args.rounds} alternating rounds "
+        f"of {args.epochs} epochs; speed-up against one process at the same global batch\n"
+    )
+    print("| global batch | configuration | s/epoch | speed-up |")
+    print("|---|---|---|---|")
     for batch, name, seconds, speedup in rows:
-        print(f"{batch:>12}  {name:<48} {seconds:>8.3f} {speedup:>8.2f}x")
+        print(f"| {batch} | {name} | {seconds:.3f} | {speedup:.2f}x |")
+    print()
     for batch, name, _, speedup in rows:
         if name.endswith("shared memory"):
             verdict = "met" if speedup >= TARGET else "MISSED"
-            print(f"global batch {batch}: speed-up {speedup:.2f} (target >= {TARGET}: {verdict})")
+            print(f"- global batch {batch}: speed-up {speedup:.2f} (target >= {TARGET}: {verdict})")
     ratio = val["rank0"] / val["sharded"]
     print(
-        f"validation of 2,800 graphs, 2 processes: rank0 {val['rank0']:.3f} s, "
-        f"sharded {val['sharded']:.3f} s, speed-up {ratio:.2f}x (world size 2)"
+        f"\n| validation of 2,800 graphs, 2 processes | seconds |\n|---|---|\n"
+        f"| `validation.mode: rank0` | {val['rank0']:.3f} |\n"
+        f"| `validation.mode: sharded` | {val['sharded']:.3f} ({ratio:.2f}x faster) |"
     )
 
 

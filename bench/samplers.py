@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
-import platform
 import resource
 import statistics
 import sys
@@ -87,14 +86,19 @@ def main() -> None:
             process.start()
             results[name].append(queue.get())
             process.join()
-    print(f"machine: {platform.machine()}; N = {args.n:,}, W = {args.world_size}, rank {RANK}")
-    print(f"{'sampler':<40} {'s/epoch':>8} {'peak MB':>8} {'items':>9}")
+    print(
+        f"One rank's epoch (rank {RANK}) at N = {args.n:,} and W = {args.world_size}, each in a "
+        f"fresh process, medians of {args.repeats}\n"
+    )
+    print("| sampler | s/epoch | peak MB during the epoch | items |")
+    print("|---|---|---|---|")
     medians = {}
     for name, rows in results.items():
         seconds = statistics.median(r[0] for r in rows)
         peak = statistics.median(r[1] for r in rows)
         medians[name] = seconds
-        print(f"{name:<40} {seconds:>8.3f} {peak:>8.1f} {rows[0][2]:>9,}")
+        print(f"| {name} | {seconds:.3f} | {peak:.1f} | {rows[0][2]:,} |")
+    print()
     floor = medians["WeightedRandomSampler, iterated once"]
     wrapper = medians["qg.DistributedSamplerWrapper"] / floor
     native = (
@@ -102,9 +106,9 @@ def main() -> None:
         / medians["qg.DistributedWeightedRandomSampler"]
     )
     verdict = "met" if wrapper <= 1.25 else "MISSED"
-    print(f"qg wrapper / floor: {wrapper:.2f} (target <= 1.25: {verdict})")
+    print(f"- qg wrapper / floor: {wrapper:.2f} (target <= 1.25: {verdict})")
     print(
-        f"Lightning wrapper / qg.DistributedWeightedRandomSampler: {native:.1f}x "
+        f"- Lightning wrapper / qg.DistributedWeightedRandomSampler: {native:.1f}x "
         f"(target >= 10: {'met' if native >= 10 else 'MISSED'})"
     )
 

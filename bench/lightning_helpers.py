@@ -1,0 +1,69 @@
+"""The model, optimizer and epoch timing for the comparisons with PyTorch Lightning.
+
+Lightning is a benchmark-only dependency (`pip install -e '.[bench]'`); `available()` says
+whether it is installed, and the scripts skip its rows when it is not.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+
+
+def available() -> bool:
+    try:
+        import lightning  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def quiet() -> None:
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", module="lightning")
+
+
+def module(model, optimizer_cls, optimizer_kwargs):
+    """A LightningModule training ``model`` with cross-entropy, as our loop does."""
+    import lightning as L
+    import torch
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.optimizer = optimizer_cls(self.model.parameters(), **optimizer_kwargs)
+
+        def training_step(self, batch, batch_idx):
+            return torch.nn.functional.cross_entropy(self.model(batch), batch.y)
+
+        def configure_optimizers(self):
+            return self.optimizer
+
+    return Module()
+
+
+def trainer(epochs: int, seconds: list[float], **kwargs):
+    """A Lightning Trainer without logging, checkpoints or bars; epoch times go to ``seconds``."""
+    import lightning as L
+
+    class EpochTimer(L.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            self.start = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            seconds.append(time.perf_counter() - self.start)
+
+    quiet()
+    return L.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[EpochTimer()],
+        **kwargs,
+    )

@@ -1,0 +1,94 @@
+"""Run every benchmark and write BENCHMARKS.md: the machine, the date, and each script's tables.
+
+    python bench/report.py [--output BENCHMARKS.md]
+
+`make bench` runs this. Each script runs in its own process, one after the other, so they do not
+compete for the cores; their own output (markdown tables, with the targets they check) is
+copied under a heading that says what they compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPTS = (
+    ("overhead.py", "Framework overhead: `qg.Trainer` against a hand-written loop and Lightning"),
+    ("ddp_scaling.py", "1 against 2 processes: ours, a hand-written DDP loop and Lightning's DDP"),
+    (
+        "samplers.py",
+        "Distributed samplers: ours against Lightning's wrapper and DistributedSampler",
+    ),
+    ("invariance.py", "World-size invariance and the cost of full-state checkpoints"),
+    ("generation.py", "Causal-set generation throughput"),
+    ("baseline.py", "The analytic baseline: Myrheim-Meyer dimension estimator"),
+)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def docstring_lead(path: Path) -> str:
+    text = path.read_text(encoding="utf-8").split('"""')[1]
+    return " ".join(text.split("\n\n")[1].split()) if "\n\n" in text else ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", default=str(ROOT / "BENCHMARKS.md"))
+    args = parser.parse_args()
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    sections = []
+    for script, title in SCRIPTS:
+        path = ROOT / "bench" / script
+        print(f"running bench/{script} ...", flush=True)
+        start = time.perf_counter()
+        result = subprocess.run(
+            [sys.executable, str(path)], capture_output=True, text=True, env=env, cwd=ROOT
+        )
+        minutes = (time.perf_counter() - start) / 60
+        output = result.stdout.strip()
+        if result.returncode != 0:
+            output += (
+                f"\n\n**failed** (exit {result.returncode}):\n\n```\n{result.stderr[-3000:]}\n```"
+            )
+        elif "|---" not in output:
+            output = f"```\n{output}\n```"
+        sections.append(
+            f"## {title}\n\n`python bench/{script}` ({minutes:.1f} min). {docstring_lead(path)}"
+            f"\n\n{output}\n"
+        )
+    header = (
+        "# Benchmarks\n\n"
+        f"Measured by `make bench` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on "
+        f"{cpu_name()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}, torch {torch.__version__}. "
+        "The machine may be shared: every script compares against a baseline timed in the same "
+        "run, alternating between them, and reports ratios of medians.\n"
+    )
+    Path(args.output).write_text(header + "\n" + "\n".join(sections), encoding="utf-8")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
