@@ -68,13 +68,15 @@ def main() -> None:
             "early_stopping.enabled=false",
             "log_level=WARNING",
         ]
-        print(f"# world-size invariance, {args.epochs} epochs, {args.graphs} graphs")
-        print(f"# {platform.node()}, {platform.processor() or platform.machine()}")
+        print(
+            f"Largest weight difference from 1 process x batch 8, {args.epochs} epochs on "
+            f"{args.graphs} graphs ({platform.machine()})\n"
+        )
         epochs = range(1, args.epochs + 1)
         print(
-            "precision | processes x batch | "
+            "| precision | processes x batch | "
             + " | ".join(f"epoch {e}" for e in epochs)
-            + "\n---|---|"
+            + " |\n|---|---|"
             + "---|" * args.epochs
         )
         for precision in ("32", "64"):
@@ -96,8 +98,9 @@ def main() -> None:
                     for mine, reference in zip(results[world_size], results[1], strict=True)
                 ]
                 print(
-                    f"{precision} | {world_size} x {batch} | "
+                    f"| {precision} | {world_size} x {batch} | "
                     + " | ".join(f"{d:.0e}" for d in differences)
+                    + " |"
                 )
 
         config = qg.load_config(

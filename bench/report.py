@@ -46,19 +46,44 @@ def cpu_name() -> str:
 
 
 def docstring_lead(path: Path) -> str:
+    """The first paragraph of a script's docstring after its title, as markdown."""
     text = path.read_text(encoding="utf-8").split('"""')[1]
-    return " ".join(text.split("\n\n")[1].split()) if "\n\n" in text else ""
+    for paragraph in text.split("\n\n")[1:]:
+        lines = [line.strip() for line in paragraph.strip().splitlines()]
+        if not lines or lines[0].startswith("python "):
+            continue  # a usage line
+        out: list[str] = []
+        for line in lines:
+            if line.startswith("- ") or not out:
+                out.append(("\n" if line.startswith("- ") and len(out) == 1 else "") + line)
+            elif out[-1].lstrip().startswith("- ") and not line.startswith("- "):
+                out[-1] += " " + line
+            else:
+                out[-1] += " " + line
+        return "\n".join(out)
+    return text.strip().splitlines()[0]  # no paragraph beyond the title: the title itself
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default=str(ROOT / "BENCHMARKS.md"))
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="SCRIPT",
+        help="run only these scripts and replace their sections in an existing report",
+    )
     args = parser.parse_args()
+    output_path = Path(args.output)
+    previous = _sections(output_path.read_text(encoding="utf-8")) if args.only else {}
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     )
     sections = []
     for script, title in SCRIPTS:
+        if args.only and script not in args.only and title in previous:
+            sections.append(previous[title])
+            continue
         path = ROOT / "bench" / script
         print(f"running bench/{script} ...", flush=True)
         start = time.perf_counter()
@@ -85,9 +110,18 @@ def main() -> int:
         "The machine may be shared: every script compares against a baseline timed in the same "
         "run, alternating between them, and reports ratios of medians.\n"
     )
-    Path(args.output).write_text(header + "\n" + "\n".join(sections), encoding="utf-8")
+    output_path.write_text(header + "\n" + "\n".join(sections), encoding="utf-8")
     print(f"wrote {args.output}")
     return 0
+
+
+def _sections(text: str) -> dict[str, str]:
+    """``{title: section text}`` of an existing report."""
+    found = {}
+    for chunk in text.split("\n## ")[1:]:
+        title = chunk.split("\n", 1)[0]
+        found[title] = f"## {chunk.rstrip()}\n"
+    return found
 
 
 if __name__ == "__main__":
