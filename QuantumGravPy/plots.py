@@ -70,7 +70,8 @@ def plot_curves(runs: Sequence[tuple[str, list[dict[str, float]]]], output: str 
         ax.set_title(title)
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        if title == "learning rate":
+        positive = all(row["lr"] > 0 for _, history in runs for row in history if "lr" in row)
+        if title == "learning rate" and positive:
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
         if ax.has_data():

@@ -31,6 +31,7 @@ def test_a_run_leaves_history_summary_config_log_and_checkpoints(make_config):
     assert summary == {
         "test_loss": metrics["test_loss"],
         "test_accuracy": metrics["test_accuracy"],
+        "test_confusion": metrics["test_confusion"],
         "best_epoch": trainer.early_stopping.best_epoch,
         "epochs_run": 4,
         "stopped_early": False,
@@ -56,7 +57,8 @@ def test_run_test_evaluates_the_best_checkpoint_not_the_last_model(make_config):
     best = qg.load_checkpoint(cfg.run_dir / "checkpoints" / "best.pt")
     model = qg.GNNModel.from_config(cfg.model, trainer.in_channels, trainer.num_classes)
     model.load_state_dict(best["model"])
-    expected = qg.Tester(make_criterion(cfg.criterion), "cpu").evaluate(model, test_loader)
+    tester = qg.Tester(make_criterion(cfg.criterion), "cpu", num_classes=trainer.num_classes)
+    expected = tester.evaluate(model, test_loader)
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     assert trainer.run_test(test_loader) == expected
     after = trainer.model.state_dict()
