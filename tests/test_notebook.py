@@ -17,7 +17,8 @@ def test_the_tutorial_runs_in_a_fresh_kernel(tmp_path, monkeypatch):
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     NotebookClient(
         notebook,
-        timeout=300,
+        timeout=300,  # per cell
+        startup_timeout=120,  # a busy machine starts kernels slowly
         kernel_name="python3",
         resources={"metadata": {"path": str(NOTEBOOK.parent)}},
     ).execute()
