@@ -8,6 +8,7 @@ many processes runs unchanged in one.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import socket
@@ -251,8 +252,14 @@ def initialize_ddp(
 
 
 def cleanup_ddp() -> None:
-    """Leave the process group (safe to call when there is none)."""
+    """Leave the process group (safe to call when there is none).
+
+    Wrappers nobody refers to any more (DDP's reducer, with its communication hook) are
+    collected first, while the group they use still exists: collected later, at interpreter
+    exit, one occasionally aborted the process ("terminate called without an active exception").
+    """
     if dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -102,10 +102,12 @@ class TrainerDDP(Trainer):
 
     @property
     def train_module(self) -> torch.nn.Module:
+        if self.ddp_model is None:
+            raise DistributedError("this TrainerDDP was closed; build a new one to train again")
         return self.ddp_model
 
     def no_sync(self):
-        return self.ddp_model.no_sync()
+        return self.train_module.no_sync()
 
     def gather_rng_states(self) -> list[dict]:
         return distributed.all_gather_object(super().gather_rng_states()[0])
@@ -272,7 +274,12 @@ class TrainerDDP(Trainer):
         self._on_main(lambda: super(TrainerDDP, self).write_summary(test_metrics))
 
     def close(self) -> None:
+        """Detach the log file and release the DDP wrapper and its gradient exchange.
+
+        Evaluation (``run_test``) still works afterwards; training does not.
+        """
         super().close()
+        self.ddp_model = None  # its reducer goes now, while the process group still exists
         if self._shm is not None:
             self._shm.close()
             self._shm = None
