@@ -170,6 +170,32 @@ def test_a_different_config_is_refused_naming_the_keys_unless_forced(make_config
     assert misuse.returncode == 2 and "--force only applies to --resume" in misuse.stderr
 
 
+def test_a_requeued_job_resumes_even_when_its_script_says_overwrite(make_config, tmp_path):
+    cfg = make_config("training.num_epochs=1", "log_level=INFO")
+    train(cfg)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(qg.config.config_to_dict(cfg)))
+    requeued = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "QuantumGravPy",
+            "train",
+            str(path),
+            "--overwrite",
+            "training.num_epochs=2",
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), SLURM_RESTART_COUNT="1"),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert requeued.returncode == 0, requeued.stderr
+    assert "resumed from" in (cfg.run_dir / "train.log").read_text()
+    assert [row["epoch"] for row in rd.read_history(cfg.run_dir)] == [1, 2]
+
+
 # --- killed jobs ---------------------------------------------------------------------------------
 
 
