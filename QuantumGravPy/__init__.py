@@ -1,45 +1,65 @@
 """QuantumGravPy: graph neural networks on causal sets and other graphs, from one CPU to many GPUs.
 
 ``import QuantumGravPy as qg``; the names below are the public API.
+
+The package is built in layers, each importing only from the ones below it (a test checks it):
+
+    cli.py        the command line
+    training/     Trainer, TrainerDDP, evaluation, early stopping, EMA, launch()
+    data/         datasets, split and loaders, samplers, augmentation, range splitting
+    models/       GNNModel
+    runs/         run directory, checkpoints, resuming, reproducibility records, plots
+    parallel/     process group and collectives, spawning, shared-memory gradient exchange
+    config/       schema, loading and overrides, dotted paths, generated docs
+    physics/      causal sets, sprinkling, observables
+    errors, logs  the ground floor
 """
 
-from .augment import (
+from .config import Config, load_config
+from .data import (
     AugmentationConfig,
     AugmentedDataset,
+    CausalSetDataset,
+    ClassBalancedSampler,
+    DistributedClassBalancedSampler,
+    DistributedRangeSplitter,
+    DistributedSamplerWrapper,
+    DistributedWeightedRandomSampler,
+    ProgressiveClassBalancedSampler,
     RankAwareSeedGenerator,
     apply_augmentation,
     gen_augmentation_params,
     gen_distributed_augmentation_params,
     get_preset,
+    split_dataset,
+    stream_distributed_augmentation_chain,
 )
-from .causal_sets import CausalSet, myrheim_meyer_dimension, ordering_fraction_expectation, sprinkle
-from .checkpoint import load_checkpoint
-from .config import Config, load_config
-from .datasets import CausalSetDataset, split_dataset
-from .distributed import (
+from .errors import CheckpointError, ConfigError, DataError, QGError, RunDirectoryError
+from .models import GNNModel
+from .parallel import (
     DistributedError,
     PortInUseError,
     RankFailedError,
     RankTimeoutError,
+    WorkerError,
     cleanup_ddp,
     initialize_ddp,
+    run_distributed,
+    spawn,
 )
-from .early_stopping import EarlyStopping
-from .ema import EMA
-from .errors import CheckpointError, ConfigError, DataError, QGError, RunDirectoryError
-from .evaluation import MetricSums, Tester, Validator
-from .launch import WorkerError, launch, prepare_run, run_distributed, spawn
-from .models import GNNModel
-from .samplers import (
-    ClassBalancedSampler,
-    DistributedClassBalancedSampler,
-    DistributedSamplerWrapper,
-    DistributedWeightedRandomSampler,
-    ProgressiveClassBalancedSampler,
+from .physics import CausalSet, myrheim_meyer_dimension, ordering_fraction_expectation, sprinkle
+from .runs import load_checkpoint
+from .training import (
+    EMA,
+    EarlyStopping,
+    MetricSums,
+    Tester,
+    Trainer,
+    TrainerDDP,
+    Validator,
+    launch,
+    prepare_run,
 )
-from .sharding import DistributedRangeSplitter, stream_distributed_augmentation_chain
-from .trainer import Trainer
-from .trainer_ddp import TrainerDDP
 
 __version__ = "0.1.0"
 

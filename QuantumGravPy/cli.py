@@ -110,18 +110,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _rank_prefix() -> str:
-    from . import distributed
+    from .parallel import distributed
 
     return f"[RANK {distributed.get_rank()}] " if distributed.is_initialized() else ""
 
 
 def _train(args: argparse.Namespace) -> int:
     from .config import load_config
-    from .distributed import process_env, restart_count
     from .errors import ConfigError
-    from .launch import check_resumable, launch
-    from .run_dir import check_run_dir
-    from .trainer import Trainer
+    from .parallel.distributed import process_env, restart_count
+    from .runs import check_resumable
+    from .runs.directory import check_run_dir
+    from .training import Trainer, launch
 
     config = load_config(args.config, args.overrides)
     overwrite, resume, force = args.overwrite, args.resume, args.force
@@ -163,9 +163,9 @@ def _report(metrics: dict[str, float], config) -> None:
 
 
 def _test(args: argparse.Namespace) -> int:
-    from .checkpoint import load_checkpoint
     from .config import load_config
-    from .trainer import Trainer
+    from .runs import load_checkpoint
+    from .training import Trainer
 
     config = load_config(args.config, args.overrides)
     load_checkpoint(args.checkpoint)  # a bad file fails before the data is built
@@ -178,7 +178,7 @@ def _test(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
     from .config import load_config
-    from .datasets import dataset_from_config
+    from .data import dataset_from_config
     from .errors import ConfigError
     from .logs import configure_logging
 
@@ -192,7 +192,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from . import plots
+    from .runs import plots
 
     runs = [plots.read_run(path) for path in args.runs]  # every directory checked first
     if len(runs) == 1 and args.output is None:
@@ -209,10 +209,10 @@ def _class_names(run_dir: str) -> list[str] | None:
     """Class names from the run's config.yaml, if it has a readable one."""
     from pathlib import Path
 
-    from . import plots
     from .config import load_config
     from .errors import ConfigError
-    from .run_dir import CONFIG
+    from .runs import plots
+    from .runs.directory import CONFIG
 
     try:
         return plots.class_names_of(load_config(Path(run_dir) / CONFIG))

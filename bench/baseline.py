@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import QuantumGravPy as qg  # noqa: E402
-from QuantumGravPy.datasets import dataset_from_config  # noqa: E402
+from QuantumGravPy.data import dataset_from_config  # noqa: E402
 
 
 def ordering_fraction(graph) -> float:

@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 import lightning_helpers  # noqa: E402
 
 import QuantumGravPy as qg  # noqa: E402
-from QuantumGravPy import distributed  # noqa: E402
-from QuantumGravPy.datasets import make_loader  # noqa: E402
+from QuantumGravPy.data import make_loader  # noqa: E402
+from QuantumGravPy.parallel import distributed  # noqa: E402
 
 TARGET = 1.6
 

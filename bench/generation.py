@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from QuantumGravPy.datasets import generate_causal_set_graphs
+from QuantumGravPy.data import generate_causal_set_graphs
 
 TARGET_SECONDS = 30.0
 

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import QuantumGravPy as qg  # noqa: E402
-from QuantumGravPy.launch import spawn  # noqa: E402
+from QuantumGravPy.parallel import spawn  # noqa: E402
 
 
 def train_weights(rank: int, world_size: int, config: qg.Config) -> list[dict]:

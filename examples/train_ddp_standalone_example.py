@@ -21,7 +21,7 @@ import sys
 import torch
 
 import QuantumGravPy as qg
-from QuantumGravPy.distributed import process_env
+from QuantumGravPy.parallel.distributed import process_env
 
 
 def worker(rank: int, world_size: int, config: qg.Config, overwrite: bool, resume: bool) -> dict:

@@ -65,7 +65,7 @@ def run_ranks(world_size: int, fn, *args, timeout_s: float = 60.0) -> list:
     Returns every rank's result in rank order; a failing rank raises ``qg.WorkerError``.
     ``fn`` must be defined at the top level of a test module.
     """
-    from QuantumGravPy.launch import spawn
+    from QuantumGravPy.parallel import spawn
 
     return spawn(fn, world_size, *args, backend="gloo", timeout_s=timeout_s)
 

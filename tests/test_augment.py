@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import QuantumGravPy as qg
-from QuantumGravPy.causal_sets import causal_structure, node_features
+from QuantumGravPy.physics import causal_structure, node_features
 
 
 @pytest.fixture(scope="module")

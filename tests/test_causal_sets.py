@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import QuantumGravPy as qg
-from QuantumGravPy.causal_sets import FEATURE_NAMES, diamond_coordinates
+from QuantumGravPy.physics import FEATURE_NAMES, diamond_coordinates
 
 DIMENSIONS = range(2, 7)
 

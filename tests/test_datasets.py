@@ -4,9 +4,14 @@ import pytest
 import torch
 
 import QuantumGravPy as qg
-from QuantumGravPy import datasets
-from QuantumGravPy.causal_sets import NUM_FEATURES
-from QuantumGravPy.datasets import dataset_from_config, generate_causal_set_graphs, split_dataset
+from QuantumGravPy.data import causal_sets as generation
+from QuantumGravPy.data import (
+    dataset_dimensions,
+    dataset_from_config,
+    generate_causal_set_graphs,
+    split_dataset,
+)
+from QuantumGravPy.physics import NUM_FEATURES
 
 
 def graphs_equal(a, b) -> bool:
@@ -59,13 +64,13 @@ def test_graph_i_depends_only_on_seed_and_i(tmp_path):
 def test_cache_is_reused_and_regenerated_when_a_parameter_changes(tmp_path, monkeypatch):
     first = qg.CausalSetDataset(str(tmp_path), num_graphs=8, seed=0, progress=False)
     calls = []
-    real = datasets.generate_causal_set_graphs
+    real = generation.generate_causal_set_graphs
 
     def counting(*args, **kwargs):
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(datasets, "generate_causal_set_graphs", counting)
+    monkeypatch.setattr(generation, "generate_causal_set_graphs", counting)
     again = qg.CausalSetDataset(str(tmp_path), num_graphs=8, seed=0, progress=False)
     assert calls == [] and graphs_equal(first[3], again[3])
     for change in (
@@ -83,7 +88,7 @@ def test_cache_is_reused_and_regenerated_when_a_parameter_changes(tmp_path, monk
 def test_users_bring_their_own_dataset_by_dotted_path(make_config):
     cfg = make_config("data.dataset=user_data.ring_graphs", "data.dataset_kwargs={num_graphs: 30}")
     ds = dataset_from_config(cfg.data)
-    assert len(ds) == 30 and datasets.dataset_dimensions(ds) == (3, 2)
+    assert len(ds) == 30 and dataset_dimensions(ds) == (3, 2)
 
 
 @pytest.mark.parametrize(

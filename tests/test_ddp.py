@@ -17,9 +17,9 @@ import yaml
 from conftest import ROOT, TESTS, run_cli, run_ranks, small_raw_config
 
 import QuantumGravPy as qg
-import QuantumGravPy.run_dir as run_dir_module
-import QuantumGravPy.trainer as trainer_module
-from QuantumGravPy.distributed import available_cores, free_port
+import QuantumGravPy.runs.directory as run_dir_module
+import QuantumGravPy.training.run_state as run_state_module
+from QuantumGravPy.parallel.distributed import available_cores, free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -58,8 +58,10 @@ def train_and_record(rank, world_size, config, config_lr0):
 
         return wrapper
 
-    real_save = trainer_module.save_checkpoint
-    trainer_module.save_checkpoint = lambda state, path: record(lambda p: real_save(state, p))(path)
+    real_save = run_state_module.save_checkpoint
+    run_state_module.save_checkpoint = lambda state, path: record(lambda p: real_save(state, p))(
+        path
+    )
     run_dir_module.write_atomic = record(run_dir_module.write_atomic)
 
     trainer = qg.TrainerDDP(rank, config)
@@ -241,7 +243,7 @@ def test_a_silent_rank_ends_the_job_within_the_timeout(make_config, tmp_path):
 def test_a_fixed_port_in_use_is_named_and_a_chosen_one_is_avoided(make_config, monkeypatch):
     import socket
 
-    from QuantumGravPy import distributed
+    from QuantumGravPy.parallel import distributed
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

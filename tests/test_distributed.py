@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import QuantumGravPy as qg
-from QuantumGravPy import distributed
-from QuantumGravPy.distributed import ddp_device_ids, first_slurm_host, process_env
+from QuantumGravPy.parallel import distributed
+from QuantumGravPy.parallel.distributed import ddp_device_ids, first_slurm_host, process_env
 
 
 def test_torchrun_variables_are_read():
@@ -124,7 +124,7 @@ def test_one_process_group_and_trainer_ddp_in_this_process(make_config):
 
 
 def test_auto_backend_follows_the_training_device(make_config, monkeypatch):
-    from QuantumGravPy.launch import resolve_backend
+    from QuantumGravPy.parallel import resolve_backend
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert resolve_backend(make_config("training.device=auto")) == "nccl"

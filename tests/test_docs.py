@@ -3,7 +3,7 @@
 import yaml
 from conftest import ROOT
 
-from QuantumGravPy.config_docs import END, START, reference_markdown, reference_rows
+from QuantumGravPy.config.docs import END, START, reference_markdown, reference_rows
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -12,7 +12,7 @@ def test_the_readme_reference_is_generated_from_the_current_schema():
     block = README[README.index(START) : README.index(END) + len(END)]
     assert block == reference_markdown(), (
         "README.md's configuration reference is stale: run "
-        "python -m QuantumGravPy.config_docs --write README.md"
+        "python -m QuantumGravPy.config.docs --write README.md"
     )
 
 
@@ -20,7 +20,9 @@ def test_every_key_has_a_type_a_default_and_a_meaning():
     rows = reference_rows()
     assert len(rows) > 50
     undocumented = [key for key, _, _, meaning in rows if not meaning]
-    assert not undocumented, f"add a comment beside these fields in config.py: {undocumented}"
+    assert not undocumented, (
+        f"add a comment beside these fields in config/schema.py: {undocumented}"
+    )
 
 
 def schema_keys(tree, keys, prefix=""):

@@ -5,7 +5,7 @@ import torch
 from torch_geometric.data import Batch
 
 import QuantumGravPy as qg
-from QuantumGravPy.causal_sets import NUM_FEATURES
+from QuantumGravPy.physics import NUM_FEATURES
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import json
 
 from conftest import run_cli, train
 
-from QuantumGravPy import plots
+from QuantumGravPy.runs import plots
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -14,8 +14,8 @@ import yaml
 from conftest import ROOT, TESTS, run_cli, small_raw_config, train
 
 import QuantumGravPy as qg
-from QuantumGravPy import run_dir as rd
-from QuantumGravPy.checkpoint import save_checkpoint
+from QuantumGravPy.runs import directory as rd
+from QuantumGravPy.runs.checkpoint import save_checkpoint
 
 # Everything that draws random numbers or carries state across epochs: dropout (torch's RNG),
 # augmentation, a cosine schedule, the moving average and early-stopping bookkeeping.
@@ -305,7 +305,7 @@ def test_a_two_process_run_continues_in_one_process(tmp_path, data_root):
 
 @pytest.mark.timeout(300)
 def test_torchrun_restarts_a_killed_worker_and_the_run_resumes(tmp_path, data_root):
-    from QuantumGravPy.distributed import free_port
+    from QuantumGravPy.parallel.distributed import free_port
 
     whole = kill_config(tmp_path, data_root, "whole", 2)
     job = start_job(whole)

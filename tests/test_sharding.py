@@ -1,9 +1,8 @@
 """Range splitting contracts, lazy parameter streams, and generation split over processes."""
 
-import itertools
-
 import pytest
 import torch
+from conftest import run_ranks
 
 import QuantumGravPy as qg
 from QuantumGravPy.cli import main
@@ -34,23 +33,79 @@ def test_a_rank_outside_the_world_is_refused():
         qg.DistributedRangeSplitter(10, 3).get_rank_range(3)
 
 
-def test_parameter_stream_is_chunked_lazy_and_matches_direct_calls():
-    chunks = list(
-        qg.stream_distributed_augmentation_chain(
-            25, rank=1, world_size=3, chunk_size=4, base_seed=9
-        )
+def test_parameter_stream_yields_one_dict_per_sample_matching_direct_calls():
+    stream = qg.stream_distributed_augmentation_chain(
+        25, rank=1, world_size=3, chunk_size=4, base_seed=9
     )
-    assert [len(c) for c in chunks] == [4, 4] and [p["sample_id"] for p in chunks[0]] == [
-        9,
-        10,
-        11,
-        12,
+    params = list(stream)
+    assert all(isinstance(p, dict) for p in params)
+    assert [p["sample_id"] for p in params] == list(range(9, 17))  # rank 1's range of 25 over 3
+    assert params[1] == qg.gen_distributed_augmentation_params(10, 1, base_seed=9, world_size=3)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 1000])
+@pytest.mark.parametrize("num_samples, world_size", [(0, 2), (2, 5), (23, 4), (1000, 4), (7, 1)])
+def test_parameter_streams_of_all_ranks_cover_every_sample_once(
+    num_samples, world_size, chunk_size
+):
+    seen = [
+        p["sample_id"]
+        for rank in range(world_size)
+        for p in qg.stream_distributed_augmentation_chain(
+            num_samples, rank, world_size, chunk_size=chunk_size
+        )
     ]
-    direct = qg.gen_distributed_augmentation_params(10, 1, base_seed=9, world_size=3)
-    assert chunks[0][1] == direct
-    # a billion samples: only the first chunk is ever made
+    assert seen == list(range(num_samples))
+
+
+def test_parameter_stream_computes_one_chunk_at_a_time(monkeypatch):
+    from QuantumGravPy.data import sharding
+
+    calls = []
+    real = sharding.gen_distributed_augmentation_params
+    monkeypatch.setattr(
+        sharding,
+        "gen_distributed_augmentation_params",
+        lambda *a, **k: calls.append(a[0]) or real(*a, **k),
+    )
     huge = qg.stream_distributed_augmentation_chain(10**9, rank=0, world_size=2, chunk_size=3)
-    assert len(next(itertools.islice(huge, 1))) == 3
+    assert calls == []  # nothing is computed before the stream is read
+    first = next(huge)
+    assert first["sample_id"] == 0 and calls == [0, 1, 2]
+    assert [next(huge)["sample_id"] for _ in range(3)] == [1, 2, 3] and len(calls) == 6
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"chunk_size": 0}, "chunk_size must be an integer >= 1"),
+        ({"rank": 4}, "rank must be an integer in"),
+        ({"world_size": 0}, "world_size must be an integer >= 1"),
+        ({"num_samples": -1}, "total_samples must be an integer >= 0"),
+    ],
+)
+def test_impossible_stream_arguments_are_refused_when_the_stream_is_made(kwargs, message):
+    args = {"num_samples": 10, "rank": 0, "world_size": 4, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        qg.stream_distributed_augmentation_chain(**args)
+
+
+def _count_stream(rank, world_size, num_samples):
+    ids = [
+        p["sample_id"]
+        for p in qg.stream_distributed_augmentation_chain(
+            num_samples, rank, world_size, config=qg.get_preset("moderate")
+        )
+    ]
+    return {"rank": rank, "processed": len(ids), "ids": ids}
+
+
+@pytest.mark.timeout(120)
+def test_four_real_ranks_each_stream_their_share_and_together_every_sample():
+    results = run_ranks(4, _count_stream, 1000)
+    assert [r["processed"] for r in results] == [250, 250, 250, 250]
+    assert sum(r["processed"] for r in results) == 1000
+    assert sorted(i for r in results for i in r["ids"]) == list(range(1000))
 
 
 def test_generate_with_several_processes_equals_one(tmp_path, capsys):

@@ -6,7 +6,7 @@ import torch
 from conftest import run_ranks
 
 import QuantumGravPy as qg
-from QuantumGravPy import shm_comm
+from QuantumGravPy.parallel import shm_comm
 
 
 def average_many(rank, world_size):

@@ -9,10 +9,10 @@ import torch
 from conftest import train
 
 import QuantumGravPy as qg
-from QuantumGravPy.checkpoint import save_checkpoint
-from QuantumGravPy.datasets import make_loader
-from QuantumGravPy.evaluation import make_criterion
-from QuantumGravPy.trainer import TrainingDivergedError
+from QuantumGravPy.data import make_loader
+from QuantumGravPy.runs.checkpoint import save_checkpoint
+from QuantumGravPy.training import TrainingDivergedError
+from QuantumGravPy.training.evaluation import make_criterion
 
 HISTORY_KEYS = {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "epoch_seconds"}
 

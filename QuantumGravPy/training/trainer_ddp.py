@@ -1,6 +1,6 @@
 """TrainerDDP: the base Trainer's loop, run by every process of a DistributedDataParallel job.
 
-It overrides small hooks of :class:`~QuantumGravPy.trainer.Trainer` and nothing else:
+It overrides small hooks of :class:`~QuantumGravPy.training.trainer.Trainer` and nothing else:
 
 - the model is wrapped in DDP with integer ``device_ids`` (``cuda:LOCAL_RANK``) or none on CPU;
 - the training sampler (the base class's) is split between ranks, reshuffled by ``set_epoch``;
@@ -24,14 +24,15 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, Subset
 from torch_geometric.loader import DataLoader
 
-from . import distributed, shm_comm
-from .config import Config
-from .datasets import dataset_from_config
-from .distributed import DistributedError, RankFailedError
-from .errors import ConfigError
+from ..config import Config
+from ..data import dataset_from_config
+from ..errors import ConfigError
+from ..logs import LOGGER_NAME, configure_logging
+from ..parallel import distributed, shm_comm
+from ..parallel.distributed import DistributedError, RankFailedError
+from ..runs.reproducibility import seed_everything
 from .evaluation import MetricSums, Validator
-from .logs import LOGGER_NAME, configure_logging
-from .trainer import Trainer, seed_everything
+from .trainer import Trainer
 
 T = TypeVar("T")
 

@@ -28,8 +28,12 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import Sampler
+from torch.utils.data.distributed import DistributedSampler
 
-from . import distributed
+from ..config import TrainingConfig, resolve
+from ..errors import ConfigError
+from ..parallel import distributed
+from .datasets import dataset_labels, graph_attribute
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -295,42 +299,49 @@ def _private_rng_iter(sampler: Sampler, seed: int, chunk: int = 4096) -> Iterato
         yield from items
 
 
-SAMPLER_NAMES = ("class_balanced", "progressive", "weighted")
-
-
 def build_sampler(
-    spec: str, dataset: Any, *, seed: int, kwargs: dict[str, Any], drop_last: bool = False
+    training: TrainingConfig, dataset: Any, *, num_replicas: int, rank: int
 ) -> Sampler:
-    """The training sampler ``training.sampler`` names, distributed when a process group exists.
+    """The training sampler of ``training.sampler``, split between ``num_replicas`` processes.
 
-    ``class_balanced``, ``progressive`` and ``weighted`` (per-graph ``weight`` attributes) are
-    native; a dotted path names a callable ``f(dataset, **sampler_kwargs)`` returning any sampler
-    over ``range(len(dataset))``, which is wrapped in :class:`DistributedSamplerWrapper`, in one
-    process too: the wrapper reseeds it from (seed, epoch), so its order does not depend on the
-    number of processes or on whether the run was resumed.
+    null: a shuffle drawn from (``training.seed``, epoch). ``class_balanced``, ``progressive``
+    and ``weighted`` (per-graph ``weight`` attributes) are native; a dotted path names a callable
+    ``f(dataset, **sampler_kwargs)`` returning any sampler over ``range(len(dataset))``, which is
+    wrapped in :class:`DistributedSamplerWrapper`, in one process too: the wrapper reseeds it
+    from (seed, epoch). So for any number of processes global batch k holds the same graphs
+    (see :func:`~QuantumGravPy.runs.reproducibility.invariance_breaks`), and a resumed run draws
+    what an uninterrupted one would have.
     """
-    from .datasets import dataset_labels, graph_attribute
-
-    world_size, rank = distributed.get_world_size(), distributed.get_rank()
-    if spec == "class_balanced":
-        return DistributedClassBalancedSampler(
-            dataset_labels(dataset), num_replicas=world_size, rank=rank, seed=seed, **kwargs
-        )
-    if spec == "progressive":
-        return ProgressiveClassBalancedSampler(
-            dataset_labels(dataset), seed=seed, num_replicas=world_size, rank=rank, **kwargs
-        )
-    if spec == "weighted":
-        return DistributedWeightedRandomSampler(
-            graph_attribute(dataset, "weight"),
-            num_replicas=world_size,
+    spec, seed, kwargs = training.sampler, training.seed, training.sampler_kwargs
+    if spec is None:
+        return DistributedSampler(
+            dataset,
+            num_replicas=num_replicas,
             rank=rank,
-            seed=seed,
-            **kwargs,
+            shuffle=True,
+            seed=seed,  # one seed on every rank: together the shards partition each epoch
+            drop_last=training.drop_last,
         )
-    from .config import resolve
-
-    sampler = resolve(spec, key="training.sampler")(dataset, **kwargs)
-    return DistributedSamplerWrapper(
-        sampler, num_replicas=world_size, rank=rank, seed=seed, drop_last=drop_last
-    )
+    try:
+        if spec == "class_balanced":
+            return DistributedClassBalancedSampler(
+                dataset_labels(dataset), num_replicas=num_replicas, rank=rank, seed=seed, **kwargs
+            )
+        if spec == "progressive":
+            return ProgressiveClassBalancedSampler(
+                dataset_labels(dataset), seed=seed, num_replicas=num_replicas, rank=rank, **kwargs
+            )
+        if spec == "weighted":
+            return DistributedWeightedRandomSampler(
+                graph_attribute(dataset, "weight"),
+                num_replicas=num_replicas,
+                rank=rank,
+                seed=seed,
+                **kwargs,
+            )
+        sampler = resolve(spec, key="training.sampler")(dataset, **kwargs)
+        return DistributedSamplerWrapper(
+            sampler, num_replicas=num_replicas, rank=rank, seed=seed, drop_last=training.drop_last
+        )
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"training.sampler_kwargs: {spec} rejected them: {e}") from None

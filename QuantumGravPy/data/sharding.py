@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
+
+from .augment import AugmentationConfig, gen_distributed_augmentation_params
 
 
 def _count(value: Any, name: str, minimum: int) -> int:
@@ -53,22 +55,35 @@ def stream_distributed_augmentation_chain(
     num_samples: int,
     rank: int,
     world_size: int,
-    config: Any = None,
+    config: AugmentationConfig | None = None,
     chunk_size: int = 1000,
     base_seed: int = 0,
-) -> Iterator[list[dict[str, Any]]]:
-    """The augmentation parameters of ``rank``'s range, as lists of at most ``chunk_size`` dicts.
+) -> Generator[dict[str, Any], None, None]:
+    """The augmentation parameters of ``rank``'s range of ``range(num_samples)``, one dict per sample.
 
-    Lazy: only one chunk exists at a time, whatever the range's size.
+    Over all ranks the streams yield ``num_samples`` dicts in total, each sample's exactly once.
+    ``chunk_size`` dicts are computed at a time (a batch, not a unit of the stream), so memory
+    stays bounded whatever the range's size. Arguments are checked when the generator is made,
+    not when it is first read.
     """
-    from .augment import gen_distributed_augmentation_params
-
     _count(chunk_size, "chunk_size", 1)
     start, end = DistributedRangeSplitter(num_samples, world_size).get_rank_range(rank)
-    for chunk_start in range(start, end, chunk_size):
-        yield [
+    return _stream(range(start, end), rank, world_size, config, chunk_size, base_seed)
+
+
+def _stream(
+    samples: range,
+    rank: int,
+    world_size: int,
+    config: AugmentationConfig | None,
+    chunk_size: int,
+    base_seed: int,
+) -> Generator[dict[str, Any], None, None]:
+    for chunk_start in range(samples.start, samples.stop, chunk_size):
+        chunk = [
             gen_distributed_augmentation_params(
                 sample_id, rank, config, base_seed=base_seed, world_size=world_size
             )
-            for sample_id in range(chunk_start, min(chunk_start + chunk_size, end))
+            for sample_id in range(chunk_start, min(chunk_start + chunk_size, samples.stop))
         ]
+        yield from chunk

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .errors import QGError
+from ..errors import QGError
 
 DEFAULT_TIMEOUT_S = 300.0
 

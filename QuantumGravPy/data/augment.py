@@ -27,7 +27,7 @@ from torch.utils.data import Dataset
 from torch_geometric.data import Data
 from torch_geometric.utils import subgraph
 
-from .causal_sets import causal_structure, node_features
+from ..physics import causal_structure, node_features
 
 OPERATIONS = ("remove_elements", "link_dropout", "feature_noise", "feature_scale")
 

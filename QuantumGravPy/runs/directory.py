@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import RunDirectoryError
+from ..errors import RunDirectoryError
 
 CONFIG = "config.yaml"
 HISTORY = "history.csv"

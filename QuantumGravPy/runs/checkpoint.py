@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 # 2: the full state needed to resume (random states, scaler, EMA, best weights, config digest)
 FORMAT_VERSION = 2
@@ -88,3 +88,12 @@ def strip_prefixes(state_dict: dict[str, Any]) -> dict[str, Any]:
                     changed = True
         result[key] = value
     return result
+
+
+def load_model_state(model: torch.nn.Module, weights: dict[str, Any], path: str | Path) -> None:
+    """Load ``weights`` into ``model``; a mismatch is a :class:`CheckpointError` naming ``path``."""
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:
+        first = str(e).strip().splitlines()[0]
+        raise CheckpointError(f"{path}: does not fit the configured model ({first})") from None

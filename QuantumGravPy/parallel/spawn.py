@@ -1,11 +1,13 @@
-"""Starting distributed jobs: spawn processes with torch.multiprocessing, or join torchrun/srun.
+"""Starting the processes of a job: spawn them with torch.multiprocessing, or join torchrun/srun.
 
-:func:`launch` is what ``qg train`` calls when ``parallel.world_size > 1``, and what a notebook
-calls: it spawns the workers (start method ``spawn``, with an importable entry point, so it
-works from Jupyter), waits for them, and returns rank 0's results. If any rank fails, the others
-are ended at once and the failure is raised here naming the rank; if a rank stops answering,
-the others give up after ``parallel.timeout_s`` and the job ends the same way. Ctrl-C ends every
-rank. No process outlives the call.
+:func:`spawn` starts ``fn(rank, world_size, *args)`` in fresh processes (start method
+``spawn``, with an importable entry point, so it works from Jupyter), joins them in a process
+group, waits for them and returns their results. If any rank fails, the others are ended at once
+and the failure is raised here naming the rank; if a rank stops answering, the others give up
+after ``parallel.timeout_s`` and the job ends the same way. Ctrl-C ends every rank. No process
+outlives the call. :func:`run_distributed` does the same from a config, or joins the job that
+torchrun or srun started. What the ranks run is up to the caller: a training job
+(:func:`QuantumGravPy.training.launch`), dataset generation, a test.
 """
 
 from __future__ import annotations
@@ -20,14 +22,10 @@ import torch
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 
+from ..config import Config
+from ..errors import QGError
 from . import distributed
-from .checkpoint import load_checkpoint
-from .config import Config
-from .datasets import dataset_from_config
 from .distributed import PortInUseError
-from .errors import ConfigError, QGError
-from .reproducibility import check_resume
-from .run_dir import CHECKPOINTS, LAST, check_run_dir, check_startable
 
 # Seconds a rank gets to exit by itself once another has failed, before it is terminated.
 _GRACE_S = 3.0
@@ -41,92 +39,6 @@ class WorkerError(QGError):
         super().__init__(message)
         self.rank = rank
         self.traceback = traceback
-
-
-def train_worker(
-    rank: int,
-    world_size: int,
-    config: Config,
-    overwrite: bool,
-    resume: bool = False,
-    force: bool = False,
-) -> dict[str, Any]:
-    """What every rank of a training job runs; returns the (identical) history and test metrics."""
-    from .trainer_ddp import TrainerDDP
-
-    trainer = TrainerDDP(rank, config, overwrite=overwrite, resume=resume, force=force)
-    try:
-        train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
-        history = trainer.run_training(train_loader, val_loader)
-        test = trainer.run_test(test_loader)
-    finally:
-        trainer.close()
-    return {"history": history, "test": test, "world_size": world_size}
-
-
-def launch(
-    config: Config,
-    world_size: int | None = None,
-    *,
-    overwrite: bool = False,
-    resume: bool = False,
-    force: bool = False,
-) -> dict[str, Any]:
-    """Train ``config`` with ``world_size`` processes (default ``parallel.world_size``).
-
-    Returns ``{"history": [...], "test": {...}, "world_size": W}`` (rank 0's, which every rank
-    shares). In a process started by torchrun or srun it joins that job instead of spawning.
-    ``resume=True`` continues the run in ``training.path`` (see :class:`~QuantumGravPy.Trainer`).
-    A job that torchrun restarted after a failure (``--max-restarts``) always resumes.
-    """
-    env = distributed.process_env()
-    if distributed.restart_count() > 0:
-        overwrite, resume = False, True  # a restart must continue, never wipe, the run
-    if env is None:
-        prepare_run(
-            config,
-            overwrite=overwrite,
-            resume=resume,
-            force=force,
-            world_size=world_size or config.parallel.world_size,
-        )
-    return run_distributed(
-        train_worker, config, config, overwrite, resume, force, world_size=world_size
-    )
-
-
-def prepare_run(
-    config: Config,
-    *,
-    overwrite: bool,
-    resume: bool = False,
-    force: bool = False,
-    world_size: int = 1,
-) -> None:
-    """What the launching process does once, before any rank starts.
-
-    Refuses an occupied run directory (or, resuming, a checkpoint the config does not fit)
-    before minutes are spent, and builds the causal-set cache so that the ranks only read it.
-    """
-    if overwrite and resume:
-        raise ConfigError("--overwrite and --resume exclude each other: replace or continue")
-    if resume:
-        check_resumable(config, world_size=world_size, force=force)
-    else:
-        check_run_dir(config.run_dir, overwrite=overwrite)
-    if config.data.dataset is None:
-        dataset_from_config(config.data)
-
-
-def check_resumable(config: Config, *, world_size: int, force: bool) -> None:
-    """Raise the error that resuming ``config`` with ``world_size`` processes would raise."""
-    last = config.run_dir / CHECKPOINTS / LAST
-    if not last.is_file():
-        check_startable(config.run_dir)
-        return
-    state = load_checkpoint(last)
-    if "rng" in state:  # an older checkpoint is refused by the trainer, with its own message
-        check_resume(config, state, world_size, force=force, path=last)
 
 
 def run_distributed(

@@ -1,4 +1,8 @@
-"""Datasets: the embedded causal-set dataset, user datasets, the seeded split and data loaders."""
+"""The embedded dataset: causal sets sprinkled into diamonds of several dimensions, as graphs.
+
+Generated on first use and cached, so the main job needs no download. Graph i is a pure
+function of (seed, i), which lets any number of processes generate disjoint ranges of it.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +11,15 @@ import json
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, Subset
 from torch_geometric.data import Data, InMemoryDataset
-from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
-from .causal_sets import (
-    NUM_FEATURES,
-    causal_structure,
-    check_sprinkle_arguments,
-    diamond_coordinates,
-    node_features,
-)
-from .errors import DataError
+from ..parallel import spawn
+from ..physics import causal_structure, check_sprinkle_arguments, diamond_coordinates, node_features
+from .sharding import DistributedRangeSplitter
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +151,6 @@ class CausalSetDataset(InMemoryDataset):
             self.world_size,
         )
         if self.world_size > 1:
-            from .launch import spawn
-
             # Each process generates its contiguous range; graph i depends on (seed, i) only,
             # so the result is the same as one process's.
             parts = spawn(_generate_range, self.world_size, p, backend="gloo")
@@ -171,8 +165,6 @@ class CausalSetDataset(InMemoryDataset):
 
 
 def _generate_range(rank: int, world_size: int, params: dict, progress: bool = False):
-    from .sharding import DistributedRangeSplitter
-
     start, end = DistributedRangeSplitter(params["num_graphs"], world_size).get_rank_range(rank)
     return generate_causal_set_graphs(
         start,
@@ -181,130 +173,4 @@ def _generate_range(rank: int, world_size: int, params: dict, progress: bool = F
         dimensions=params["dimensions"],
         seed=params["seed"],
         progress=progress,
-    )
-
-
-def dataset_from_config(
-    data_cfg: Any, *, progress: bool = True, world_size: int = 1
-) -> Dataset | list[Data]:
-    """Build (or load from cache) the dataset a ``data:`` config section describes."""
-    if data_cfg.dataset is None:
-        return CausalSetDataset(
-            data_cfg.root,
-            num_graphs=data_cfg.num_graphs,
-            num_points=data_cfg.num_points,
-            dimensions=data_cfg.dimensions,
-            seed=data_cfg.seed,
-            progress=progress,
-            world_size=world_size,
-        )
-    from .config import resolve
-
-    factory = resolve(data_cfg.dataset, key="data.dataset")
-    try:
-        dataset = factory(**data_cfg.dataset_kwargs)
-    except TypeError as e:
-        raise DataError(f"data.dataset: calling {data_cfg.dataset} failed: {e}") from e
-    check_dataset(dataset, source=f"data.dataset ({data_cfg.dataset})")
-    return dataset
-
-
-def check_dataset(dataset: Any, *, source: str) -> None:
-    if not isinstance(dataset, (Dataset, list)):
-        raise DataError(
-            f"{source}: expected a torch_geometric Dataset or a list of Data, "
-            f"got {type(dataset).__name__}"
-        )
-    if len(dataset) == 0:
-        raise DataError(f"{source}: the dataset is empty")
-    first = dataset[0]
-    if not isinstance(first, Data) or first.x is None or first.y is None:
-        raise DataError(f"{source}: items must be torch_geometric Data objects with x and y")
-
-
-def dataset_dimensions(dataset: Dataset | list[Data]) -> tuple[int, int]:
-    """(number of node features, number of classes) of a graph classification dataset."""
-    if isinstance(dataset, CausalSetDataset):
-        return NUM_FEATURES, len(dataset.dimensions)
-    if isinstance(dataset, InMemoryDataset):
-        return dataset.num_node_features, int(dataset._data.y.max()) + 1
-    return dataset[0].x.shape[1], max(int(g.y.max()) for g in dataset) + 1
-
-
-def dataset_labels(dataset: Dataset | list[Data]) -> torch.Tensor:
-    """The graph labels ``y`` of a dataset (or a Subset of one), in order."""
-    return graph_attribute(dataset, "y").long()
-
-
-def graph_attribute(dataset: Dataset | list[Data], name: str) -> torch.Tensor:
-    """One number per graph, read from each graph's attribute ``name``."""
-    dataset = getattr(dataset, "unaugmented", dataset)  # augmentation never changes labels
-    base, indices = dataset, None
-    if isinstance(dataset, Subset):
-        base, indices = dataset.dataset, list(dataset.indices)
-    if isinstance(base, InMemoryDataset) and name in base._data:
-        values = base._data[name].reshape(-1)
-        if values.numel() == len(base):  # one value per graph, stored contiguously
-            return values if indices is None else values[indices]
-    try:
-        return torch.stack([torch.as_tensor(g[name]).reshape(()) for g in dataset])
-    except (KeyError, AttributeError, RuntimeError) as e:
-        raise DataError(
-            f"every training graph needs one number as attribute {name!r}: {e}"
-        ) from None
-
-
-def split_sizes(n: int, fractions: Sequence[float]) -> tuple[int, int, int]:
-    n_val = round(n * fractions[1])
-    n_test = round(n * fractions[2])
-    return n - n_val - n_test, n_val, n_test
-
-
-def split_dataset(
-    dataset: Dataset | list[Data], fractions: Sequence[float], seed: int
-) -> tuple[Subset, Subset, Subset]:
-    """Seeded random split into train, validation and test subsets.
-
-    Uses its own generator, so it is identical in every process that calls it with the same seed,
-    whatever else those processes have drawn from the global random state.
-    """
-    n_train, n_val, n_test = split_sizes(len(dataset), fractions)
-    for name, size in (("train", n_train), ("validation", n_val), ("test", n_test)):
-        if size < 1:
-            raise DataError(
-                f"data.split: {list(fractions)} of {len(dataset)} graphs leaves the {name} "
-                "set empty; use more graphs or a larger fraction"
-            )
-    perm = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed)).tolist()
-    return (
-        Subset(dataset, perm[:n_train]),
-        Subset(dataset, perm[n_train : n_train + n_val]),
-        Subset(dataset, perm[n_train + n_val :]),
-    )
-
-
-def make_loader(
-    dataset: Dataset,
-    *,
-    batch_size: int,
-    shuffle: bool = False,
-    drop_last: bool = False,
-    num_workers: int = 0,
-    seed: int = 0,
-    sampler: Any = None,
-    persistent_workers: bool = True,
-) -> DataLoader:
-    """A PyG loader; a shuffling loader draws its order from its own seeded generator."""
-    if shuffle and sampler is not None:
-        raise ValueError("shuffle and sampler exclude each other: the sampler decides the order")
-    generator = torch.Generator().manual_seed(seed) if shuffle else None
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        sampler=sampler,
-        drop_last=drop_last,
-        num_workers=num_workers,
-        persistent_workers=persistent_workers and num_workers > 0,
-        generator=generator,
     )

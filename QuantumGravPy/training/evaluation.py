@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .config import resolve
+from ..config import resolve
 
 Criterion = Callable[[Tensor, object], Tensor]
 

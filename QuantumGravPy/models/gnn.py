@@ -18,7 +18,7 @@ from torch_geometric.nn import (
     global_mean_pool,
 )
 
-from .config import ModelConfig, resolve
+from ..config import ModelConfig, resolve
 
 POOLING = {"mean": global_mean_pool, "max": global_max_pool, "add": global_add_pool}
 

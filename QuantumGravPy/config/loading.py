@@ -1,0 +1,200 @@
+"""Reading a config: YAML, ``key.path=value`` overrides, and the walk that validates them.
+
+The walk follows the dataclasses of :mod:`.schema`: it rejects unknown keys, wrong types and
+values out of range with an error naming the dotted key, what was expected and what was found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+
+from ..errors import ConfigError
+from .dotted import resolve
+from .schema import Config
+
+
+def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
+    """Read a YAML file, apply ``key.path=value`` overrides and return the validated config."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)  # plain data only: tags that build Python objects are refused
+    except yaml.constructor.ConstructorError as e:
+        where = f" (line {e.problem_mark.line + 1})" if e.problem_mark else ""
+        raise ConfigError(
+            f"{path}: YAML tags are not allowed{where}: a config holds plain values and names "
+            f"Python objects by dotted path ({' '.join(str(e.problem).split())})"
+        ) from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: invalid YAML: {' '.join(str(e).split())}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping of keys at the top level, found {_kind(raw)}"
+        )
+    try:
+        return config_from_dict(apply_overrides(raw, overrides))
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def config_from_dict(raw: Mapping[str, Any]) -> Config:
+    return _build(Config, raw, "")
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """Plain YAML-safe dict (tuples become lists)."""
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, (tuple, list)):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    return plain(dataclasses.asdict(config))
+
+
+def dump_config(config: Config) -> str:
+    return yaml.safe_dump(config_to_dict(config), sort_keys=False)
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Return a copy of ``raw`` with each ``a.b.c=value`` set; values are parsed as YAML."""
+    result = _deep_copy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key or not re.fullmatch(r"[A-Za-z_][\w.]*", key):
+            raise ConfigError(f"override {item!r}: expected key.path=value")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ConfigError(f"{key}: override value {text!r} is not valid YAML") from None
+        node = result
+        parts = key.split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                where = ".".join(parts[: i + 1])
+                raise ConfigError(f"{key}: {where} is {_kind(child)}, not a section")
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+# --- the schema walker ---------------------------------------------------------------------------
+
+
+def _build(cls: type, raw: Any, prefix: str) -> Any:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"{prefix.rstrip('.') or 'config'}: expected a section (mapping), found {_kind(raw)}"
+        )
+    hints = typing.get_type_hints(cls, include_extras=True)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+            raise ConfigError(f"{prefix}{key}: unknown key (known here: {', '.join(fields)}){hint}")
+    values = {}
+    for name, f in fields.items():
+        key = prefix + name
+        if name in raw:
+            value = _convert(hints[name], raw[name], key)
+            check = f.metadata.get("check")
+            if check is not None and value is not None and not check(value):
+                raise ConfigError(f"{key}: expected {f.metadata['expected']}, found {value!r}")
+            values[name] = value
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{key}: required key is missing")
+    obj = cls(**values)
+    if hasattr(obj, "validate"):
+        obj.validate()
+    return obj
+
+
+def _convert(tp: Any, value: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is Annotated:
+        text = _convert(args[0], value, key)
+        resolve(text, key=key)  # fail now, at load time, if it does not import
+        return text
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(inner, value, key)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, key + ".")
+    if origin is Literal:
+        if isinstance(value, int) and not isinstance(value, bool) and str(value) in args:
+            value = str(value)  # precision: 32 in YAML is the integer 32
+        if value not in args:
+            raise ConfigError(
+                f"{key}: expected one of {', '.join(map(str, args))}, found {value!r}"
+            )
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, found {_kind(value)}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], v, f"{key}[{i}]") for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise ConfigError(f"{key}: expected a list of {len(args)} items, found {list(value)}")
+        return tuple(
+            _convert(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True))
+        )
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, found {_kind(value)}")
+        return dict(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, found {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, found {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, found {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, found {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {tp!r} at {key}")  # a schema bug, not user error
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return f"a list {value!r}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _deep_copy(raw: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in raw.items()}

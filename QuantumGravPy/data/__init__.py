@@ -1,0 +1,70 @@
+"""The data layer: what each rank reads each epoch.
+
+- :mod:`.causal_sets`: the embedded dataset, causal sets generated as graphs and cached;
+- :mod:`.datasets`: the dataset a config names (embedded or the user's), checked, and its
+  per-graph attributes;
+- :mod:`.loaders`: the seeded train/validation/test split and the loaders built on it;
+- :mod:`.samplers`: samplers that stay correct under DDP (a wrapper for any sampler, and
+  counter-based native ones);
+- :mod:`.augment`: deterministic augmentation keyed by sample and epoch, or by rank;
+- :mod:`.sharding`: contiguous ranges of work per rank, and the per-rank parameter streams.
+
+Imports ``physics`` (to build causal sets), ``config``, ``parallel`` (to generate with several
+processes, and to agree on seeds) and the ground floor; nothing here trains.
+"""
+
+from .augment import (
+    AugmentationConfig,
+    AugmentedDataset,
+    RankAwareSeedGenerator,
+    apply_augmentation,
+    gen_augmentation_params,
+    gen_distributed_augmentation_params,
+    get_preset,
+)
+from .causal_sets import CausalSetDataset, generate_causal_set_graphs
+from .datasets import (
+    check_dataset,
+    dataset_dimensions,
+    dataset_from_config,
+    dataset_labels,
+    graph_attribute,
+)
+from .loaders import make_loader, make_train_loader, split_dataset
+from .samplers import (
+    ClassBalancedSampler,
+    DistributedClassBalancedSampler,
+    DistributedSamplerWrapper,
+    DistributedWeightedRandomSampler,
+    ProgressiveClassBalancedSampler,
+    build_sampler,
+)
+from .sharding import DistributedRangeSplitter, stream_distributed_augmentation_chain
+
+__all__ = [
+    "AugmentationConfig",
+    "AugmentedDataset",
+    "CausalSetDataset",
+    "ClassBalancedSampler",
+    "DistributedClassBalancedSampler",
+    "DistributedRangeSplitter",
+    "DistributedSamplerWrapper",
+    "DistributedWeightedRandomSampler",
+    "ProgressiveClassBalancedSampler",
+    "RankAwareSeedGenerator",
+    "apply_augmentation",
+    "build_sampler",
+    "check_dataset",
+    "dataset_dimensions",
+    "dataset_from_config",
+    "dataset_labels",
+    "gen_augmentation_params",
+    "gen_distributed_augmentation_params",
+    "generate_causal_set_graphs",
+    "get_preset",
+    "graph_attribute",
+    "make_loader",
+    "make_train_loader",
+    "split_dataset",
+    "stream_distributed_augmentation_chain",
+]

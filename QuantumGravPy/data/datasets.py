@@ -1,0 +1,84 @@
+"""Datasets from the config: the embedded causal sets or the user's own, checked, and the
+per-graph attributes (labels, weights) that samplers and the model's dimensions are read from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset, Subset
+from torch_geometric.data import Data, InMemoryDataset
+
+from ..config import resolve
+from ..errors import DataError
+from ..physics import NUM_FEATURES
+from .causal_sets import CausalSetDataset
+
+
+def dataset_from_config(
+    data_cfg: Any, *, progress: bool = True, world_size: int = 1
+) -> Dataset | list[Data]:
+    """Build (or load from cache) the dataset a ``data:`` config section describes."""
+    if data_cfg.dataset is None:
+        return CausalSetDataset(
+            data_cfg.root,
+            num_graphs=data_cfg.num_graphs,
+            num_points=data_cfg.num_points,
+            dimensions=data_cfg.dimensions,
+            seed=data_cfg.seed,
+            progress=progress,
+            world_size=world_size,
+        )
+    factory = resolve(data_cfg.dataset, key="data.dataset")
+    try:
+        dataset = factory(**data_cfg.dataset_kwargs)
+    except TypeError as e:
+        raise DataError(f"data.dataset: calling {data_cfg.dataset} failed: {e}") from e
+    check_dataset(dataset, source=f"data.dataset ({data_cfg.dataset})")
+    return dataset
+
+
+def check_dataset(dataset: Any, *, source: str) -> None:
+    if not isinstance(dataset, (Dataset, list)):
+        raise DataError(
+            f"{source}: expected a torch_geometric Dataset or a list of Data, "
+            f"got {type(dataset).__name__}"
+        )
+    if len(dataset) == 0:
+        raise DataError(f"{source}: the dataset is empty")
+    first = dataset[0]
+    if not isinstance(first, Data) or first.x is None or first.y is None:
+        raise DataError(f"{source}: items must be torch_geometric Data objects with x and y")
+
+
+def dataset_dimensions(dataset: Dataset | list[Data]) -> tuple[int, int]:
+    """(number of node features, number of classes) of a graph classification dataset."""
+    if isinstance(dataset, CausalSetDataset):
+        return NUM_FEATURES, len(dataset.dimensions)
+    if isinstance(dataset, InMemoryDataset):
+        return dataset.num_node_features, int(dataset._data.y.max()) + 1
+    return dataset[0].x.shape[1], max(int(g.y.max()) for g in dataset) + 1
+
+
+def dataset_labels(dataset: Dataset | list[Data]) -> torch.Tensor:
+    """The graph labels ``y`` of a dataset (or a Subset of one), in order."""
+    return graph_attribute(dataset, "y").long()
+
+
+def graph_attribute(dataset: Dataset | list[Data], name: str) -> torch.Tensor:
+    """One number per graph, read from each graph's attribute ``name``."""
+    dataset = getattr(dataset, "unaugmented", dataset)  # augmentation never changes labels
+    base, indices = dataset, None
+    if isinstance(dataset, Subset):
+        base, indices = dataset.dataset, list(dataset.indices)
+    if isinstance(base, InMemoryDataset) and name in base._data:
+        values = base._data[name].reshape(-1)
+        if values.numel() == len(base):  # one value per graph, stored contiguously
+            return values if indices is None else values[indices]
+    try:
+        return torch.stack([torch.as_tensor(g[name]).reshape(()) for g in dataset])
+    except (KeyError, AttributeError, RuntimeError) as e:
+        raise DataError(
+            f"every training graph needs one number as attribute {name!r}: {e}"
+        ) from None

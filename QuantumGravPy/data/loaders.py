@@ -1,0 +1,109 @@
+"""The seeded train/validation/test split and the data loaders built on it.
+
+What each rank reads each epoch is decided here: the training loader's sampler (split between
+ranks, keyed by seed and epoch) and its augmentation (keyed by sample and epoch, or by rank).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset, Subset
+from torch_geometric.data import Data
+from torch_geometric.loader import DataLoader
+
+from ..config import AugmentationSection, TrainingConfig
+from ..errors import DataError
+from .augment import AugmentedDataset, get_preset
+from .samplers import build_sampler
+
+
+def split_sizes(n: int, fractions: Sequence[float]) -> tuple[int, int, int]:
+    n_val = round(n * fractions[1])
+    n_test = round(n * fractions[2])
+    return n - n_val - n_test, n_val, n_test
+
+
+def split_dataset(
+    dataset: Dataset | list[Data], fractions: Sequence[float], seed: int
+) -> tuple[Subset, Subset, Subset]:
+    """Seeded random split into train, validation and test subsets.
+
+    Uses its own generator, so it is identical in every process that calls it with the same seed,
+    whatever else those processes have drawn from the global random state.
+    """
+    n_train, n_val, n_test = split_sizes(len(dataset), fractions)
+    for name, size in (("train", n_train), ("validation", n_val), ("test", n_test)):
+        if size < 1:
+            raise DataError(
+                f"data.split: {list(fractions)} of {len(dataset)} graphs leaves the {name} "
+                "set empty; use more graphs or a larger fraction"
+            )
+    perm = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed)).tolist()
+    return (
+        Subset(dataset, perm[:n_train]),
+        Subset(dataset, perm[n_train : n_train + n_val]),
+        Subset(dataset, perm[n_train + n_val :]),
+    )
+
+
+def make_loader(
+    dataset: Dataset,
+    *,
+    batch_size: int,
+    shuffle: bool = False,
+    drop_last: bool = False,
+    num_workers: int = 0,
+    seed: int = 0,
+    sampler: Any = None,
+    persistent_workers: bool = True,
+) -> DataLoader:
+    """A PyG loader; a shuffling loader draws its order from its own seeded generator."""
+    if shuffle and sampler is not None:
+        raise ValueError("shuffle and sampler exclude each other: the sampler decides the order")
+    generator = torch.Generator().manual_seed(seed) if shuffle else None
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        sampler=sampler,
+        drop_last=drop_last,
+        num_workers=num_workers,
+        persistent_workers=persistent_workers and num_workers > 0,
+        generator=generator,
+    )
+
+
+def make_train_loader(
+    dataset: Dataset,
+    training: TrainingConfig,
+    augmentation: AugmentationSection,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+) -> DataLoader:
+    """The training loader of ``rank`` of ``world_size``: augmented, sampled, in batches.
+
+    Call ``set_epoch(epoch)`` on its ``sampler`` and ``dataset`` before each epoch.
+    """
+    if augmentation.preset is not None:
+        dataset = AugmentedDataset(
+            dataset,
+            get_preset(augmentation.preset),
+            seeding=augmentation.seeding,
+            base_seed=training.seed,
+            rank=rank,
+            world_size=world_size,
+        )
+    return make_loader(
+        dataset,
+        batch_size=training.batch_size,
+        sampler=build_sampler(training, dataset, num_replicas=world_size, rank=rank),
+        drop_last=training.drop_last,
+        num_workers=training.num_workers,
+        seed=training.seed,
+        # workers that outlive an epoch would keep augmenting with the old epoch's draws
+        persistent_workers=augmentation.preset is None,
+    )

@@ -1,0 +1,12 @@
+"""The models layer: what turns a batch of graphs into outputs.
+
+- :mod:`.gnn`: :class:`GNNModel`, message passing, pooling to one vector per graph and an MLP
+  head, built from the ``model:`` section of the config.
+
+A model is an ordinary ``nn.Module`` called as ``model(batch)``; it knows nothing of processes,
+files or data loading. Imports ``config`` and the ground floor.
+"""
+
+from .gnn import GNNModel
+
+__all__ = ["GNNModel"]

@@ -1,0 +1,146 @@
+"""Reproducing runs: seeding and random states, the world-size conditions, and a record of the
+software and machine a run used.
+
+A resumed run continues from the end of the last completed epoch. Everything an epoch draws is a
+function of (seed, epoch) (the batch order, samplers, augmentation) or of the random states saved
+with the checkpoint (dropout), so the epochs after a resume repeat exactly what an uninterrupted
+run would have done (:mod:`.resume` checks that a resumed config trains the same thing).
+"""
+
+from __future__ import annotations
+
+import platform
+import random
+import sys
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..config import Config
+
+# --- random states -------------------------------------------------------------------------------
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's global generators (every CUDA device's too)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state(device: torch.device | None = None) -> dict[str, Any]:
+    """This process's torch, numpy and Python random states, as tensors and plain numbers.
+
+    Plain, so that a checkpoint holding them still loads with ``weights_only=True``.
+    """
+    _, keys, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "python": {
+            "version": version,
+            "internal": torch.tensor(internal, dtype=torch.int64),
+            "gauss_next": gauss_next,
+        },
+    }
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any], device: torch.device | None = None) -> None:
+    """Restore what :func:`rng_state` recorded."""
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(
+        (
+            "MT19937",
+            n["keys"].numpy().astype(np.uint32),
+            n["pos"],
+            n["has_gauss"],
+            n["cached_gaussian"],
+        )
+    )
+    p = state["python"]
+    random.setstate((p["version"], tuple(p["internal"].tolist()), p["gauss_next"]))
+    if device is not None and device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+# --- the environment -----------------------------------------------------------------------------
+
+# Versions that decide the numbers a run computes; a resume under other ones is flagged.
+NUMERIC_PACKAGES = ("torch", "torch_geometric", "numpy")
+
+
+def environment(device: torch.device | None = None, world_size: int = 1) -> dict[str, Any]:
+    """The software and machine of this process: what a reader needs to reproduce a run."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    env: dict[str, Any] = {
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": list(sys.argv),
+        "quantumgravpy": installed("QuantumGravPy"),
+        "python": platform.python_version(),
+        **{name: installed(name) for name in NUMERIC_PACKAGES},
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "world_size": world_size,
+        "device": str(device) if device is not None else None,
+        "cuda": torch.version.cuda,
+    }
+    if device is not None and device.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(device)
+        env["cudnn"] = torch.backends.cudnn.version()
+    return env
+
+
+def version_changes(saved: Mapping[str, Any] | None) -> list[str]:
+    """Numeric packages whose version differs from the one a checkpoint was written with."""
+    if not saved:
+        return []
+    now = environment()
+    return [
+        f"{name} {saved.get(name)} -> {now[name]}"
+        for name in NUMERIC_PACKAGES
+        if saved.get(name) != now[name]
+    ]
+
+
+# --- world-size invariance -----------------------------------------------------------------------
+
+
+def invariance_breaks(config: Config) -> list[str]:
+    """Why results of ``config`` would depend on the number of processes (empty: they do not).
+
+    With none of these, every world size that divides the batch per optimizer step sees the same
+    sequence of global batches and computes the same gradients (up to rounding).
+    """
+    breaks = []
+    if not config.training.drop_last:
+        breaks.append(
+            "training.drop_last is false (the last batch of an epoch depends on the number of "
+            "processes, and DDP pads it with repeated graphs)"
+        )
+    if config.model.dropout > 0:
+        breaks.append(f"model.dropout is {config.model.dropout} (each process draws its own masks)")
+    if config.model.norm == "batch":
+        breaks.append("model.norm is batch (BatchNorm statistics come from each process's batch)")
+    if config.augmentation.preset is not None and config.augmentation.seeding == "per_rank":
+        breaks.append("augmentation.seeding is per_rank (draws depend on rank and world size)")
+    return breaks

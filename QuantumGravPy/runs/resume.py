@@ -1,0 +1,167 @@
+"""Resuming a run: reading its ``last.pt`` and refusing a config that would train something else.
+
+:func:`read_resume_state` is what every resume goes through (``qg train --resume``, the trainer,
+a torchrun restart, a SLURM requeue): the checkpoint is loaded, its format checked, and the
+config compared with the one it was trained with, key by key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ..config import Config, config_to_dict
+from ..errors import CheckpointError, ConfigError
+from .checkpoint import FORMAT_VERSION, load_checkpoint
+from .directory import CHECKPOINTS, LAST, check_startable
+from .reproducibility import version_changes
+
+# Keys a resumed run may change: how long it runs, where its files go, and how it is spread over
+# processes and devices. Anything else changes what is trained, and is refused without --force.
+# training.batch_size and accumulate_grad_batches are compared through the batch per optimizer
+# step (below), so a job restarted on fewer GPUs may keep its steps by raising either.
+RESUMABLE_KEYS = (
+    "name",
+    "log_level",
+    "data.root",
+    "training.path",
+    "training.num_epochs",
+    "training.checkpoint_every",
+    "training.num_workers",
+    "training.device",
+    "training.batch_size",
+    "training.accumulate_grad_batches",
+    "validation.batch_size",
+    "testing.batch_size",
+    "early_stopping.enabled",
+    "early_stopping.patience",
+    "early_stopping.grace_period",
+    "parallel",
+)
+
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; keyword dicts are flattened too."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _resumable(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in RESUMABLE_KEYS)
+
+
+def trained_config(config: Config | Mapping[str, Any]) -> dict[str, Any]:
+    """The flattened keys that decide what is trained (everything not in RESUMABLE_KEYS)."""
+    tree = config if isinstance(config, Mapping) else config_to_dict(config)
+    return {k: v for k, v in flatten(tree).items() if not _resumable(k)}
+
+
+def config_digest(config: Config | Mapping[str, Any]) -> str:
+    text = json.dumps(trained_config(config), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def step_batch(batch_size: int, world_size: int, accumulate: int) -> int:
+    """Graphs per optimizer step: per-process batch x processes x accumulated batches."""
+    return batch_size * world_size * accumulate
+
+
+def check_resume(
+    config: Config, state: Mapping[str, Any], world_size: int, *, force: bool, path: Any
+) -> list[tuple[int, str]]:
+    """Refuse a config that would train something else; return (level, notice)s for the log.
+
+    Raises :class:`ConfigError` naming every differing key (and the batch per optimizer step, if
+    it changed), unless ``force``; then the differences come back as notices instead.
+    """
+    saved = state["config"]
+    t = config.training
+    before = trained_config(saved)
+    now = trained_config(config)
+    changes = [
+        f"{key}: {before.get(key, '(absent)')!r} -> {now.get(key, '(absent)')!r}"
+        for key in sorted(set(before) | set(now))
+        if before.get(key) != now.get(key)
+    ]
+    st = saved["training"]
+    old_step = step_batch(st["batch_size"], state["world_size"], st["accumulate_grad_batches"])
+    new_step = step_batch(t.batch_size, world_size, t.accumulate_grad_batches)
+    if old_step != new_step:
+        hint = ""
+        if (old_step % (world_size * t.accumulate_grad_batches)) == 0:
+            keep = old_step // (world_size * t.accumulate_grad_batches)
+            hint = f"; training.batch_size={keep} keeps it"
+        changes.append(
+            f"graphs per optimizer step (training.batch_size x processes x "
+            f"training.accumulate_grad_batches): {old_step} -> {new_step}{hint}"
+        )
+    if changes and not force:
+        raise ConfigError(
+            f"--resume: the config differs from the one {path} was trained with: "
+            + "; ".join(changes)
+            + ". Restore those keys, or pass --force to continue with the changes anyway"
+        )
+    notices = [(logging.WARNING, f"resuming with changed settings (--force): {c}") for c in changes]
+    versions = version_changes(state.get("environment"))
+    if versions:
+        notices.append(
+            (
+                logging.WARNING,
+                f"the checkpoint was written with other versions ({', '.join(versions)}): the "
+                "continued run may differ from an uninterrupted one by rounding",
+            )
+        )
+    if state["world_size"] != world_size:
+        streams = "; dropout continues from new random streams" if config.model.dropout else ""
+        notices.append(
+            (
+                logging.INFO,
+                f"resuming a run trained with {state['world_size']} process(es) on "
+                f"{world_size}: {new_step} graphs per optimizer step as before "
+                f"({t.batch_size} per process x {world_size} x {t.accumulate_grad_batches} "
+                "accumulated); the batch sequence is unchanged when the world-size conditions "
+                f"hold{streams}",
+            )
+        )
+    return notices
+
+
+
+
+# --- reading the checkpoint ----------------------------------------------------------------------
+
+
+def read_resume_state(config: Config, *, world_size: int, force: bool) -> dict[str, Any] | None:
+    """The checked contents of ``config``'s ``checkpoints/last.pt``, to continue with ``world_size``.
+
+    Returns None when the run directory holds no run, or only the start of one (no epoch
+    finished): the run then starts from scratch. A directory with results but no ``last.pt``, a
+    checkpoint of an older format and a config that trains something else (unless ``force``)
+    are refused. The returned state has ``notices``, (level, message) pairs for the run's log.
+    """
+    path = config.run_dir / CHECKPOINTS / LAST
+    if not path.is_file():
+        check_startable(config.run_dir)
+        return None
+    state = load_checkpoint(path)
+    if state.get("format_version") != FORMAT_VERSION or "rng" not in state:
+        raise CheckpointError(
+            f"{path}: written by an older version of QuantumGravPy without the state needed "
+            f"to resume (format {state.get('format_version')}, needs {FORMAT_VERSION})"
+        )
+    state["notices"] = check_resume(config, state, world_size, force=force, path=path)
+    return state
+
+
+def check_resumable(config: Config, *, world_size: int, force: bool) -> None:
+    """Raise the error resuming ``config`` would raise, before any data or model is built."""
+    read_resume_state(config, world_size=world_size, force=force)

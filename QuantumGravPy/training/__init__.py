@@ -1,0 +1,33 @@
+"""The training layer: the one epoch loop and everything it decides.
+
+- :mod:`.trainer`: :class:`Trainer`, the loop and its hooks, validation, testing;
+- :mod:`.run_state`: the run's records, files and checkpoints, and resuming (a mixin);
+- :mod:`.trainer_ddp`: :class:`TrainerDDP`, the same loop in every process of a DDP job, with
+  rank-0 decisions broadcast to every rank;
+- :mod:`.launch`: :func:`launch`, a whole training job over several processes;
+- :mod:`.evaluation`: loss and metrics as sums over graphs, exact for any number of processes;
+- :mod:`.early_stopping`, :mod:`.ema`, :mod:`.optim`, :mod:`.devices`: the pieces the loop uses.
+
+Imports every layer below it (``data``, ``models``, ``runs``, ``parallel``, ``config``).
+"""
+
+from .early_stopping import EarlyStopping
+from .ema import EMA
+from .evaluation import MetricSums, Tester, Validator
+from .launch import launch, prepare_run, train_worker
+from .trainer import Trainer, TrainingDivergedError
+from .trainer_ddp import TrainerDDP
+
+__all__ = [
+    "EMA",
+    "EarlyStopping",
+    "MetricSums",
+    "Tester",
+    "Trainer",
+    "TrainerDDP",
+    "TrainingDivergedError",
+    "Validator",
+    "launch",
+    "prepare_run",
+    "train_worker",
+]

@@ -1,0 +1,92 @@
+"""Starting a training job: :func:`launch` spawns (or joins) the ranks and trains in each.
+
+:func:`launch` is what ``qg train`` calls when ``parallel.world_size > 1``, and what a notebook
+calls: it checks the run directory and builds the dataset cache once, then runs
+:func:`train_worker` on every rank through :func:`~QuantumGravPy.parallel.run_distributed`
+(which spawns the processes, or joins torchrun's or srun's job) and returns rank 0's results.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import Config
+from ..data import dataset_from_config
+from ..errors import ConfigError
+from ..parallel import distributed, run_distributed
+from ..runs import check_resumable
+from ..runs.directory import check_run_dir
+from .trainer_ddp import TrainerDDP
+
+
+def train_worker(
+    rank: int,
+    world_size: int,
+    config: Config,
+    overwrite: bool,
+    resume: bool = False,
+    force: bool = False,
+) -> dict[str, Any]:
+    """What every rank of a training job runs; returns the (identical) history and test metrics."""
+    trainer = TrainerDDP(rank, config, overwrite=overwrite, resume=resume, force=force)
+    try:
+        train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+        history = trainer.run_training(train_loader, val_loader)
+        test = trainer.run_test(test_loader)
+    finally:
+        trainer.close()
+    return {"history": history, "test": test, "world_size": world_size}
+
+
+def launch(
+    config: Config,
+    world_size: int | None = None,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Train ``config`` with ``world_size`` processes (default ``parallel.world_size``).
+
+    Returns ``{"history": [...], "test": {...}, "world_size": W}`` (rank 0's, which every rank
+    shares). In a process started by torchrun or srun it joins that job instead of spawning.
+    ``resume=True`` continues the run in ``training.path`` (see :class:`~QuantumGravPy.Trainer`).
+    A job that torchrun restarted after a failure (``--max-restarts``) always resumes.
+    """
+    env = distributed.process_env()
+    if distributed.restart_count() > 0:
+        overwrite, resume = False, True  # a restart must continue, never wipe, the run
+    if env is None:
+        prepare_run(
+            config,
+            overwrite=overwrite,
+            resume=resume,
+            force=force,
+            world_size=world_size or config.parallel.world_size,
+        )
+    return run_distributed(
+        train_worker, config, config, overwrite, resume, force, world_size=world_size
+    )
+
+
+def prepare_run(
+    config: Config,
+    *,
+    overwrite: bool,
+    resume: bool = False,
+    force: bool = False,
+    world_size: int = 1,
+) -> None:
+    """What the launching process does once, before any rank starts.
+
+    Refuses an occupied run directory (or, resuming, a checkpoint the config does not fit)
+    before minutes are spent, and builds the causal-set cache so that the ranks only read it.
+    """
+    if overwrite and resume:
+        raise ConfigError("--overwrite and --resume exclude each other: replace or continue")
+    if resume:
+        check_resumable(config, world_size=world_size, force=force)
+    else:
+        check_run_dir(config.run_dir, overwrite=overwrite)
+    if config.data.dataset is None:
+        dataset_from_config(config.data)

@@ -1,0 +1,215 @@
+"""The package's layers: each imports only from the layers below it, and nothing imports in a loop.
+
+Every import counts, those inside functions included. A failure names the importing file and
+line, the module it imports, and both layers; a new top-level module or subpackage fails until it
+is given a place in LAYERS.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+import QuantumGravPy as qg
+
+PACKAGE = "QuantumGravPy"
+# Bottom first; a module may import from its own layer and the ones below it.
+LAYERS = [
+    {"errors", "logs"},
+    {"physics"},
+    {"config"},
+    {"parallel"},
+    {"runs"},
+    {"models"},
+    {"data"},
+    {"training"},
+    {"cli", "__init__", "__main__"},
+]
+# Only the parallel layer talks to other processes through torch itself.
+PARALLEL_ONLY = ("torch.distributed", "torch.multiprocessing")
+
+# The public API before the package was split into layers: every name still works as qg.NAME.
+PUBLIC_NAMES = """
+    EMA AugmentationConfig AugmentedDataset CausalSet CausalSetDataset CheckpointError
+    ClassBalancedSampler Config ConfigError DataError DistributedClassBalancedSampler
+    DistributedError DistributedRangeSplitter DistributedSamplerWrapper
+    DistributedWeightedRandomSampler EarlyStopping GNNModel MetricSums PortInUseError
+    ProgressiveClassBalancedSampler QGError RankAwareSeedGenerator RankFailedError
+    RankTimeoutError RunDirectoryError Tester Trainer TrainerDDP Validator WorkerError
+    apply_augmentation cleanup_ddp gen_augmentation_params gen_distributed_augmentation_params
+    get_preset initialize_ddp launch load_checkpoint load_config myrheim_meyer_dimension
+    ordering_fraction_expectation prepare_run run_distributed spawn split_dataset sprinkle
+    stream_distributed_augmentation_chain
+""".split()
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def package_modules(root: Path) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted((root / PACKAGE).rglob("*.py"))}
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[int, str]]:
+    """(line, imported module) for every import in the file, relative ones resolved."""
+    is_package = path.name == "__init__.py"
+    here = name.split(".") if is_package else name.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            # ``from pkg import sub`` imports the submodule where there is one
+            subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules]
+            found += [(node.lineno, t) for t in subs or [target]]
+    return found
+
+
+def layer_of(module: str) -> int | None:
+    parts = module.split(".")
+    key = parts[1] if len(parts) > 1 else "__init__"
+    for level, names in enumerate(LAYERS):
+        if key in names:
+            return level
+    return None
+
+
+def layer_name(level: int) -> str:
+    return "/".join(sorted(LAYERS[level]))
+
+
+def check(root: Path) -> list[str]:
+    """Every violation of the layering in the package under ``root``, one line each."""
+    modules = package_modules(root)
+    problems = []
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        mine = layer_of(name)
+        where = path.relative_to(root)
+        if mine is None:
+            problems.append(f"{where}: {name} is in no layer; give it a place in LAYERS")
+            continue
+        graph[name] = set()
+        for line, target in imports_of(name, path, modules):
+            if target.startswith(PARALLEL_ONLY) and layer_name(mine) != "parallel":
+                problems.append(
+                    f"{where}:{line}: {name} imports {target}; only the parallel layer may"
+                )
+            if target != PACKAGE and not target.startswith(PACKAGE + "."):
+                continue
+            graph[name].add(target)
+            theirs = layer_of(target)
+            if theirs is not None and theirs > mine:
+                problems.append(
+                    f"{where}:{line}: {name} imports {target}, which is above it "
+                    f"({layer_name(mine)} may import only from "
+                    f"{', '.join(layer_name(i) for i in range(mine, -1, -1))})"
+                )
+    problems += [f"import cycle: {' -> '.join(c)}" for c in cycles(graph)]
+    return problems
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle through each strongly connected group of modules (depth-first search)."""
+    found, done = [], set()
+    for start in sorted(graph):
+        stack, on_path = [(start, iter(sorted(graph.get(start, ()))))], [start]
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                done.add(node)
+                stack.pop()
+                on_path.pop()
+            elif child in on_path:
+                cycle = [*on_path[on_path.index(child) :], child]
+                if not any(set(cycle) <= set(c) for c in found):
+                    found.append(cycle)
+            elif child not in done and child in graph:
+                stack.append((child, iter(sorted(graph[child]))))
+                on_path.append(child)
+    return found
+
+
+def test_every_module_imports_only_from_its_layer_and_below():
+    problems = check(ROOT)
+    assert not problems, "the layering is broken:\n" + "\n".join(problems)
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / PACKAGE / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+@pytest.mark.parametrize(
+    "files, expected",
+    [
+        (  # an upward import inside a function still counts
+            {
+                "data/loaders.py": "def f():\n    from ..training.trainer import Trainer\n",
+                "training/trainer.py": "",
+            },
+            "QuantumGravPy/data/loaders.py:2: QuantumGravPy.data.loaders imports "
+            "QuantumGravPy.training.trainer, which is above it",
+        ),
+        (
+            {"config/schema.py": "from QuantumGravPy.data import samplers\n", "data/samplers.py": ""},
+            "QuantumGravPy.config.schema imports QuantumGravPy.data.samplers, which is above it",
+        ),
+        (
+            {"training/a.py": "from . import b\n", "training/b.py": "from .a import x\n"},
+            "import cycle: QuantumGravPy.training.a -> QuantumGravPy.training.b -> "
+            "QuantumGravPy.training.a",
+        ),
+        ({"tune/study.py": ""}, "QuantumGravPy.tune.study is in no layer"),
+        (
+            {"training/trainer.py": "import torch.distributed as dist\n"},
+            "QuantumGravPy.training.trainer imports torch.distributed; only the parallel layer",
+        ),
+    ],
+)
+def test_the_check_names_the_modules_of_a_broken_rule(tmp_path, files, expected):
+    problems = check(write_package(tmp_path, files))
+    assert any(expected in p for p in problems), problems
+
+
+def test_the_check_allows_imports_downwards_and_within_a_layer(tmp_path):
+    files = {
+        "__init__.py": "from .training import Trainer\n",
+        "training/__init__.py": "from .trainer import Trainer\n",
+        "training/trainer.py": "from ..data import loaders\nfrom .ema import EMA\nimport torch\n",
+        "training/ema.py": "",
+        "data/__init__.py": "",
+        "data/loaders.py": "from ..errors import DataError\nfrom ..parallel import spawn\n",
+        "parallel/spawn.py": "import torch.multiprocessing as mp\n",
+        "errors.py": "",
+    }
+    assert check(write_package(tmp_path, files)) == []
+
+
+def test_the_public_names_of_the_flat_layout_still_work():
+    missing = [name for name in PUBLIC_NAMES if not hasattr(qg, name)]
+    assert not missing
+    assert set(PUBLIC_NAMES) <= set(qg.__all__)
+
+
+def test_no_module_is_much_over_450_lines():
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in package_modules(ROOT).values()
+        if (n := len(path.read_text().splitlines())) > 450
+    }
+    assert not long, f"split these modules, each owns more than one thing: {long}"
