@@ -59,7 +59,7 @@ def stream_distributed_augmentation_chain(
     chunk_size: int = 1000,
     base_seed: int = 0,
 ) -> Generator[dict[str, Any], None, None]:
-    """The augmentation parameters of ``rank``'s range of ``range(num_samples)``, one dict per sample.
+    """Augmentation parameters for ``rank``'s range of ``range(num_samples)``, one dict a sample.
 
     Over all ranks the streams yield ``num_samples`` dicts in total, each sample's exactly once.
     ``chunk_size`` dicts are computed at a time (a batch, not a unit of the stream), so memory
