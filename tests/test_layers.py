@@ -166,7 +166,10 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
             "QuantumGravPy.training.trainer, which is above it",
         ),
         (
-            {"config/schema.py": "from QuantumGravPy.data import samplers\n", "data/samplers.py": ""},
+            {
+                "config/schema.py": "from QuantumGravPy.data import samplers\n",
+                "data/samplers.py": "",
+            },
             "QuantumGravPy.config.schema imports QuantumGravPy.data.samplers, which is above it",
         ),
         (

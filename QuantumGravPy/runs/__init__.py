@@ -12,8 +12,8 @@ here starts processes or talks to other ranks. Imports ``config`` and the ground
 """
 
 from .checkpoint import FORMAT_VERSION, load_checkpoint, load_model_state, save_checkpoint
-from .resume import check_resumable, read_resume_state
 from .reproducibility import seed_everything
+from .resume import check_resumable, read_resume_state
 
 __all__ = [
     "FORMAT_VERSION",

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import directory as rd
 from ..errors import QGError
+from . import directory as rd
 
 CURVES = "curves.png"
 CONFUSION = "confusion_matrix.png"

@@ -43,7 +43,6 @@ RESUMABLE_KEYS = (
 )
 
 
-
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; keyword dicts are flattened too."""
     flat: dict[str, Any] = {}
@@ -135,13 +134,11 @@ def check_resume(
     return notices
 
 
-
-
 # --- reading the checkpoint ----------------------------------------------------------------------
 
 
 def read_resume_state(config: Config, *, world_size: int, force: bool) -> dict[str, Any] | None:
-    """The checked contents of ``config``'s ``checkpoints/last.pt``, to continue with ``world_size``.
+    """The checked contents of ``config``'s ``last.pt``, to continue on ``world_size`` processes.
 
     Returns None when the run directory holds no run, or only the start of one (no epoch
     finished): the run then starts from scratch. A directory with results but no ``last.pt``, a
