@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,9 +12,10 @@ import time
 import pytest
 import torch
 import yaml
-from conftest import ROOT, TESTS, run_cli, small_raw_config, train
+from conftest import ROOT, TESTS, run_cli, run_main, small_raw_config, train
 
 import QuantumGravPy as qg
+from QuantumGravPy.config import apply_overrides, config_from_dict
 from QuantumGravPy.runs import directory as rd
 from QuantumGravPy.runs.checkpoint import save_checkpoint
 
@@ -41,6 +43,25 @@ def assert_same_weights(a, b, tol=0.0):
     assert a.keys() == b.keys()
     for key in a:
         assert torch.allclose(a[key].double(), b[key].double(), rtol=0, atol=tol), key
+
+
+BEFORE_LAYOUT = TESTS / "fixtures" / "run_before_layout"
+
+
+def test_a_run_checkpointed_before_the_package_was_split_into_layers_resumes(tmp_path, data_root):
+    run = tmp_path / "old"
+    shutil.copytree(BEFORE_LAYOUT, run)
+    raw = yaml.safe_load((run / "config.yaml").read_text())
+    moved = ("data.root=" + str(data_root), "training.num_epochs=4", "log_level=WARNING")
+    _, history, metrics = train(
+        config_from_dict(apply_overrides(raw, (*moved, f"training.path={tmp_path / 'whole'}")))
+    )
+    trainer, resumed, resumed_metrics = train(
+        config_from_dict(apply_overrides(raw, (*moved, f"training.path={run}"))), resume=True
+    )
+    assert trainer.resumed_from == run / "checkpoints" / "last.pt"
+    assert len(resumed) == 4 and without_times(resumed) == without_times(history)
+    assert resumed_metrics == metrics
 
 
 # --- the checkpoint ------------------------------------------------------------------------------
@@ -136,7 +157,7 @@ def test_a_checkpoint_without_resume_state_is_refused_for_resuming(make_config):
         qg.Trainer(cfg, resume=True)
 
 
-def test_a_different_config_is_refused_naming_the_keys_unless_forced(make_config, tmp_path):
+def test_a_different_config_is_refused_naming_the_keys_unless_forced(make_config, tmp_path, capsys):
     cfg = make_config("training.num_epochs=1")
     train(cfg)
     path = tmp_path / "cfg.yaml"
@@ -148,17 +169,17 @@ def test_a_different_config_is_refused_naming_the_keys_unless_forced(make_config
     assert "training.seed: 0 -> 5" in changed.stderr and "--force" in changed.stderr
     assert len(rd.read_history(cfg.run_dir)) == 1  # nothing was touched
 
-    step = run_cli("train", str(path), "--resume", "training.batch_size=8")
+    step = run_main(capsys, "train", path, "--resume", "training.batch_size=8")
     assert step.returncode == 2 and "graphs per optimizer step" in step.stderr
     assert "training.batch_size=16 keeps it" in step.stderr
 
     # Run length and output settings may change; the run goes on.
-    longer = run_cli("train", str(path), "--resume", "training.num_epochs=2", "log_level=INFO")
+    longer = run_main(capsys, "train", path, "--resume", "training.num_epochs=2", "log_level=INFO")
     assert longer.returncode == 0, longer.stderr
     assert len(rd.read_history(cfg.run_dir)) == 2
 
-    forced = run_cli(
-        "train", str(path), "--resume", "--force", "training.num_epochs=3", "training.seed=5"
+    forced = run_main(
+        capsys, "train", path, "--resume", "--force", "training.num_epochs=3", "training.seed=5"
     )
     assert forced.returncode == 0, forced.stderr
     assert (
@@ -166,7 +187,7 @@ def test_a_different_config_is_refused_naming_the_keys_unless_forced(make_config
         in (cfg.run_dir / "train.log").read_text()
     )
 
-    misuse = run_cli("train", str(path), "--force")
+    misuse = run_main(capsys, "train", path, "--force")
     assert misuse.returncode == 2 and "--force only applies to --resume" in misuse.stderr
 
 
@@ -248,15 +269,33 @@ def kill_when(job, run, rows, delay):
     return job.returncode
 
 
+@pytest.fixture(scope="session")
+def uninterrupted(tmp_path_factory, data_root):
+    """``uninterrupted(W)``: the run directory of kill_config's job, never killed, on W processes.
+
+    Trained once per world size and shared by the tests that kill and resume that job.
+    """
+    runs = {}
+
+    def run_dir(world_size):
+        if world_size not in runs:
+            where = tmp_path_factory.mktemp(f"uninterrupted{world_size}")
+            job = start_job(kill_config(where, data_root, "whole", world_size))
+            _, err = job.communicate(timeout=240)
+            assert job.returncode == 0, err
+            runs[world_size] = where / "whole"
+        return runs[world_size]
+
+    return run_dir
+
+
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("world_size", [1, 2])
-def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(tmp_path, data_root, world_size):
-    rng = random.Random(world_size)  # the kill points are drawn, and the same on every run
-    whole = kill_config(tmp_path, data_root, "whole", world_size)
-    job = start_job(whole)
-    _, err = job.communicate(timeout=240)
-    assert job.returncode == 0, err
-
+def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(
+    tmp_path, data_root, world_size, uninterrupted
+):
+    rng = random.Random(world_size)  # the kill point is drawn, and the same on every run
+    whole = uninterrupted(world_size)
     cut = kill_config(tmp_path, data_root, "cut", world_size)
     run = tmp_path / "cut"
     # 1: killed in the middle of writing last.pt (after the 2nd one): the 2nd must survive.
@@ -264,33 +303,32 @@ def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(tmp_path, dat
     job.communicate(timeout=240)
     assert job.returncode == -signal.SIGKILL
     assert final_state(run)["epoch"] == 2
-    # 2 and 3: killed at random points of the following epochs.
-    for _ in range(2):
-        done = rows_written(run)
-        code = kill_when(start_job(cut, "--resume"), run, done + rng.randint(1, 2), rng.random())
-        assert code in (0, -signal.SIGKILL)
+    # 2: killed at a random point of the following epochs.
+    done = rows_written(run)
+    code = kill_when(start_job(cut, "--resume"), run, done + rng.randint(1, 2), rng.random())
+    assert code in (0, -signal.SIGKILL)
     job = start_job(cut, "--resume")
     _, err = job.communicate(timeout=240)
     assert job.returncode == 0, err
     assert not list((run / "checkpoints").glob(".*tmp*"))  # the cut write was cleaned up
 
-    assert without_times(rd.read_history(run)) == without_times(rd.read_history(tmp_path / "whole"))
-    a, b = final_state(run), final_state(tmp_path / "whole")
+    assert without_times(rd.read_history(run)) == without_times(rd.read_history(whole))
+    a, b = final_state(run), final_state(whole)
     assert_same_weights(a["model"], b["model"], tol=1e-6)
     assert_same_weights(a["ema"]["model"], b["ema"]["model"], tol=1e-6)
-    summary = (run / "summary.json").read_text()
-    assert summary == (tmp_path / "whole" / "summary.json").read_text()
+    assert (run / "summary.json").read_text() == (whole / "summary.json").read_text()
 
 
 @pytest.mark.timeout(300)
-def test_a_two_process_run_continues_in_one_process(tmp_path, data_root):
+def test_a_two_process_run_continues_in_one_process(tmp_path, data_root, capsys):
     config = kill_config(tmp_path, data_root, "shrink", 2)
-    first = run_cli("train", str(config), "training.num_epochs=2")
+    first = run_main(capsys, "train", config, "training.num_epochs=2")
     assert first.returncode == 0, first.stderr
     # A restart on half the processes keeps the global batch by doubling the per-process one.
-    again = run_cli(
+    again = run_main(
+        capsys,
         "train",
-        str(config),
+        config,
         "--resume",
         "parallel.world_size=1",
         "training.batch_size=16",
@@ -304,13 +342,10 @@ def test_a_two_process_run_continues_in_one_process(tmp_path, data_root):
 
 
 @pytest.mark.timeout(300)
-def test_torchrun_restarts_a_killed_worker_and_the_run_resumes(tmp_path, data_root):
+def test_torchrun_restarts_a_killed_worker_and_the_run_resumes(tmp_path, data_root, uninterrupted):
     from QuantumGravPy.parallel.distributed import free_port
 
-    whole = kill_config(tmp_path, data_root, "whole", 2)
-    job = start_job(whole)
-    _, err = job.communicate(timeout=240)
-    assert job.returncode == 0, err
+    whole = uninterrupted(2)
 
     config = kill_config(tmp_path, data_root, "elastic", 2)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))}
@@ -343,8 +378,6 @@ def test_torchrun_restarts_a_killed_worker_and_the_run_resumes(tmp_path, data_ro
     log = (tmp_path / "elastic" / "train.log").read_text()
     assert "resumed from" in log and "after epoch 2" in log
     assert without_times(rd.read_history(tmp_path / "elastic")) == without_times(
-        rd.read_history(tmp_path / "whole")
+        rd.read_history(whole)
     )
-    assert_same_weights(
-        final_state(tmp_path / "elastic")["model"], final_state(tmp_path / "whole")["model"]
-    )
+    assert_same_weights(final_state(tmp_path / "elastic")["model"], final_state(whole)["model"])
