@@ -47,6 +47,20 @@ def run_cli(
     )
 
 
+def run_main(capsys, *args) -> subprocess.CompletedProcess:
+    """``qg ARGS`` in this process: the command's own code path, without a new interpreter.
+
+    For checks of what the command does and prints; ``run_cli`` is for what only a fresh
+    process shows (start-up, exit status, interrupts).
+    """
+    from QuantumGravPy.cli import main
+
+    capsys.readouterr()  # only what this command prints
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["qg", *map(str, args)], code, out, err)
+
+
 def train(config, **kwargs):
     """Train, test the best epoch and close: ``(trainer, history, test_metrics)``."""
     import QuantumGravPy as qg
@@ -63,11 +77,15 @@ def run_ranks(world_size: int, fn, *args, timeout_s: float = 60.0) -> list:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` real gloo processes on a free port.
 
     Returns every rank's result in rank order; a failing rank raises ``qg.WorkerError``.
-    ``fn`` must be defined at the top level of a test module.
+    ``fn`` must be defined at the top level of a test module. The ranks are forked from a
+    server that has imported the package once (``start_method="forkserver"``), which saves
+    seconds per rank; the commands and examples the tests run start theirs as users do.
     """
     from QuantumGravPy.parallel import spawn
 
-    return spawn(fn, world_size, *args, backend="gloo", timeout_s=timeout_s)
+    return spawn(
+        fn, world_size, *args, backend="gloo", timeout_s=timeout_s, start_method="forkserver"
+    )
 
 
 def small_raw_config(tmp_path: Path, data_root: Path) -> dict:

@@ -5,7 +5,7 @@ from importlib.metadata import entry_points
 
 import pytest
 import yaml
-from conftest import run_cli
+from conftest import run_cli, run_main
 
 from QuantumGravPy.cli import main
 
@@ -38,30 +38,32 @@ def assert_one_line_error(result, *fragments):
         assert fragment in lines[-1]
 
 
-def test_train_then_test_through_the_real_command(config_file, tmp_path):
+def test_train_then_test_through_the_real_command(config_file, tmp_path, capsys):
     cfg = config_file()
     result = run_cli("train", cfg)
     assert result.returncode == 0, result.stderr
     assert "test_accuracy" in result.stdout and str(tmp_path / "run") in result.stdout
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     checkpoint = tmp_path / "run" / "checkpoints" / "best.pt"
-    result = run_cli("test", cfg, "--checkpoint", str(checkpoint))
+    result = run_main(capsys, "test", cfg, "--checkpoint", str(checkpoint))
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["test_accuracy"] == summary["test_accuracy"]
     # a second train into the same directory is refused, and the first run is untouched
     before = (tmp_path / "run" / "history.csv").read_text()
-    result = run_cli("train", cfg, "training.num_epochs=1")
+    result = run_main(capsys, "train", cfg, "training.num_epochs=1")
     assert_one_line_error(result, str(tmp_path / "run"), "--overwrite")
     assert (tmp_path / "run" / "history.csv").read_text() == before
 
 
 def test_a_bad_config_key_is_one_line_naming_it(config_file):
-    result = run_cli("train", config_file(training={"batch_size": -4}))
+    result = run_cli("train", config_file(training={"batch_size": -4}))  # as a user sees it
     assert_one_line_error(result, "training.batch_size", "positive", "-4")
 
 
-def test_debug_shows_the_traceback(config_file):
-    result = run_cli("train", config_file(), "model.conv=torch_geometric.nn.NoConv", "--debug")
+def test_debug_shows_the_traceback(config_file, capsys):
+    result = run_main(
+        capsys, "train", config_file(), "model.conv=torch_geometric.nn.NoConv", "--debug"
+    )
     assert result.returncode == 2
     assert "Traceback" in result.stderr and "model.conv" in result.stderr
 

@@ -206,8 +206,19 @@ def test_two_ranks_train_on_disjoint_data_agree_and_only_rank0_writes(make_confi
 
 
 def alive_workers():
-    children = psutil.Process().children(recursive=True)
-    return [p for p in children if p.is_running() and "spawn_main" in " ".join(p.cmdline())]
+    """Rank processes still running: spawned interpreters, or processes the fork server forked."""
+    me = os.getpid()
+    alive = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            command = " ".join(p.cmdline())
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if "spawn_main" in command or ("forkserver" in command and p.ppid() != me):
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
 
 
 def test_a_failing_rank_ends_the_job_naming_it(make_config):
@@ -250,10 +261,19 @@ def test_a_fixed_port_in_use_is_named_and_a_chosen_one_is_avoided(make_config, m
         busy.listen()
         port = busy.getsockname()[1]
         with pytest.raises(qg.PortInUseError, match=f"port {port}"):
-            qg.spawn(evaluate_in_both_modes, 1, [], master_port=port, backend="gloo")
+            qg.spawn(
+                evaluate_in_both_modes,
+                1,
+                [],
+                master_port=port,
+                backend="gloo",
+                start_method="forkserver",
+            )
         offered = iter([port, free_port()])
         monkeypatch.setattr(distributed, "free_port", lambda addr="": next(offered))
-        assert qg.spawn(evaluate_in_both_modes, 1, [], backend="gloo") == [[]]
+        assert qg.spawn(
+            evaluate_in_both_modes, 1, [], backend="gloo", start_method="forkserver"
+        ) == [[]]
 
 
 # --- the three ways of starting a job ----------------------------------------------------------

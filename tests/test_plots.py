@@ -2,7 +2,7 @@
 
 import json
 
-from conftest import run_cli, train
+from conftest import run_main, train
 
 from QuantumGravPy.runs import plots
 
@@ -24,7 +24,7 @@ def test_every_run_leaves_curves_and_a_confusion_matrix(make_config):
     assert correct / sum(map(sum, matrix)) == metrics["test_accuracy"]
 
 
-def test_qg_plot_draws_one_run_and_overlays_several(make_config, tmp_path):
+def test_qg_plot_draws_one_run_and_overlays_several(make_config, tmp_path, capsys):
     runs = []
     for lr in (0.001, 0.01):
         cfg = make_config(
@@ -36,18 +36,18 @@ def test_qg_plot_draws_one_run_and_overlays_several(make_config, tmp_path):
         (cfg.run_dir / "curves.png").unlink()
         runs.append(cfg.run_dir)
 
-    one = run_cli("plot", str(runs[0]))
+    one = run_main(capsys, "plot", runs[0])
     assert one.returncode == 0, one.stderr
     assert is_png(runs[0] / "curves.png")
 
     output = tmp_path / "both.png"
-    both = run_cli("plot", *map(str, runs), "--output", str(output))
+    both = run_main(capsys, "plot", *runs, "--output", output)
     assert both.returncode == 0, both.stderr
     assert is_png(output) and str(output) in both.stdout
     single = plots.plot_curves([plots.read_run(runs[0])], tmp_path / "single.png")
     assert output.read_bytes() != single.read_bytes()  # the second run is drawn too
 
-    missing = run_cli("plot", str(runs[0]), str(tmp_path / "nowhere"))
+    missing = run_main(capsys, "plot", runs[0], tmp_path / "nowhere")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert "nowhere: not a run directory (no history.csv" in missing.stderr
     assert not (tmp_path / "comparison.png").exists()
