@@ -17,8 +17,9 @@ $(STAMP): setup.cfg pyproject.toml $(REQUIREMENTS)
 demo: $(STAMP)
 	$(PY) examples/train_ddp_standalone_example.py --world-size 2 --overwrite training.path=runs/demo
 
+# Two workers: most tests wait on process start-ups, so one worker leaves a core idle.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet ruff

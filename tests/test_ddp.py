@@ -276,6 +276,14 @@ def test_a_fixed_port_in_use_is_named_and_a_chosen_one_is_avoided(make_config, m
         ) == [[]]
 
 
+def test_an_unknown_start_method_is_refused_before_any_process_starts():
+    with pytest.raises(
+        qg.QGError, match="start_method must be one of spawn, forkserver, got 'fork'"
+    ):
+        qg.spawn(evaluate_in_both_modes, 1, [], start_method="fork")
+    assert alive_workers() == []
+
+
 # --- the three ways of starting a job ----------------------------------------------------------
 
 

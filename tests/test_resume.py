@@ -289,6 +289,11 @@ def uninterrupted(tmp_path_factory, data_root):
     return run_dir
 
 
+# Tests that share the uninterrupted runs run on one worker (pytest -n: --dist loadgroup).
+SHARES_UNINTERRUPTED = pytest.mark.xdist_group("uninterrupted")
+
+
+@SHARES_UNINTERRUPTED
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(
@@ -341,6 +346,7 @@ def test_a_two_process_run_continues_in_one_process(tmp_path, data_root, capsys)
     assert json.loads((tmp_path / "shrink" / "summary.json").read_text())["world_size"] == 1
 
 
+@SHARES_UNINTERRUPTED
 @pytest.mark.timeout(300)
 def test_torchrun_restarts_a_killed_worker_and_the_run_resumes(tmp_path, data_root, uninterrupted):
     from QuantumGravPy.parallel.distributed import free_port

@@ -1,6 +1,6 @@
 """Shared-memory gradient averaging: the same numbers as gloo, on every rank, with nothing left over."""
 
-import glob
+import os
 
 import torch
 from conftest import run_ranks
@@ -18,19 +18,21 @@ def average_many(rank, world_size):
         values = torch.arange(n, dtype=torch.float32) * (rank + 1) + call
         results.append(comm.allreduce_mean(values))
     comm.close()
-    return results
+    return results, comm.name
 
 
 def test_averages_match_the_definition_and_agree_bitwise_across_ranks():
     world_size = 3
-    results = run_ranks(world_size, average_many)
+    results, names = zip(*run_ranks(world_size, average_many), strict=True)
+    assert len(set(names)) == 1  # one segment, shared by every rank
     for call, mean in enumerate(results[0]):
         n = mean.numel()
         expected = sum(torch.arange(n) * (r + 1) + call for r in range(world_size)) / world_size
         assert torch.allclose(mean, expected.float())
         for other in results[1:]:
             assert torch.equal(other[call], mean)
-    assert glob.glob("/dev/shm/qg_*") == []  # unlinked as soon as every rank had it open
+    # unlinked as soon as every rank had it open: nothing is left in /dev/shm
+    assert not os.path.exists(os.path.join("/dev/shm", names[0]))
 
 
 def train_and_return_weights(rank, world_size, config):

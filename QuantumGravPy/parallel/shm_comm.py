@@ -84,7 +84,7 @@ class SharedMemoryAllReduce:
         name = f"qg_{uuid.uuid4().hex[:16]}" if self.rank == 0 else None
         if self.rank == 0:
             self._mmap = _map(name, size, create=True)  # a new file is zero-filled
-        name = distributed.broadcast_object(name)
+        name = self.name = distributed.broadcast_object(name)
         if self.rank != 0:
             self._mmap = _map(name, size, create=False)
         distributed.barrier()
