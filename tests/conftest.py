@@ -9,6 +9,11 @@ from pathlib import Path
 
 import pytest
 
+# Two pytest workers (make test) and the ranks they start share two cores. OpenMP threads that
+# spin while they wait burn the core a waiting rank needs, which doubled the suite's CPU time;
+# passive waiting lets them sleep. Read once, when torch loads: so before QuantumGravPy.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from QuantumGravPy.config import Config, apply_overrides, config_from_dict
 
 TESTS = Path(__file__).parent
