@@ -40,9 +40,6 @@ def dataset_from_config(
 
 
 def check_dataset(dataset: Any, *, source: str) -> None:
-    from ..training.trainer import Trainer  # scratch: an upward import, to see the check fail
-
-    del Trainer
     if not isinstance(dataset, (Dataset, list)):
         raise DataError(
             f"{source}: expected a torch_geometric Dataset or a list of Data, "
