@@ -80,12 +80,15 @@ def check_resume(
     """Refuse a config that would train something else; return (level, notice)s for the log.
 
     Raises :class:`ConfigError` naming every differing key (and the batch per optimizer step, if
-    it changed), unless ``force``; then the differences come back as notices instead.
+    it changed), unless ``force``; then the differences come back as notices instead. A key the
+    checkpoint's config lacks was added to QuantumGravPy after it was written: the run trained
+    with what that key's default means, so only another value counts as a change.
     """
     saved = state["config"]
     t = config.training
-    before = trained_config(saved)
-    now = trained_config(config)
+    defaults = trained_config(Config())
+    before = {**defaults, **trained_config(saved)}
+    now = {**defaults, **trained_config(config)}
     changes = [
         f"{key}: {before.get(key, '(absent)')!r} -> {now.get(key, '(absent)')!r}"
         for key in sorted(set(before) | set(now))
