@@ -16,6 +16,7 @@ from conftest import ROOT, TESTS, run_cli, run_main, small_raw_config, train
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import apply_overrides, config_from_dict
+from QuantumGravPy.runs import check_resumable
 from QuantumGravPy.runs import directory as rd
 from QuantumGravPy.runs.checkpoint import save_checkpoint
 
@@ -62,6 +63,14 @@ def test_a_run_checkpointed_before_the_package_was_split_into_layers_resumes(tmp
     assert trainer.resumed_from == run / "checkpoints" / "last.pt"
     assert len(resumed) == 4 and without_times(resumed) == without_times(history)
     assert resumed_metrics == metrics
+    # Keys added since (model.type) count as their defaults, so another value is a change.
+    other = config_from_dict(
+        apply_overrides(
+            raw, (*moved, f"training.path={run}", "model.type=user_models.MeanFeatures")
+        )
+    )
+    with pytest.raises(qg.ConfigError, match="model.type: None -> 'user_models.MeanFeatures'"):
+        check_resumable(other, world_size=1, force=False)
 
 
 # --- the checkpoint ------------------------------------------------------------------------------
@@ -220,11 +229,12 @@ def test_a_requeued_job_resumes_even_when_its_script_says_overwrite(make_config,
 # --- killed jobs ---------------------------------------------------------------------------------
 
 
-def kill_config(tmp_path, data_root, name, world_size):
+def kill_config(tmp_path, data_root, name, world_size, **model):
     raw = small_raw_config(tmp_path, data_root)
     raw["log_level"] = "INFO"
     raw["training"].update(path=str(tmp_path / name), batch_size=16 // world_size, num_epochs=6)
     raw["model"]["dropout"] = 0.2
+    raw["model"].update(model)
     raw["augmentation"] = {"preset": "mild"}
     raw["training"]["ema_decay"] = 0.8
     raw["parallel"] = {"world_size": world_size}
@@ -322,6 +332,29 @@ def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(
     assert_same_weights(a["model"], b["model"], tol=1e-6)
     assert_same_weights(a["ema"]["model"], b["ema"]["model"], tol=1e-6)
     assert (run / "summary.json").read_text() == (whole / "summary.json").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_a_custom_model_killed_while_saving_resumes_to_the_uninterrupted_result(
+    tmp_path, data_root
+):
+    custom = {"type": "user_models.SmallGCN", "kwargs": {"hidden": 12}}
+    whole = kill_config(tmp_path, data_root, "whole", 1, **custom)
+    job = start_job(whole, "training.num_epochs=4")
+    _, err = job.communicate(timeout=240)
+    assert job.returncode == 0, err
+    cut = kill_config(tmp_path, data_root, "cut", 1, **custom)
+    job = start_job(cut, "training.num_epochs=4", QG_TEST_KILL_IN_WRITE="3")
+    job.communicate(timeout=240)
+    assert job.returncode == -signal.SIGKILL
+    job = start_job(cut, "--resume", "training.num_epochs=4")
+    _, err = job.communicate(timeout=240)
+    assert job.returncode == 0, err
+    run, reference = tmp_path / "cut", tmp_path / "whole"
+    assert "resumed from" in (run / "train.log").read_text()
+    assert without_times(rd.read_history(run)) == without_times(rd.read_history(reference))
+    assert_same_weights(final_state(run)["model"], final_state(reference)["model"], tol=1e-6)
+    assert (run / "summary.json").read_text() == (reference / "summary.json").read_text()
 
 
 @pytest.mark.timeout(300)

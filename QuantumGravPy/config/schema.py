@@ -60,6 +60,11 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
+    # null: the built-in GNNModel, set up by the keys below; or a dotted path to your own
+    # nn.Module class, built as cls(in_channels=N, outputs={task: (num_outputs, level)},
+    # **model.kwargs), whose forward(batch) returns {task: tensor} (or one tensor)
+    type: DottedPath | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)  # keyword arguments of model.type
     conv: DottedPath = "torch_geometric.nn.GraphConv"  # any message-passing layer class
     # extra arguments for each conv layer, e.g. {aggr: mean}; bias is left out before a graph
     # or batch norm (which subtracts it again) unless given here
@@ -77,6 +82,11 @@ class ModelConfig:
     num_classes: int | None = None  # null: taken from the dataset
 
     def validate(self) -> None:
+        if self.kwargs and self.type is None:
+            raise ConfigError(
+                "model.kwargs: only for your own model.type; the built-in model is set up by the "
+                f"other model keys (found {self.kwargs})"
+            )
         if not self.pooling:
             raise ConfigError("model.pooling: expected at least one of mean, max, add, found []")
         if any(c <= 0 for c in self.head_channels):

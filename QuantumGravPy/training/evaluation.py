@@ -79,8 +79,11 @@ class Validator:
         autocast_dtype: torch.dtype | None = None,
         float_dtype: torch.dtype = torch.float32,
         num_classes: int | None = None,
+        *,
+        select: Callable[[Any, Any], Tensor] | None = None,
     ):
         self.criterion = criterion
+        self.select = select  # picks (and checks) the output of a model's forward pass
         self.num_classes = num_classes  # set: also count a confusion matrix
         self.device = torch.device(device)
         self.autocast_dtype = autocast_dtype  # None: no autocast; else as training.precision says
@@ -100,6 +103,8 @@ class Validator:
                 enabled=self.autocast_dtype is not None,
             ):
                 outputs = model(batch)
+                if self.select is not None:
+                    outputs = self.select(outputs, batch)
                 loss = self.criterion(outputs, batch)
             n = batch.num_graphs
             sums[0] += loss.double() * n

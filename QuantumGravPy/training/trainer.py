@@ -33,7 +33,7 @@ from ..data import (
 )
 from ..errors import ConfigError, DataError, QGError
 from ..logs import configure_logging
-from ..models import GNNModel
+from ..models import build_model, task_output
 from ..runs import reproducibility as rs
 from ..runs.checkpoint import evaluation_weights, load_checkpoint, load_model_state
 from ..runs.reproducibility import seed_everything
@@ -47,6 +47,10 @@ from .run_state import RunStateMixin
 
 class TrainingDivergedError(QGError):
     """The training loss became NaN or infinite."""
+
+
+# The one task of a config: the classification of each graph's ``y``.
+TASK = "y"
 
 
 class Trainer(RunStateMixin):
@@ -95,8 +99,9 @@ class Trainer(RunStateMixin):
         # Built on the CPU from the seeded generator, so the initial weights do not depend on the
         # device, then moved.
         self.autocast_dtype, self.float_dtype = PRECISIONS[config.training.precision]
-        self.model: nn.Module = GNNModel.from_config(
-            config.model, self.in_channels, self.num_classes
+        self.num_outputs = config.model.num_classes or self.num_classes
+        self.model: nn.Module = build_model(
+            config.model, self.in_channels, {TASK: (self.num_outputs, "graph")}
         ).to(self.device, self.float_dtype)
         t = config.training
         self.optimizer = build_optimizer(t.optimizer, self.model.parameters())
@@ -107,10 +112,19 @@ class Trainer(RunStateMixin):
         self.ema = EMA(self.model, t.ema_decay) if t.ema_decay is not None else None
         self.criterion = make_criterion(config.criterion)
         self.validator = Validator(
-            self.criterion, self.device, self.autocast_dtype, self.float_dtype
+            self.criterion,
+            self.device,
+            self.autocast_dtype,
+            self.float_dtype,
+            select=self.select_output,
         )
         self.tester = Tester(
-            self.criterion, self.device, self.autocast_dtype, self.float_dtype, self.num_classes
+            self.criterion,
+            self.device,
+            self.autocast_dtype,
+            self.float_dtype,
+            self.num_classes,
+            select=self.select_output,
         )
         es = config.early_stopping
         self.early_stopping = EarlyStopping(
@@ -206,6 +220,16 @@ class Trainer(RunStateMixin):
         improved = self.early_stopping.step(row[self.config.early_stopping.metric], row["epoch"])
         return improved, self.config.early_stopping.enabled and self.early_stopping.should_stop
 
+    def select_output(self, outputs: Any, batch: Any) -> torch.Tensor:
+        """The task's output of a forward pass, checked: [graphs, outputs] (hook)."""
+        return task_output(
+            outputs,
+            TASK,
+            batch.num_graphs,
+            self.num_outputs,
+            model=self.config.model.type or "GNNModel",
+        )
+
     # --- data ----------------------------------------------------------------------------------
 
     def prepare_dataloaders(
@@ -296,7 +320,7 @@ class Trainer(RunStateMixin):
                 # Gradients are exchanged once per step, on its last batch.
                 with contextlib.nullcontext() if last else self.no_sync():
                     with self.autocast():
-                        outputs = model(batch)
+                        outputs = self.select_output(model(batch), batch)
                         loss = self.criterion(outputs, batch)
                     self.scaler.scale(loss * (batch.num_graphs / graphs)).backward()
                 total[0] += loss.detach().double() * batch.num_graphs

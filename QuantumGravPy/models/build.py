@@ -1,0 +1,67 @@
+"""The model a config names, and what its outputs must look like.
+
+``model.type: null`` is the built-in :class:`~.gnn.GNNModel`. Any other ``nn.Module`` class is
+built as ``cls(in_channels=N, outputs={task: (num_outputs, level)}, **model.kwargs)``: it learns
+how many node features the data has and what each task needs, and its ``forward(batch)``
+returns a dict from task name to tensor (or, with one task, the tensor alone), with one row per
+graph for a graph-level task. Such a model is trained, averaged, checkpointed, resumed and
+tested exactly like the built-in one, in one process or under DDP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import Tensor, nn
+
+from ..config import ModelConfig, resolve
+from ..errors import ConfigError
+from .gnn import GNNModel
+
+# What a task needs of the model: (number of outputs, "graph" or "node")
+Outputs = Mapping[str, tuple[int, str]]
+
+
+def build_model(section: ModelConfig, in_channels: int, outputs: Outputs) -> nn.Module:
+    """The model of the ``model:`` section for data with ``in_channels`` node features."""
+    if section.type is None:
+        ((num_outputs, _),) = outputs.values()  # the built-in model has one graph-level head
+        return GNNModel.from_config(section, in_channels, num_outputs)
+    cls = resolve(section.type, key="model.type")
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise ConfigError(f"model.type: {section.type!r} is not an nn.Module class")
+    try:
+        return cls(in_channels=in_channels, outputs=dict(outputs), **section.kwargs)
+    except TypeError as e:
+        raise ConfigError(
+            f"model.kwargs: {section.type}(in_channels=..., outputs=..., **model.kwargs) "
+            f"failed: {e}"
+        ) from None
+
+
+def task_output(outputs: Any, task: str, rows: int, num_outputs: int, *, model: str) -> Tensor:
+    """The output for ``task`` of a forward pass, checked: ``[rows, num_outputs]``.
+
+    ``outputs`` is what the model returned: a dict from task name to tensor, or one tensor.
+    A mistake in the model is a :class:`ConfigError` naming ``model.type``, the task, and the
+    shapes expected and found.
+    """
+    if isinstance(outputs, Mapping):
+        if task not in outputs:
+            raise ConfigError(
+                f"model.type: {model} returned no output for task {task!r} "
+                f"(it returned {', '.join(map(repr, outputs)) or 'an empty dict'})"
+            )
+        outputs = outputs[task]
+    if not isinstance(outputs, Tensor):
+        raise ConfigError(
+            f"model.type: {model} returned {type(outputs).__name__} for task {task!r}, "
+            "expected a tensor"
+        )
+    if tuple(outputs.shape) != (rows, num_outputs):
+        raise ConfigError(
+            f"model.type: {model} returned shape {list(outputs.shape)} for task {task!r}, "
+            f"expected [{rows}, {num_outputs}] (one row per graph, one column per output)"
+        )
+    return outputs

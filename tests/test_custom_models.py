@@ -1,0 +1,115 @@
+"""Your own model class (``model.type``): trained, averaged, checkpointed, tested and run under
+DDP like the built-in one, and one clear error for each way it can be wrong."""
+
+import json
+import math
+
+import pytest
+import yaml
+from conftest import run_main, run_ranks, train
+
+import QuantumGravPy as qg
+from QuantumGravPy.config import config_to_dict
+
+CUSTOM = ("model.type=user_models.SmallGCN", "model.kwargs={hidden: 24}")
+
+
+def write_config(cfg, path):
+    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    return path
+
+
+def test_a_custom_model_trains_averages_and_is_tested(make_config, tmp_path, capsys):
+    cfg = make_config(*CUSTOM, "training.num_epochs=4", "training.ema_decay=0.5")
+    trainer, history, metrics = train(cfg)
+    assert type(trainer.model).__name__ == "SmallGCN"
+    assert trainer.model.conv1.out_channels == 24  # model.kwargs reached the class
+    assert trainer.model.heads["y"].out_features == 3  # one output per dimension class
+    assert type(trainer.ema.module).__name__ == "SmallGCN"
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    assert math.isfinite(metrics["test_loss"]) and metrics["test_accuracy"] > 1 / 3
+
+    # qg test rebuilds the class from the config and evaluates the best checkpoint
+    result = run_main(
+        capsys,
+        "test",
+        write_config(cfg, tmp_path / "custom.yaml"),
+        "--checkpoint",
+        cfg.run_dir / "checkpoints" / "best.pt",
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((cfg.run_dir / "summary.json").read_text())
+    assert json.loads(result.stdout)["test_accuracy"] == summary["test_accuracy"]
+
+
+def test_a_model_returning_one_tensor_needs_no_dict(make_config):
+    _, history, _ = train(
+        make_config("model.type=user_models.MeanFeatures", "training.num_epochs=2")
+    )
+    assert len(history) == 2 and math.isfinite(history[-1]["val_loss"])
+
+
+def test_a_custom_model_resumes_exactly(make_config, tmp_path):
+    stateful = (*CUSTOM, "training.ema_decay=0.8", "augmentation.preset=mild")
+    whole = make_config(*stateful, "training.num_epochs=4", f"training.path={tmp_path / 'w'}")
+    _, history, metrics = train(whole)
+    part = make_config(*stateful, "training.num_epochs=2", f"training.path={tmp_path / 'p'}")
+    train(part)
+    resumed = make_config(*stateful, "training.num_epochs=4", f"training.path={tmp_path / 'p'}")
+    _, resumed_history, resumed_metrics = train(resumed, resume=True)
+    times = ("epoch_seconds",)
+    assert [{k: v for k, v in r.items() if k not in times} for r in resumed_history] == [
+        {k: v for k, v in r.items() if k not in times} for r in history
+    ]
+    assert resumed_metrics == metrics
+
+
+def train_custom(rank, world_size, config):
+    trainer = qg.TrainerDDP(rank, config)
+    history = trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    trainer.close()
+    return type(trainer.model).__name__, type(trainer.ddp_model).__name__, history
+
+
+@pytest.mark.timeout(120)
+def test_a_custom_model_trains_under_ddp(make_config):
+    cfg = make_config(*CUSTOM, "training.num_epochs=2", "validation.mode=sharded")
+    (model0, wrapper, history0), (model1, _, history1) = run_ranks(2, train_custom, cfg)
+    assert model0 == model1 == "SmallGCN" and wrapper == "NoneType"  # released on close
+    assert history0 == history1 and len(history0) == 2
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["model.type=user_models.OneColumnTooMany"],
+            "model.type: user_models.OneColumnTooMany returned shape [16, 4] for task 'y', "
+            "expected [16, 3] (one row per graph, one column per output)",
+        ),
+        (
+            ["model.type=user_models.WrongTaskName"],
+            "model.type: user_models.WrongTaskName returned no output for task 'y' "
+            "(it returned 'dimension')",
+        ),
+        (
+            ["model.type=user_models.NotAModel"],
+            "model.type: 'user_models.NotAModel' is not an nn.Module class",
+        ),
+        (
+            ["model.type=user_models.SmallGCN", "model.kwargs={width: 3}"],
+            "model.kwargs: user_models.SmallGCN(in_channels=..., outputs=..., **model.kwargs) "
+            "failed: SmallGCN.__init__() got an unexpected keyword argument 'width'",
+        ),
+        (["model.kwargs={hidden: 3}"], "model.kwargs: only for your own model.type"),
+        (["model.type=user_models.nowhere"], "model.type: cannot import 'user_models.nowhere'"),
+    ],
+)
+def test_a_broken_custom_model_is_one_line_naming_it(
+    make_config, tmp_path, capsys, overrides, message
+):
+    path = write_config(make_config("training.num_epochs=1"), tmp_path / "c.yaml")
+    result = run_main(capsys, "train", path, *overrides)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert message in result.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "run" / "history.csv").exists()  # it failed before any epoch ended

@@ -1,0 +1,54 @@
+"""Models a user might bring (``model.type: user_models.NAME``), and some broken ones."""
+
+import torch
+from torch import nn
+from torch_geometric.nn import GCNConv, global_mean_pool
+
+
+class SmallGCN(nn.Module):
+    """Two GCN layers, mean pooling and one linear head per task; returns {task: tensor}."""
+
+    def __init__(self, in_channels, outputs, hidden=16, dropout=0.1):
+        super().__init__()
+        self.conv1 = GCNConv(in_channels, hidden)
+        self.conv2 = GCNConv(hidden, hidden)
+        self.dropout = nn.Dropout(dropout)
+        self.heads = nn.ModuleDict({name: nn.Linear(hidden, n) for name, (n, _) in outputs.items()})
+
+    def forward(self, batch):
+        x = self.dropout(self.conv1(batch.x, batch.edge_index).relu())
+        x = self.conv2(x, batch.edge_index).relu()
+        pooled = global_mean_pool(x, batch.batch, batch.num_graphs)
+        return {name: head(pooled) for name, head in self.heads.items()}
+
+
+class MeanFeatures(nn.Module):
+    """No message passing at all: a linear layer on the mean node features; returns a tensor."""
+
+    def __init__(self, in_channels, outputs):
+        super().__init__()
+        ((n, _),) = outputs.values()
+        self.linear = nn.Linear(in_channels, n)
+
+    def forward(self, batch):
+        return self.linear(global_mean_pool(batch.x, batch.batch, batch.num_graphs))
+
+
+class OneColumnTooMany(MeanFeatures):
+    def __init__(self, in_channels, outputs):
+        ((n, level),) = outputs.values()
+        super().__init__(in_channels, {"y": (n + 1, level)})
+
+
+class WrongTaskName(MeanFeatures):
+    def forward(self, batch):
+        return {"dimension": super().forward(batch)}
+
+
+class NotAModel:
+    def __init__(self, in_channels, outputs):
+        pass
+
+
+def constant(batch):
+    return torch.zeros(batch.num_graphs, 3)
