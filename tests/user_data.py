@@ -59,3 +59,31 @@ class ReverseSampler(torch.utils.data.Sampler):
 
     def __iter__(self):
         return iter(range(self.n - 1, -1, -1))
+
+
+def charged_rings(num_graphs: int = 160) -> list[Data]:
+    """Identical rings whose class is the sign of a graph-level number, ``charge``, |charge| >= 0.5.
+
+    Nothing in the nodes or edges tells the classes apart: only ``model.graph_features`` can.
+    Each graph also carries a vector ``spin`` of 3 numbers (noise) and an integer ``count``.
+    """
+    g = torch.Generator().manual_seed(0)
+    n = 6
+    src = torch.arange(n)
+    ring = torch.stack([src, (src + 1) % n])
+    edges = torch.cat([ring, ring.flip(0)], dim=1)
+    graphs = []
+    for i in range(num_graphs):
+        sign = 1.0 if i % 2 else -1.0  # classes apart by a gap: |charge| >= 0.5
+        charge = sign * (0.5 + torch.rand(1, generator=g))
+        graphs.append(
+            Data(
+                x=torch.ones(n, 2),
+                edge_index=edges,
+                y=torch.tensor([int(charge > 0)]),
+                charge=charge,
+                spin=torch.randn(1, 3, generator=g),
+                count=torch.tensor([n]),
+            )
+        )
+    return graphs

@@ -78,10 +78,18 @@ class ModelConfig:
     norm: Literal["graph", "layer", "batch", "none"] = "graph"
     pooling: tuple[Literal["mean", "max", "add"], ...] = ("mean", "max", "add")  # concatenated
     head_channels: tuple[int, ...] = (64,)  # hidden layers of the MLP head
+    # graph-level Data attributes (a number or a vector per graph) concatenated to the pooled
+    # node embeddings before the head, e.g. [num_elements]; built-in model only
+    graph_features: tuple[str, ...] = ()
     in_channels: int | None = None  # node features; null: taken from the dataset
     num_classes: int | None = None  # null: taken from the dataset
 
     def validate(self) -> None:
+        if self.graph_features and self.type is not None:
+            raise ConfigError(
+                "model.graph_features: only for the built-in model; your own model.type reads "
+                f"any attribute of the batch itself (found {list(self.graph_features)})"
+            )
         if self.kwargs and self.type is None:
             raise ConfigError(
                 "model.kwargs: only for your own model.type; the built-in model is set up by the "

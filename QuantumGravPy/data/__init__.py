@@ -29,6 +29,7 @@ from .datasets import (
     dataset_from_config,
     dataset_labels,
     graph_attribute,
+    graph_feature_width,
 )
 from .loaders import make_loader, make_train_loader, split_dataset
 from .samplers import (
@@ -63,6 +64,7 @@ __all__ = [
     "generate_causal_set_graphs",
     "get_preset",
     "graph_attribute",
+    "graph_feature_width",
     "make_loader",
     "make_train_loader",
     "split_dataset",

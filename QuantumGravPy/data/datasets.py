@@ -4,6 +4,7 @@ per-graph attributes (labels, weights) that samplers and the model's dimensions 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -59,6 +60,24 @@ def dataset_dimensions(dataset: Dataset | list[Data]) -> tuple[int, int]:
     if isinstance(dataset, InMemoryDataset):
         return dataset.num_node_features, int(dataset._data.y.max()) + 1
     return dataset[0].x.shape[1], max(int(g.y.max()) for g in dataset) + 1
+
+
+def graph_feature_width(dataset: Dataset | list[Data], names: Sequence[str]) -> int:
+    """How many numbers the graph-level attributes ``names`` add up to, read from one graph."""
+    first = dataset[0]
+    width = 0
+    for name in names:
+        value = getattr(first, name, None)
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            found = "nothing" if value is None else type(value).__name__
+            if isinstance(value, torch.Tensor):
+                found = f"a {value.dtype} tensor"
+            raise DataError(
+                f"model.graph_features: {name!r} must be a floating-point tensor attribute of "
+                f"every graph (one number or one vector per graph); the first graph has {found}"
+            )
+        width += value.numel()
+    return width
 
 
 def dataset_labels(dataset: Dataset | list[Data]) -> torch.Tensor:

@@ -23,11 +23,16 @@ from .gnn import GNNModel
 Outputs = Mapping[str, tuple[int, str]]
 
 
-def build_model(section: ModelConfig, in_channels: int, outputs: Outputs) -> nn.Module:
-    """The model of the ``model:`` section for data with ``in_channels`` node features."""
+def build_model(
+    section: ModelConfig, in_channels: int, outputs: Outputs, *, graph_feature_channels: int = 0
+) -> nn.Module:
+    """The model of the ``model:`` section for data with ``in_channels`` node features.
+
+    ``graph_feature_channels``: how many numbers ``model.graph_features`` add per graph.
+    """
     if section.type is None:
         ((num_outputs, _),) = outputs.values()  # the built-in model has one graph-level head
-        return GNNModel.from_config(section, in_channels, num_outputs)
+        return GNNModel.from_config(section, in_channels, num_outputs, graph_feature_channels)
     cls = resolve(section.type, key="model.type")
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise ConfigError(f"model.type: {section.type!r} is not an nn.Module class")

@@ -26,6 +26,9 @@ POOLING = {"mean": global_mean_pool, "max": global_max_pool, "add": global_add_p
 class GNNModel(nn.Module):
     """A graph classifier: ``model(batch)`` returns logits of shape [num_graphs, num_classes].
 
+    ``graph_features`` names graph-level attributes of the batch (``graph_feature_channels``
+    numbers per graph in all) that are concatenated to the pooled node embeddings.
+
     Node features are first projected to ``hidden_channels``; each of ``num_layers`` blocks is
     conv -> norm -> activation -> dropout, added to its input when ``residual``. The default
     norm (``graph``: GraphNorm) uses the statistics of each graph alone, so the output for a graph
@@ -48,6 +51,8 @@ class GNNModel(nn.Module):
         norm: str = "graph",
         pooling: Sequence[str] = ("mean", "max", "add"),
         head_channels: Sequence[int] = (64,),
+        graph_features: Sequence[str] = (),
+        graph_feature_channels: int = 0,
     ):
         super().__init__()
         conv_cls = resolve(conv, key="model.conv") if isinstance(conv, str) else conv
@@ -57,6 +62,7 @@ class GNNModel(nn.Module):
             else activation
         )
         self.pooling = tuple(pooling)
+        self.graph_features = tuple(graph_features)
         self.residual = residual
         self.norm_kind = norm
         self.encoder = nn.Linear(in_channels, hidden_channels)
@@ -74,7 +80,7 @@ class GNNModel(nn.Module):
         self.act = _make_activation(act_cls)
         self.dropout = nn.Dropout(dropout)
         head: list[nn.Module] = []
-        width = hidden_channels * len(self.pooling)
+        width = hidden_channels * len(self.pooling) + graph_feature_channels
         for channels in head_channels:
             head += [nn.Linear(width, channels), _make_activation(act_cls), nn.Dropout(dropout)]
             width = channels
@@ -82,7 +88,13 @@ class GNNModel(nn.Module):
         self.head = nn.Sequential(*head)
 
     @classmethod
-    def from_config(cls, config: ModelConfig, in_channels: int, num_classes: int) -> GNNModel:
+    def from_config(
+        cls,
+        config: ModelConfig,
+        in_channels: int,
+        num_classes: int,
+        graph_feature_channels: int = 0,
+    ) -> GNNModel:
         return cls(
             config.in_channels or in_channels,
             config.num_classes or num_classes,
@@ -96,6 +108,8 @@ class GNNModel(nn.Module):
             norm=config.norm,
             pooling=config.pooling,
             head_channels=config.head_channels,
+            graph_features=config.graph_features,
+            graph_feature_channels=graph_feature_channels,
         )
 
     def forward(self, batch: Batch | Data) -> Tensor:
@@ -113,8 +127,10 @@ class GNNModel(nn.Module):
                 h = norm(h)
             h = self.dropout(self.act(h))
             x = x + h if self.residual else h
-        pooled = torch.cat([POOLING[p](x, index, num_graphs) for p in self.pooling], dim=-1)
-        return self.head(pooled)
+        pooled = [POOLING[p](x, index, num_graphs) for p in self.pooling]
+        # graph-level inputs join after pooling: one row of numbers per graph
+        pooled += [batch[name].reshape(num_graphs, -1).to(x.dtype) for name in self.graph_features]
+        return self.head(torch.cat(pooled, dim=-1))
 
 
 def _make_activation(act: Any) -> nn.Module:

@@ -27,6 +27,7 @@ from ..config import Config
 from ..data import (
     dataset_dimensions,
     dataset_from_config,
+    graph_feature_width,
     make_loader,
     make_train_loader,
     split_dataset,
@@ -101,7 +102,10 @@ class Trainer(RunStateMixin):
         self.autocast_dtype, self.float_dtype = PRECISIONS[config.training.precision]
         self.num_outputs = config.model.num_classes or self.num_classes
         self.model: nn.Module = build_model(
-            config.model, self.in_channels, {TASK: (self.num_outputs, "graph")}
+            config.model,
+            self.in_channels,
+            {TASK: (self.num_outputs, "graph")},
+            graph_feature_channels=graph_feature_width(self.dataset, config.model.graph_features),
         ).to(self.device, self.float_dtype)
         t = config.training
         self.optimizer = build_optimizer(t.optimizer, self.model.parameters())
