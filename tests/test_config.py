@@ -48,6 +48,17 @@ def test_overrides_are_parsed_as_yaml_and_may_create_sections(tmp_path):
     assert cfg.name == "with=equals"
 
 
+def test_early_stopping_takes_one_metric_or_a_list(tmp_path):
+    one = qg.load_config(write(tmp_path, "early_stopping: {metric: train_loss}"))
+    assert one.early_stopping.metric == "train_loss" and one.early_stopping.metrics == (
+        "train_loss",
+    )
+    text = "early_stopping: {metric: [val_loss, val_accuracy], combine: all}"
+    several = qg.load_config(write(tmp_path, text))
+    assert several.early_stopping.metrics == ("val_loss", "val_accuracy")
+    assert several.early_stopping.combine == "all"
+
+
 def test_dumped_config_loads_back_equal(tmp_path):
     cfg = qg.load_config(CONFIGS / "train.yaml", ["model.dropout=0.25"])
     assert qg.load_config(write(tmp_path, dump_config(cfg))) == cfg
@@ -88,7 +99,34 @@ def test_dumped_config_loads_back_equal(tmp_path):
             [],
             "early_stopping.mode: val_accuracy improves towards max",
         ),
-        ("early_stopping: {metric: f1}", [], "early_stopping.metric: expected one of"),
+        (
+            "early_stopping: {metric: f1}",
+            [],
+            "early_stopping.metric: 'f1' is not a column of history.csv (choose from val_loss, "
+            "val_accuracy, train_loss, train_accuracy)",
+        ),
+        (
+            "early_stopping: {metric: [val_loss, val_f1]}",
+            [],
+            "early_stopping.metric: 'val_f1' is not a column of history.csv",
+        ),
+        (
+            "early_stopping: {metric: []}",
+            [],
+            "early_stopping.metric: expected a column name or a list of different ones, found []",
+        ),
+        (
+            "early_stopping: {metric: [val_loss, val_loss]}",
+            [],
+            "expected a column name or a list of different ones, found ['val_loss', 'val_loss']",
+        ),
+        (
+            "early_stopping: {metric: [val_accuracy, val_loss]}",
+            [],
+            "early_stopping.mode: val_accuracy improves towards max",
+        ),
+        ("early_stopping: {metric: 3}", [], "early_stopping.metric: expected a string, found 3"),
+        ("early_stopping: {combine: both}", [], "early_stopping.combine: expected one of any, all"),
         ("log_level: LOUD", [], "log_level: expected one of"),
         ("training: {sampler: balanced}", [], "training.sampler: expected null, class_balanced"),
         ("training: {sampler: nowhere.Sampler}", [], "training.sampler: cannot import"),

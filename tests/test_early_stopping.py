@@ -1,10 +1,14 @@
-"""EarlyStopping as pure logic: patience, delta, grace period, modes and its state dict."""
+"""Early stopping: the logic (patience, delta, grace period, modes, state dicts, several metrics
+combined) and training that stops on a combination in one and two processes."""
 
 import math
 
 import pytest
+from conftest import run_ranks, train
 
 import QuantumGravPy as qg
+from QuantumGravPy.config import improves_towards
+from QuantumGravPy.training.early_stopping import MetricStopping
 
 
 def run(es, values):
@@ -54,3 +58,114 @@ def test_state_dict_round_trip_continues_identically():
 def test_bad_arguments_are_refused(kwargs):
     with pytest.raises(ValueError):
         qg.EarlyStopping(**kwargs)
+
+
+# --- several metrics -----------------------------------------------------------------------------
+
+LOSS_FALLS_ACCURACY_STALLS = [
+    {"val_loss": 1.0, "val_accuracy": 0.5},
+    {"val_loss": 0.9, "val_accuracy": 0.5},
+    {"val_loss": 0.8, "val_accuracy": 0.5},
+    {"val_loss": 0.9, "val_accuracy": 0.6},
+    {"val_loss": 1.0, "val_accuracy": 0.6},
+    {"val_loss": 1.1, "val_accuracy": 0.6},
+]
+
+
+def stops(combine, rows, patience=2):
+    es = MetricStopping(
+        ["val_loss", "val_accuracy"], ["min", "max"], combine=combine, patience=patience
+    )
+    return [(es.step(row, epoch), es.should_stop) for epoch, row in enumerate(rows, 1)], es
+
+
+def test_any_stops_when_one_metric_stalls_and_all_when_every_one_has():
+    any_steps, _ = stops("any", LOSS_FALLS_ACCURACY_STALLS)
+    # accuracy stalls after epoch 1 (epochs 2, 3): stop at epoch 3
+    assert [stop for _, stop in any_steps] == [False, False, True, False, True, True]
+    all_steps, es = stops("all", LOSS_FALLS_ACCURACY_STALLS)
+    # the loss stalls after epoch 3 (epochs 4, 5), accuracy after epoch 4 (5, 6): stop at epoch 6
+    assert [stop for _, stop in all_steps] == [False, False, False, False, False, True]
+    # the first metric alone decides the best epoch
+    assert [improved for improved, _ in all_steps] == [True, True, True, False, False, False]
+    assert es.best_epoch == 3 and es.best == 0.8
+    assert es.describe() == "all of val_loss, val_accuracy"
+
+
+def test_a_combined_state_continues_identically_and_single_metric_states_load():
+    _, reference = stops("all", LOSS_FALLS_ACCURACY_STALLS)
+    _, head = stops("all", LOSS_FALLS_ACCURACY_STALLS[:3])
+    resumed = MetricStopping(
+        ["val_loss", "val_accuracy"], ["min", "max"], combine="all", patience=2
+    )
+    resumed.load_state_dict(head.state_dict())
+    rest = [resumed.step(row, e) for e, row in enumerate(LOSS_FALLS_ACCURACY_STALLS[3:], 4)]
+    assert rest == [False, False, False] and resumed.should_stop
+    assert resumed.state_dict() == reference.state_dict()
+
+    single = qg.EarlyStopping(patience=2)  # what checkpoints of one metric hold
+    for row in LOSS_FALLS_ACCURACY_STALLS[:3]:
+        single.step(row["val_loss"])
+    continued = MetricStopping(["val_loss", "val_accuracy"], ["min", "max"], patience=2)
+    continued.load_state_dict(single.state_dict())
+    assert continued.best == 0.8 and continued.trackers["val_accuracy"].epochs_seen == 0
+
+
+def replayed_stop(history, columns, combine, patience):
+    """The epoch the rule stops at, recomputed from history.csv's rows alone (None: never)."""
+    best = dict.fromkeys(columns)
+    waited = dict.fromkeys(columns, 0)
+    for row in history:
+        for c in columns:
+            value, low = row[c], improves_towards(c) == "min"
+            if best[c] is None or (value < best[c] if low else value > best[c]):
+                best[c], waited[c] = value, 0
+            else:
+                waited[c] += 1
+        stalled = [waited[c] >= patience for c in columns]
+        if (any if combine == "any" else all)(stalled):
+            return row["epoch"]
+    return None
+
+
+COMBINED = (
+    "early_stopping.metric=[val_loss, train_loss]",
+    "early_stopping.patience=2",
+    "training.num_epochs=14",
+    "training.optimizer.kwargs={lr: 0.02}",
+)
+
+
+def check_stop(history, combine, stopped):
+    expected = replayed_stop(history, ["val_loss", "train_loss"], combine, patience=2)
+    assert stopped == (expected is not None)
+    assert history[-1]["epoch"] == (expected or 14)
+
+
+def test_training_stops_on_any_or_all_of_two_metrics(make_config, tmp_path):
+    runs = {}
+    for combine in ("any", "all"):
+        config = make_config(
+            *COMBINED, f"early_stopping.combine={combine}", f"training.path={tmp_path / combine}"
+        )
+        trainer, history, _ = train(config)
+        check_stop(history, combine, trainer.stopped_early)
+        best = min(history, key=lambda row: row["val_loss"])["epoch"]  # the first metric's
+        assert trainer.early_stopping.best_epoch == best
+        runs[combine] = history
+    assert len(runs["any"]) < len(runs["all"])  # this run: the validation loss stalls first
+
+
+def stop_with_two_ranks(rank, world_size, config):
+    trainer = qg.TrainerDDP(rank, config)
+    history = trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    trainer.close()
+    return history, trainer.stopped_early
+
+
+@pytest.mark.timeout(120)
+def test_two_ranks_stop_together_on_a_combination(make_config):
+    config = make_config(*COMBINED, "early_stopping.combine=any", "validation.mode=sharded")
+    (history, stopped), (history1, stopped1) = run_ranks(2, stop_with_two_ranks, config)
+    assert history == history1 and stopped == stopped1
+    check_stop(history, "any", stopped)

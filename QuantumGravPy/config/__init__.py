@@ -25,6 +25,7 @@ from .schema import (
     SchedulerConfig,
     TrainingConfig,
     ValidationConfig,
+    improves_towards,
 )
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "config_from_dict",
     "config_to_dict",
     "dump_config",
+    "improves_towards",
     "load_config",
     "resolve",
 ]

@@ -49,7 +49,8 @@ def type_name(tp: Any) -> str:
         return "dotted path"
     if origin in (Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
-        return " or ".join(type_name(a) for a in inner) + " or null"
+        text = " or ".join(type_name(a) for a in inner)
+        return text + " or null" if type(None) in args else text
     if origin is Literal:
         return " \\| ".join(f"`{a}`" for a in args)
     if origin is tuple:

@@ -141,8 +141,13 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(inner, value, key)
+        options = [a for a in args if a is not type(None)]
+        # One value or a list of them (str | tuple[str, ...]): a list goes to the list type.
+        lists = [a for a in options if typing.get_origin(a) is tuple]
+        if len(options) > 1 and lists and isinstance(value, (list, tuple)):
+            return _convert(lists[0], value, key)
+        scalars = [a for a in options if a not in lists] or options
+        return _convert(scalars[0], value, key)
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, key + ".")
     if origin is Literal:

@@ -184,7 +184,16 @@ class ParallelConfig:
     shared_memory: bool = True
 
 
-EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy", "train_loss")
+# The columns of history.csv that early stopping may watch.
+EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy", "train_loss", "train_accuracy")
+# Columns whose names end so improve downwards (losses, errors); all others upwards (scores).
+_LOWER_IS_BETTER = ("loss", "mse", "rmse", "mae", "max_error")
+
+
+def improves_towards(column: str) -> Literal["min", "max"]:
+    """Which way a history column improves: ``min`` for losses and errors, ``max`` for scores."""
+    return "min" if column.endswith(_LOWER_IS_BETTER) else "max"
+
 
 # training.sampler's named samplers (built in data/samplers.py); anything else is a dotted path.
 SAMPLER_NAMES = ("class_balanced", "progressive", "weighted")
@@ -201,17 +210,37 @@ class AugmentationSection:
 @dataclass(frozen=True)
 class EarlyStoppingConfig:
     enabled: bool = True  # false: train all epochs, still keep the best checkpoint by metric
-    metric: Literal["val_loss", "val_accuracy", "train_loss"] = "val_loss"  # also picks best.pt
-    mode: Literal["min", "max"] = "min"  # min for losses, max for accuracy
+    # a column of history.csv (val_loss, val_accuracy, train_loss, train_accuracy) or a list of
+    # them, each followed the way it improves; the first also picks best.pt
+    metric: str | tuple[str, ...] = "val_loss"
+    # with several metrics: stop once any of them has stopped improving, or once all have
+    combine: Literal["any", "all"] = "any"
+    mode: Literal["min", "max"] = "min"  # of the first metric: min for losses, max for accuracy
     patience: int = field(default=8, metadata=_POSITIVE)  # epochs without improvement
     delta: float = field(default=0.0, metadata=_NON_NEGATIVE)  # smallest change that counts
     grace_period: int = field(default=0, metadata=_NON_NEGATIVE)  # epochs before it may stop
 
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return (self.metric,) if isinstance(self.metric, str) else tuple(self.metric)
+
     def validate(self) -> None:
-        expected = "max" if self.metric.endswith("accuracy") else "min"
+        metrics = self.metrics
+        if not metrics or len(set(metrics)) != len(metrics):
+            raise ConfigError(
+                f"early_stopping.metric: expected a column name or a list of different ones, "
+                f"found {list(metrics)}"
+            )
+        unknown = [m for m in metrics if m not in EARLY_STOPPING_METRICS]
+        if unknown:
+            raise ConfigError(
+                f"early_stopping.metric: {unknown[0]!r} is not a column of history.csv "
+                f"(choose from {', '.join(EARLY_STOPPING_METRICS)})"
+            )
+        expected = improves_towards(metrics[0])
         if self.mode != expected:
             raise ConfigError(
-                f"early_stopping.mode: {self.metric} improves towards {expected}, "
+                f"early_stopping.mode: {metrics[0]} improves towards {expected}, "
                 f"found {self.mode!r}"
             )
 

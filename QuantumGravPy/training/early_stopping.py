@@ -1,8 +1,9 @@
-"""Early stopping: pure bookkeeping of the best value of one metric, no I/O and no processes."""
+"""Early stopping: pure bookkeeping of the best values of metrics, no I/O and no processes."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -72,3 +73,70 @@ class EarlyStopping:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key in ("best", "best_epoch", "epochs_without_improvement", "epochs_seen"):
             setattr(self, key, state[key])
+
+
+class MetricStopping:
+    """Early stopping on one or several history columns, as ``early_stopping:`` describes it.
+
+    One :class:`EarlyStopping` per column, each following the direction its column improves in,
+    with the section's patience, delta and grace period. ``combine="any"`` stops once any
+    column has gone ``patience`` epochs without improving; ``"all"`` once every one has. The
+    first column alone decides which epoch is the best (best.pt, the summary's best_epoch).
+    """
+
+    def __init__(
+        self,
+        columns: Sequence[str],
+        modes: Sequence[str],
+        *,
+        combine: str = "any",
+        patience: int = 5,
+        delta: float = 0.0,
+        grace_period: int = 0,
+    ):
+        if combine not in ("any", "all"):
+            raise ValueError(f"combine must be 'any' or 'all', got {combine!r}")
+        if not columns or len(columns) != len(modes):
+            raise ValueError(f"expected one mode per column, got {list(columns)}, {list(modes)}")
+        self.combine = combine
+        self.trackers = {
+            column: EarlyStopping(
+                mode=mode, patience=patience, delta=delta, grace_period=grace_period
+            )
+            for column, mode in zip(columns, modes, strict=True)
+        }
+        self.columns = tuple(self.trackers)
+        self.first = self.trackers[self.columns[0]]
+
+    def step(self, row: dict[str, Any], epoch: int | None = None) -> bool:
+        """Record an epoch's row; True when the first column improved."""
+        improved = {c: tracker.step(row[c], epoch) for c, tracker in self.trackers.items()}
+        return improved[self.columns[0]]
+
+    @property
+    def should_stop(self) -> bool:
+        stopped = [tracker.should_stop for tracker in self.trackers.values()]
+        return any(stopped) if self.combine == "any" else all(stopped)
+
+    # the first column's, for the log and the summary
+    patience = property(lambda self: self.first.patience)
+    best = property(lambda self: self.first.best)
+    best_epoch = property(lambda self: self.first.best_epoch)
+
+    def describe(self) -> str:
+        """What stopped improving, for the log: ``val_loss`` or ``any of val_loss, ...``."""
+        if len(self.columns) == 1:
+            return self.columns[0]
+        return f"{self.combine} of {', '.join(self.columns)}"
+
+    def state_dict(self) -> dict[str, Any]:
+        """The first column's state, as a single-metric checkpoint has it, and the others'."""
+        others = {c: t.state_dict() for c, t in self.trackers.items() if t is not self.first}
+        return {**self.first.state_dict(), "column": self.columns[0], "others": others}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Accepts checkpoints of a single metric too; a column they lack starts afresh."""
+        saved = {state.get("column", self.columns[0]): state, **state.get("others", {})}
+        for column, tracker_state in saved.items():
+            if column in self.trackers:
+                self.trackers[column].load_state_dict(tracker_state)

@@ -27,7 +27,7 @@ from ..runs import reproducibility as rs
 from ..runs.checkpoint import load_model_state, save_checkpoint
 from ..runs.reproducibility import seed_everything
 from ..runs.resume import config_digest, read_resume_state
-from .early_stopping import EarlyStopping
+from .early_stopping import MetricStopping
 from .ema import EMA
 
 
@@ -46,7 +46,7 @@ class RunStateMixin:
     lr_scheduler: Any
     scaler: torch.amp.GradScaler
     ema: EMA | None
-    early_stopping: EarlyStopping
+    early_stopping: MetricStopping
     device: torch.device
     rank: int
     world_size: int

@@ -23,7 +23,7 @@ from torch.utils.data import Dataset
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
-from ..config import Config
+from ..config import Config, improves_towards
 from ..data import (
     dataset_dimensions,
     dataset_from_config,
@@ -39,7 +39,7 @@ from ..runs import reproducibility as rs
 from ..runs.checkpoint import evaluation_weights, load_checkpoint, load_model_state
 from ..runs.reproducibility import seed_everything
 from .devices import PRECISIONS, select_device
-from .early_stopping import EarlyStopping
+from .early_stopping import MetricStopping
 from .ema import EMA
 from .evaluation import MetricSums, Tester, Validator, make_criterion, to_device
 from .optim import build_optimizer, build_scheduler
@@ -131,8 +131,13 @@ class Trainer(RunStateMixin):
             select=self.select_output,
         )
         es = config.early_stopping
-        self.early_stopping = EarlyStopping(
-            mode=es.mode, patience=es.patience, delta=es.delta, grace_period=es.grace_period
+        self.early_stopping = MetricStopping(
+            es.metrics,
+            [es.mode, *map(improves_towards, es.metrics[1:])],
+            combine=es.combine,
+            patience=es.patience,
+            delta=es.delta,
+            grace_period=es.grace_period,
         )
         if resume:
             self.resume(force=force)
@@ -221,7 +226,7 @@ class Trainer(RunStateMixin):
 
     def decide(self, row: dict[str, Any]) -> tuple[bool, bool]:
         """(improved, stop) after an epoch; DDP decides on rank 0 and broadcasts (hook)."""
-        improved = self.early_stopping.step(row[self.config.early_stopping.metric], row["epoch"])
+        improved = self.early_stopping.step(row, row["epoch"])
         return improved, self.config.early_stopping.enabled and self.early_stopping.should_stop
 
     def select_output(self, outputs: Any, batch: Any) -> torch.Tensor:
@@ -279,9 +284,9 @@ class Trainer(RunStateMixin):
             self.end_epoch(row, improved)
         if self.stopped_early:
             self.logger.info(
-                "early stopping after epoch %d: no %s improvement for %d epochs (best %.4f at %d)",
+                "early stopping after epoch %d: no improvement of %s for %d epochs (best %.4f at %d)",
                 self.epoch,
-                self.config.early_stopping.metric,
+                self.early_stopping.describe(),
                 self.early_stopping.patience,
                 self.early_stopping.best,
                 self.early_stopping.best_epoch,
@@ -355,7 +360,7 @@ class Trainer(RunStateMixin):
         if self.lr_scheduler is None:
             return
         if isinstance(self.lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            self.lr_scheduler.step(row[self.config.early_stopping.metric])
+            self.lr_scheduler.step(row[self.early_stopping.columns[0]])
         else:
             self.lr_scheduler.step()
 
