@@ -187,7 +187,7 @@ class ParallelConfig:
 # The columns of history.csv that early stopping may watch.
 EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy", "train_loss", "train_accuracy")
 # Columns whose names end so improve downwards (losses, errors); all others upwards (scores).
-_LOWER_IS_BETTER = ("loss", "mse", "rmse", "mae", "max_error")
+_LOWER_IS_BETTER = ("loss", "mse", "mae", "max_error")  # rmse ends in mse
 
 
 def improves_towards(column: str) -> Literal["min", "max"]:

@@ -64,14 +64,17 @@ def dataset_dimensions(dataset: Dataset | list[Data]) -> tuple[int, int]:
 
 def graph_feature_width(dataset: Dataset | list[Data], names: Sequence[str]) -> int:
     """How many numbers the graph-level attributes ``names`` add up to, read from one graph."""
+    if not names:
+        return 0  # nothing to read: a dataset on disk is not touched
     first = dataset[0]
     width = 0
     for name in names:
         value = getattr(first, name, None)
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-            found = "nothing" if value is None else type(value).__name__
             if isinstance(value, torch.Tensor):
                 found = f"a {value.dtype} tensor"
+            else:
+                found = "nothing" if value is None else type(value).__name__
             raise DataError(
                 f"model.graph_features: {name!r} must be a floating-point tensor attribute of "
                 f"every graph (one number or one vector per graph); the first graph has {found}"

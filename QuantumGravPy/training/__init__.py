@@ -6,6 +6,8 @@
   rank-0 decisions broadcast to every rank;
 - :mod:`.launch`: :func:`launch`, a whole training job over several processes;
 - :mod:`.evaluation`: loss and metrics as sums over graphs, exact for any number of processes;
+- :mod:`.metrics`: task metrics from torchmetrics, combined over processes (not yet used by the
+  loop: the ``tasks:`` section will);
 - :mod:`.early_stopping`, :mod:`.ema`, :mod:`.optim`, :mod:`.devices`: the pieces the loop uses.
 
 Imports every layer below it (``data``, ``models``, ``runs``, ``parallel``, ``config``).

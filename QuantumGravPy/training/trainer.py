@@ -284,7 +284,8 @@ class Trainer(RunStateMixin):
             self.end_epoch(row, improved)
         if self.stopped_early:
             self.logger.info(
-                "early stopping after epoch %d: no improvement of %s for %d epochs (best %.4f at %d)",
+                "early stopping after epoch %d: no improvement of %s for %d epochs "
+                "(best %.4f at %d)",
                 self.epoch,
                 self.early_stopping.describe(),
                 self.early_stopping.patience,
