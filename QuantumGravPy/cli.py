@@ -156,10 +156,11 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _report(metrics: dict[str, float], config) -> None:
-    print(
-        f"test_accuracy {metrics['test_accuracy']:.4f}  test_loss {metrics['test_loss']:.4f}  "
-        f"run saved in {config.run_dir}"
-    )
+    from .config import headline_columns
+
+    columns = (*headline_columns(config, "test"), "test_loss")
+    scores = "  ".join(f"{c} {metrics[c]:.4f}" for c in columns)
+    print(f"{scores}  run saved in {config.run_dir}")
 
 
 def _test(args: argparse.Namespace) -> int:
@@ -192,32 +193,20 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    from .config import headline_columns
     from .runs import plots
 
     runs = [plots.read_run(path) for path in args.runs]  # every directory checked first
     if len(runs) == 1 and args.output is None:
-        written = plots.write_run_plots(args.runs[0], _class_names(args.runs[0]))
+        written = plots.write_run_plots(args.runs[0])
     else:
         output = args.output or "comparison.png"
-        written = [plots.plot_curves(runs, output)]
+        config = plots.run_config(args.runs[0])  # the first run's tasks name the panels
+        metrics = headline_columns(config) if config is not None else ("val_accuracy",)
+        written = [plots.plot_curves(runs, output, metrics)]
     for path in written:
         print(path)
     return 0
-
-
-def _class_names(run_dir: str) -> list[str] | None:
-    """Class names from the run's config.yaml, if it has a readable one."""
-    from pathlib import Path
-
-    from .config import load_config
-    from .errors import ConfigError
-    from .runs import plots
-    from .runs.directory import CONFIG
-
-    try:
-        return plots.class_names_of(load_config(Path(run_dir) / CONFIG))
-    except ConfigError:
-        return None
 
 
 COMMANDS = {"train": _train, "test": _test, "generate": _generate, "plot": _plot}

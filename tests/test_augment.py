@@ -117,3 +117,13 @@ def test_training_with_augmentation(make_config):
     history = trainer.run_training(train_loader, val_loader)
     trainer.close()
     assert len(history) == 2 and train_loader.dataset.epoch == 1
+
+
+def test_removing_elements_keeps_per_element_targets_with_their_elements():
+    from QuantumGravPy.data import apply_augmentation, generate_causal_set_graphs
+
+    (graph,) = generate_causal_set_graphs(0, 1, num_points=(30, 30), dimensions=(2,), seed=0)
+    params = {"seed": "ab12", "operations": ["remove_elements"], "remove_fraction": 0.3}
+    smaller = apply_augmentation(graph, params)
+    assert smaller.time.shape[0] == smaller.num_nodes < graph.num_nodes
+    assert torch.equal(smaller.time, smaller.pos[:, 0].float())  # each kept element its own time

@@ -102,13 +102,14 @@ def test_dumped_config_loads_back_equal(tmp_path):
         (
             "early_stopping: {metric: f1}",
             [],
-            "early_stopping.metric: 'f1' is not a column of history.csv (choose from val_loss, "
-            "val_accuracy, train_loss, train_accuracy)",
+            "early_stopping.metric: 'f1' is not a column of this config's history.csv (choose "
+            "from val_loss, val_y_accuracy, val_y_f1_macro, val_accuracy, val_f1_macro, "
+            "train_loss, train_y_accuracy, train_accuracy)",
         ),
         (
             "early_stopping: {metric: [val_loss, val_f1]}",
             [],
-            "early_stopping.metric: 'val_f1' is not a column of history.csv",
+            "early_stopping.metric: 'val_f1' is not a column of this config's history.csv",
         ),
         (
             "early_stopping: {metric: []}",

@@ -37,11 +37,13 @@ def evaluate_in_both_modes(rank, world_size, configs):
         for mode in ("rank0", "sharded"):
             trainer = qg.TrainerDDP(rank, with_mode(config, mode))
             _, val_loader, test_loader = trainer.prepare_dataloaders()
+            test, predictions = trainer.evaluate_test(trainer.model, test_loader)
             results.append(
                 {
                     "mode": mode,
                     "val": trainer.validate(val_loader),
-                    "test": trainer.evaluate_test(trainer.model, test_loader),
+                    "test": test,
+                    "predictions": predictions,
                     "weights": [p.detach().clone() for p in trainer.model.parameters()],
                 }
             )
@@ -155,23 +157,31 @@ def test_validation_and_test_are_exact_for_any_world_size(eval_configs, world_si
         trainer = qg.Trainer(config)
         _, val_loader, test_loader = trainer.prepare_dataloaders()
         assert len(val_loader.dataset) in (25, 2)
+        tested = trainer.tester.accumulate(trainer.model, test_loader)
         reference.append(
             (
                 trainer.validator.evaluate(trainer.model, val_loader),
-                trainer.tester.evaluate(trainer.model, test_loader),
+                tested.compute("test"),
+                tested.gathered_predictions(),
                 list(trainer.model.parameters()),
             )
         )
     results = run_ranks(world_size, evaluate_in_both_modes, eval_configs)
-    for rank_results in results:
+    for rank, rank_results in enumerate(results):
         for k, got in enumerate(rank_results):
-            val, test, weights = reference[k // 2]
+            val, test, predictions, weights = reference[k // 2]
             # the same initial model as a single process, on every rank
             assert all(torch.equal(a, b) for a, b in zip(got["weights"], weights, strict=True))
+            if rank == 0 or got["mode"] == "sharded":  # test predictions, in the set's order
+                ((task, expected),) = predictions.items()
+                actual = got["predictions"][task]
+                assert torch.equal(actual["graph"], expected["graph"])
+                assert torch.equal(actual["true"], expected["true"])
+                assert torch.allclose(actual["predicted"], expected["predicted"], atol=1e-6)
             for expected, actual in ((val, got["val"]), (test, got["test"])):
                 assert actual.keys() == expected.keys()
                 for key in expected:
-                    if key.endswith("_confusion"):  # counts: exactly the single-process ones
+                    if key.endswith("confusion_matrix"):  # counts: the single-process ones
                         assert actual[key] == expected[key], (got["mode"], key)
                     else:
                         assert actual[key] == pytest.approx(expected[key], rel=1e-6), key

@@ -141,6 +141,13 @@ def test_defaults_are_metrics_of_their_task_type():
         assert set(names) <= set(METRIC_NAMES[task_type])
 
 
+def test_every_metric_the_config_accepts_is_computed():
+    """The config layer's list of names (checked at load time) is what training computes."""
+    for task_type, names in METRIC_NAMES.items():
+        metrics = TaskMetrics(task_type, names, 1 if task_type != "classification" else 3)
+        assert list(metrics.metrics) == list(names)
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -18,8 +18,8 @@ def test_every_run_leaves_curves_and_a_confusion_matrix(make_config):
     _, history, metrics = train(cfg)
     assert is_png(cfg.run_dir / "curves.png") and is_png(cfg.run_dir / "confusion_matrix.png")
     assert {"train_loss", "train_accuracy", "val_loss", "val_accuracy", "lr"} <= set(history[0])
-    matrix = json.loads((cfg.run_dir / "summary.json").read_text())["test_confusion"]
-    assert matrix == metrics["test_confusion"] and len(matrix) == 3  # rows: true dimension
+    matrix = json.loads((cfg.run_dir / "summary.json").read_text())["test_confusion_matrix"]
+    assert matrix == metrics["test_y_confusion_matrix"] and len(matrix) == 3  # rows: true dimension
     correct = sum(matrix[i][i] for i in range(3))
     assert correct / sum(map(sum, matrix)) == metrics["test_accuracy"]
 

@@ -52,3 +52,39 @@ class NotAModel:
 
 def constant(batch):
     return torch.zeros(batch.num_graphs, 3)
+
+
+class PerTask(nn.Module):
+    """A linear head per task: on the mean node features (graph tasks) or on each node."""
+
+    def __init__(self, in_channels, outputs):
+        super().__init__()
+        self.levels = {name: level for name, (_, level) in outputs.items()}
+        self.heads = nn.ModuleDict(
+            {name: nn.Linear(in_channels, n) for name, (n, _) in outputs.items()}
+        )
+
+    def forward(self, batch):
+        pooled = global_mean_pool(batch.x, batch.batch, batch.num_graphs)
+        return {
+            name: head(pooled if self.levels[name] == "graph" else batch.x)
+            for name, head in self.heads.items()
+        }
+
+
+class OneTensor(PerTask):
+    def forward(self, batch):
+        return next(iter(super().forward(batch).values()))
+
+
+class MissingTime(PerTask):
+    def forward(self, batch):
+        out = super().forward(batch)
+        del out["time"]
+        return out
+
+
+class TimePerGraph(PerTask):
+    def forward(self, batch):
+        pooled = global_mean_pool(batch.x, batch.batch, batch.num_graphs)
+        return {name: head(pooled) for name, head in self.heads.items()}

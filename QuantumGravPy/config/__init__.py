@@ -2,6 +2,7 @@
 :class:`Config`, validated once at the entry point; everything above reads it and nothing else.
 
 - :mod:`.schema`: the dataclasses, their defaults and documentation comments;
+- :mod:`.tasks`: the tasks, the metrics each type offers, and the history columns they make;
 - :mod:`.loading`: YAML, overrides and the validating walk (errors name the dotted key);
 - :mod:`.dotted`: dotted import paths to the user's own classes and functions;
 - :mod:`.docs`: the README's configuration reference, generated from the schema.
@@ -25,12 +26,29 @@ from .schema import (
     SchedulerConfig,
     TrainingConfig,
     ValidationConfig,
+)
+from .tasks import (
+    DEFAULT_LOSSES,
+    DEFAULT_METRICS,
+    IMPLICIT_TASK,
+    METRIC_NAMES,
+    TASK_TYPES,
+    TaskConfig,
+    balanced_task,
+    headline_columns,
+    history_columns,
     improves_towards,
+    task_list,
 )
 
 __all__ = [
+    "DEFAULT_LOSSES",
+    "DEFAULT_METRICS",
     "EARLY_STOPPING_METRICS",
+    "IMPLICIT_TASK",
+    "METRIC_NAMES",
     "SAMPLER_NAMES",
+    "TASK_TYPES",
     "AugmentationSection",
     "Config",
     "DataConfig",
@@ -41,13 +59,18 @@ __all__ = [
     "OptimizerConfig",
     "ParallelConfig",
     "SchedulerConfig",
+    "TaskConfig",
     "TrainingConfig",
     "ValidationConfig",
     "apply_overrides",
+    "balanced_task",
     "config_from_dict",
     "config_to_dict",
     "dump_config",
+    "headline_columns",
+    "history_columns",
     "improves_towards",
     "load_config",
     "resolve",
+    "task_list",
 ]

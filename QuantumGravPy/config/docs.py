@@ -100,7 +100,16 @@ def reference_rows(cls: type = Config, prefix: str = "") -> list[tuple[str, str,
         if section is None and len(inner) == 1 and dataclasses.is_dataclass(inner[0]):
             section = inner[0]  # an optional section, such as lr_scheduler
         meaning = comments.get(f.name, "")
-        if section is not None:
+        args = typing.get_args(tp)
+        if (
+            typing.get_origin(tp) is tuple
+            and args[-1] is Ellipsis
+            and dataclasses.is_dataclass(args[0])
+        ):
+            # a list of sections, such as tasks: the list, then the keys of each item
+            rows.append((key, type_name(tp), default_text(f), meaning))
+            rows.extend(reference_rows(args[0], key + "[]."))
+        elif section is not None:
             if prefix or meaning:  # top-level sections are headings; nested ones are rows
                 rows.append((key, type_name(tp), default_text(f), meaning))
             rows.extend(reference_rows(section, key + "."))

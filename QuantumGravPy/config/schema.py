@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 from .dotted import DottedPath, resolve
+from .tasks import TaskConfig, validate_tasks
 
 
 def _check(predicate: Callable[[Any], bool], expected: str) -> dict:
@@ -184,15 +185,18 @@ class ParallelConfig:
     shared_memory: bool = True
 
 
-# The columns of history.csv that early stopping may watch.
-EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy", "train_loss", "train_accuracy")
-# Columns whose names end so improve downwards (losses, errors); all others upwards (scores).
-_LOWER_IS_BETTER = ("loss", "mse", "mae", "max_error")  # rmse ends in mse
-
-
-def improves_towards(column: str) -> Literal["min", "max"]:
-    """Which way a history column improves: ``min`` for losses and errors, ``max`` for scores."""
-    return "min" if column.endswith(_LOWER_IS_BETTER) else "max"
+# The columns of history.csv that early stopping may watch in a config without tasks:
+# (config.tasks.history_columns gives any config's).
+EARLY_STOPPING_METRICS = (
+    "val_loss",
+    "val_accuracy",
+    "val_f1_macro",
+    "val_y_accuracy",
+    "val_y_f1_macro",
+    "train_loss",
+    "train_accuracy",
+    "train_y_accuracy",
+)
 
 
 # training.sampler's named samplers (built in data/samplers.py); anything else is a dotted path.
@@ -210,8 +214,9 @@ class AugmentationSection:
 @dataclass(frozen=True)
 class EarlyStoppingConfig:
     enabled: bool = True  # false: train all epochs, still keep the best checkpoint by metric
-    # a column of history.csv (val_loss, val_accuracy, train_loss, train_accuracy) or a list of
-    # them, each followed the way it improves; the first also picks best.pt
+    # a column of history.csv (val_loss, val_<task>_<metric>, and with one task val_<metric>;
+    # train_loss, train_accuracy) or a list of them, each followed the way it improves; the
+    # first also picks best.pt
     metric: str | tuple[str, ...] = "val_loss"
     # with several metrics: stop once any of them has stopped improving, or once all have
     combine: Literal["any", "all"] = "any"
@@ -231,18 +236,6 @@ class EarlyStoppingConfig:
                 f"early_stopping.metric: expected a column name or a list of different ones, "
                 f"found {list(metrics)}"
             )
-        unknown = [m for m in metrics if m not in EARLY_STOPPING_METRICS]
-        if unknown:
-            raise ConfigError(
-                f"early_stopping.metric: {unknown[0]!r} is not a column of history.csv "
-                f"(choose from {', '.join(EARLY_STOPPING_METRICS)})"
-            )
-        expected = improves_towards(metrics[0])
-        if self.mode != expected:
-            raise ConfigError(
-                f"early_stopping.mode: {metrics[0]} improves towards {expected}, "
-                f"found {self.mode!r}"
-            )
 
 
 @dataclass(frozen=True)
@@ -252,13 +245,20 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
-    # a loss class, called as loss(outputs, batch.y), or a function f(outputs, batch)
+    # what the model learns: a list of tasks (see "Tasks" in the README); empty: one
+    # classification of each graph's y, whose loss is criterion
+    tasks: tuple[TaskConfig, ...] = ()
+    # without tasks: a loss class, called as loss(outputs, batch.y), or a function
+    # f(outputs, batch)
     criterion: DottedPath = "torch.nn.CrossEntropyLoss"
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     testing: EvalConfig = field(default_factory=EvalConfig)
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     augmentation: AugmentationSection = field(default_factory=AugmentationSection)  # training only
+
+    def validate(self) -> None:
+        validate_tasks(self)
 
     @property
     def run_dir(self) -> Path:

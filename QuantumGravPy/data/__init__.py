@@ -3,6 +3,7 @@
 - :mod:`.causal_sets`: the embedded dataset, causal sets generated as graphs and cached;
 - :mod:`.datasets`: the dataset a config names (embedded or the user's), checked, and its
   per-graph attributes;
+- :mod:`.targets`: what the tasks read of the data: targets, output counts, target statistics;
 - :mod:`.loaders`: the seeded train/validation/test split and the loaders built on it;
 - :mod:`.samplers`: samplers that stay correct under DDP (a wrapper for any sampler, and
   counter-based native ones);
@@ -41,6 +42,13 @@ from .samplers import (
     build_sampler,
 )
 from .sharding import DistributedRangeSplitter, stream_distributed_augmentation_chain
+from .targets import (
+    check_target,
+    in_memory_values,
+    num_node_features,
+    target_statistics,
+    task_num_outputs,
+)
 
 __all__ = [
     "AugmentationConfig",
@@ -56,6 +64,7 @@ __all__ = [
     "apply_augmentation",
     "build_sampler",
     "check_dataset",
+    "check_target",
     "dataset_dimensions",
     "dataset_from_config",
     "dataset_labels",
@@ -65,8 +74,12 @@ __all__ = [
     "get_preset",
     "graph_attribute",
     "graph_feature_width",
+    "in_memory_values",
     "make_loader",
     "make_train_loader",
+    "num_node_features",
     "split_dataset",
     "stream_distributed_augmentation_chain",
+    "target_statistics",
+    "task_num_outputs",
 ]

@@ -167,6 +167,11 @@ def _remove_elements(data: Data, fraction: float, rng: np.random.Generator) -> D
     if keep_count >= n:
         return data
     keep = torch.from_numpy(np.sort(rng.choice(n, size=keep_count, replace=False)))
+    for key in list(data.keys()):  # per-element targets follow their elements
+        value = data[key]
+        if key not in ("x", "pos", "edge_index") and torch.is_tensor(value):
+            if data.is_node_attr(key):
+                data[key] = value[keep]
     if getattr(data, "pos", None) is not None and data.pos.dtype == torch.float64:
         # A sub-sprinkling: recompute the causal structure of the remaining points.
         pos = data.pos[keep]

@@ -24,7 +24,7 @@ from .sharding import DistributedRangeSplitter
 log = logging.getLogger(__name__)
 
 # Bump when the generated graphs change for the same parameters, so old caches are not reused.
-GENERATOR_VERSION = 2  # 2: graphs carry their coordinates as pos
+GENERATOR_VERSION = 3  # 2: graphs carry their coordinates as pos; 3: dimension and time
 # Graphs of one size processed together; bounds the [B, N, N, d] intermediates to ~100 MB.
 _CHUNK = 512
 
@@ -77,13 +77,19 @@ def generate_causal_set_graphs(
                 x=features[b],
                 edge_index=torch.cat([edges, edges.flip(0)], dim=1),
                 y=torch.tensor([label]),
+                dimension=torch.tensor([float(dimensions[label])]),  # d, as a regression target
+                time=coords[b, :, 0].float(),  # each element's time coordinate, in (-1, 1)
                 pos=coords[b],  # float64, time first, zero-padded: for exact sub-sprinklings
             )
     return [graphs[i] for i in range(start, end)]
 
 
 class CausalSetDataset(InMemoryDataset):
-    """Sprinklings into causal diamonds of several dimensions; ``y`` is the dimension's index.
+    """Sprinklings into causal diamonds of several dimensions.
+
+    Every graph carries ``y`` (the index of its dimension in ``dimensions``), ``dimension``
+    (the dimension itself, a float, for regression) and per element ``time`` (its time
+    coordinate in the diamond, in (-1, 1), for node-level tasks) besides ``pos``.
 
     Cached under ``root/processed`` in a file named by a digest of every generation parameter,
     so changing any of them generates a new cache instead of reusing a stale one.
@@ -138,6 +144,11 @@ class CausalSetDataset(InMemoryDataset):
     @property
     def dimensions(self) -> list[int]:
         return self.params["dimensions"]
+
+    def num_classes_of(self, name: str) -> int | None:
+        """The classes of a label, known without reading the graphs: ``y`` has one per
+        dimension, whether or not every dimension was drawn."""
+        return len(self.dimensions) if name == "y" else None
 
     def download(self) -> None:  # everything is generated locally
         pass

@@ -49,8 +49,8 @@ def check_dataset(dataset: Any, *, source: str) -> None:
     if len(dataset) == 0:
         raise DataError(f"{source}: the dataset is empty")
     first = dataset[0]
-    if not isinstance(first, Data) or first.x is None or first.y is None:
-        raise DataError(f"{source}: items must be torch_geometric Data objects with x and y")
+    if not isinstance(first, Data) or first.x is None:
+        raise DataError(f"{source}: items must be torch_geometric Data objects with x")
 
 
 def dataset_dimensions(dataset: Dataset | list[Data]) -> tuple[int, int]:
@@ -83,9 +83,9 @@ def graph_feature_width(dataset: Dataset | list[Data], names: Sequence[str]) -> 
     return width
 
 
-def dataset_labels(dataset: Dataset | list[Data]) -> torch.Tensor:
-    """The graph labels ``y`` of a dataset (or a Subset of one), in order."""
-    return graph_attribute(dataset, "y").long()
+def dataset_labels(dataset: Dataset | list[Data], name: str = "y") -> torch.Tensor:
+    """The graph labels (attribute ``name``) of a dataset (or a Subset of one), in order."""
+    return graph_attribute(dataset, name).long()
 
 
 def graph_attribute(dataset: Dataset | list[Data], name: str) -> torch.Tensor:

@@ -83,8 +83,11 @@ def make_train_loader(
     *,
     rank: int = 0,
     world_size: int = 1,
+    label: str = "y",
 ) -> DataLoader:
     """The training loader of ``rank`` of ``world_size``: augmented, sampled, in batches.
+
+    ``label``: the graph attribute whose classes a class-balancing sampler balances.
 
     Call ``set_epoch(epoch)`` on its ``sampler`` and ``dataset`` before each epoch.
     """
@@ -100,7 +103,7 @@ def make_train_loader(
     return make_loader(
         dataset,
         batch_size=training.batch_size,
-        sampler=build_sampler(training, dataset, num_replicas=world_size, rank=rank),
+        sampler=build_sampler(training, dataset, num_replicas=world_size, rank=rank, label=label),
         drop_last=training.drop_last,
         num_workers=training.num_workers,
         seed=training.seed,

@@ -300,12 +300,14 @@ def _private_rng_iter(sampler: Sampler, seed: int, chunk: int = 4096) -> Iterato
 
 
 def build_sampler(
-    training: TrainingConfig, dataset: Any, *, num_replicas: int, rank: int
+    training: TrainingConfig, dataset: Any, *, num_replicas: int, rank: int, label: str = "y"
 ) -> Sampler:
     """The training sampler of ``training.sampler``, split between ``num_replicas`` processes.
 
     null: a shuffle drawn from (``training.seed``, epoch). ``class_balanced``, ``progressive``
-    and ``weighted`` (per-graph ``weight`` attributes) are native; a dotted path names a callable
+    and ``weighted`` (per-graph ``weight`` attributes) are native; the first two balance the
+    classes of the graph attribute ``label`` (the config's first graph-level classification
+    or binary task's target); a dotted path names a callable
     ``f(dataset, **sampler_kwargs)`` returning any sampler over ``range(len(dataset))``, which is
     wrapped in :class:`DistributedSamplerWrapper`, in one process too: the wrapper reseeds it
     from (seed, epoch). So for any number of processes global batch k holds the same graphs
@@ -325,11 +327,19 @@ def build_sampler(
     try:
         if spec == "class_balanced":
             return DistributedClassBalancedSampler(
-                dataset_labels(dataset), num_replicas=num_replicas, rank=rank, seed=seed, **kwargs
+                dataset_labels(dataset, label),
+                num_replicas=num_replicas,
+                rank=rank,
+                seed=seed,
+                **kwargs,
             )
         if spec == "progressive":
             return ProgressiveClassBalancedSampler(
-                dataset_labels(dataset), seed=seed, num_replicas=num_replicas, rank=rank, **kwargs
+                dataset_labels(dataset, label),
+                seed=seed,
+                num_replicas=num_replicas,
+                rank=rank,
+                **kwargs,
             )
         if spec == "weighted":
             return DistributedWeightedRandomSampler(

@@ -4,8 +4,9 @@
 built as ``cls(in_channels=N, outputs={task: (num_outputs, level)}, **model.kwargs)``: it learns
 how many node features the data has and what each task needs, and its ``forward(batch)``
 returns a dict from task name to tensor (or, with one task, the tensor alone), with one row per
-graph for a graph-level task. Such a model is trained, averaged, checkpointed, resumed and
-tested exactly like the built-in one, in one process or under DDP.
+graph for a graph-level task and one row per node for a node-level task. Such a model is
+trained, averaged, checkpointed, resumed and tested exactly like the built-in one, in one
+process or under DDP.
 """
 
 from __future__ import annotations
@@ -31,8 +32,12 @@ def build_model(
     ``graph_feature_channels``: how many numbers ``model.graph_features`` add per graph.
     """
     if section.type is None:
-        ((num_outputs, _),) = outputs.values()  # the built-in model has one graph-level head
-        return GNNModel.from_config(section, in_channels, num_outputs, graph_feature_channels)
+        if len(outputs) == 1 and next(iter(outputs.values()))[1] == "graph":
+            ((num_outputs, _),) = outputs.values()  # one head, whose outputs are returned as is
+            return GNNModel.from_config(section, in_channels, num_outputs, graph_feature_channels)
+        return GNNModel.from_config(
+            section, in_channels, None, graph_feature_channels, outputs=dict(outputs)
+        )
     cls = resolve(section.type, key="model.type")
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise ConfigError(f"model.type: {section.type!r} is not an nn.Module class")
@@ -45,10 +50,13 @@ def build_model(
         ) from None
 
 
-def task_output(outputs: Any, task: str, rows: int, num_outputs: int, *, model: str) -> Tensor:
+def task_output(
+    outputs: Any, task: str, rows: int, num_outputs: int, *, model: str, level: str = "graph"
+) -> Tensor:
     """The output for ``task`` of a forward pass, checked: ``[rows, num_outputs]``.
 
-    ``outputs`` is what the model returned: a dict from task name to tensor, or one tensor.
+    ``outputs`` is what the model returned: a dict from task name to tensor, or (with one
+    task) one tensor; ``rows`` is the number of graphs, or of nodes for a node-level task.
     A mistake in the model is a :class:`ConfigError` naming ``model.type``, the task, and the
     shapes expected and found.
     """
@@ -67,6 +75,6 @@ def task_output(outputs: Any, task: str, rows: int, num_outputs: int, *, model: 
     if tuple(outputs.shape) != (rows, num_outputs):
         raise ConfigError(
             f"model.type: {model} returned shape {list(outputs.shape)} for task {task!r}, "
-            f"expected [{rows}, {num_outputs}] (one row per graph, one column per output)"
+            f"expected [{rows}, {num_outputs}] (one row per {level}, one column per output)"
         )
     return outputs

@@ -1,9 +1,10 @@
-"""GNNModel: message passing, pooling to one vector per graph, and an MLP head."""
+"""GNNModel: message passing, then one MLP head per task: on the pooled graph vector for a
+graph-level task, on each node's embedding for a node-level one."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -24,7 +25,14 @@ POOLING = {"mean": global_mean_pool, "max": global_max_pool, "add": global_add_p
 
 
 class GNNModel(nn.Module):
-    """A graph classifier: ``model(batch)`` returns logits of shape [num_graphs, num_classes].
+    """A graph network with one head per task.
+
+    ``GNNModel(in_channels, num_classes)``: one graph-level head; ``model(batch)`` returns its
+    outputs, shape [num_graphs, num_classes]. ``GNNModel(in_channels, outputs={task:
+    (num_outputs, level)})``: ``model(batch)`` returns a dict from task name to outputs,
+    [num_graphs, num_outputs] for a ``"graph"`` task and [num_nodes, num_outputs] for a
+    ``"node"`` task; all tasks share the message passing. (With a single graph-level task the
+    config builds the first form.)
 
     ``graph_features`` names graph-level attributes of the batch (``graph_feature_channels``
     numbers per graph in all) that are concatenated to the pooled node embeddings.
@@ -39,8 +47,9 @@ class GNNModel(nn.Module):
     def __init__(
         self,
         in_channels: int,
-        num_classes: int,
+        num_classes: int | None = None,
         *,
+        outputs: Mapping[str, tuple[int, str]] | None = None,
         conv: str | type = "torch_geometric.nn.GraphConv",
         conv_kwargs: dict[str, Any] | None = None,
         hidden_channels: int = 64,
@@ -55,6 +64,8 @@ class GNNModel(nn.Module):
         graph_feature_channels: int = 0,
     ):
         super().__init__()
+        if (num_classes is None) == (outputs is None):
+            raise ValueError("GNNModel needs num_classes (one graph-level head) or outputs")
         conv_cls = resolve(conv, key="model.conv") if isinstance(conv, str) else conv
         act_cls = (
             resolve(activation, key="model.activation")
@@ -79,25 +90,35 @@ class GNNModel(nn.Module):
         self.norms = nn.ModuleList(_make_norm(norm, hidden_channels) for _ in range(num_layers))
         self.act = _make_activation(act_cls)
         self.dropout = nn.Dropout(dropout)
-        head: list[nn.Module] = []
-        width = hidden_channels * len(self.pooling) + graph_feature_channels
-        for channels in head_channels:
-            head += [nn.Linear(width, channels), _make_activation(act_cls), nn.Dropout(dropout)]
-            width = channels
-        head.append(nn.Linear(width, num_classes))
-        self.head = nn.Sequential(*head)
+        pooled = hidden_channels * len(self.pooling) + graph_feature_channels
+
+        def head(width: int, num_outputs: int) -> nn.Sequential:
+            return _mlp(width, head_channels, num_outputs, act_cls, dropout)
+
+        # One graph-level head is called ``head`` (the checkpoints of such models name it so).
+        self.head = head(pooled, num_classes) if num_classes is not None else None
+        self.levels = {name: level for name, (_, level) in (outputs or {}).items()}
+        self.heads = nn.ModuleDict(
+            {
+                name: head(pooled if level == "graph" else hidden_channels, k)
+                for name, (k, level) in (outputs or {}).items()
+            }
+        )
 
     @classmethod
     def from_config(
         cls,
         config: ModelConfig,
         in_channels: int,
-        num_classes: int,
+        num_classes: int | None = None,
         graph_feature_channels: int = 0,
+        *,
+        outputs: Mapping[str, tuple[int, str]] | None = None,
     ) -> GNNModel:
         return cls(
             config.in_channels or in_channels,
-            config.num_classes or num_classes,
+            None if outputs is not None else config.num_classes or num_classes,
+            outputs=outputs,
             conv=config.conv,
             conv_kwargs=config.conv_kwargs,
             hidden_channels=config.hidden_channels,
@@ -112,7 +133,7 @@ class GNNModel(nn.Module):
             graph_feature_channels=graph_feature_channels,
         )
 
-    def forward(self, batch: Batch | Data) -> Tensor:
+    def forward(self, batch: Batch | Data) -> Tensor | dict[str, Tensor]:
         x, edge_index = batch.x, batch.edge_index
         index = (
             batch.batch if batch.batch is not None else x.new_zeros(x.shape[0], dtype=torch.long)
@@ -127,10 +148,29 @@ class GNNModel(nn.Module):
                 h = norm(h)
             h = self.dropout(self.act(h))
             x = x + h if self.residual else h
+        if self.head is None and "graph" not in self.levels.values():
+            return {name: head(x) for name, head in self.heads.items()}
         pooled = [POOLING[p](x, index, num_graphs) for p in self.pooling]
         # graph-level inputs join after pooling: one row of numbers per graph
         pooled += [batch[name].reshape(num_graphs, -1).to(x.dtype) for name in self.graph_features]
-        return self.head(torch.cat(pooled, dim=-1))
+        graph = torch.cat(pooled, dim=-1)
+        if self.head is not None:
+            return self.head(graph)
+        return {
+            name: head(graph if self.levels[name] == "graph" else x)
+            for name, head in self.heads.items()
+        }
+
+
+def _mlp(
+    width: int, hidden: Sequence[int], num_outputs: int, act_cls: Any, dropout: float
+) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for channels in hidden:
+        layers += [nn.Linear(width, channels), _make_activation(act_cls), nn.Dropout(dropout)]
+        width = channels
+    layers.append(nn.Linear(width, num_outputs))
+    return nn.Sequential(*layers)
 
 
 def _make_activation(act: Any) -> nn.Module:

@@ -20,8 +20,9 @@ LOG = "train.log"
 ENVIRONMENT = "environment.json"  # software and machine of every start and resume of the run
 CHECKPOINTS = "checkpoints"
 LAST = "last.pt"  # the checkpoint a resumed run continues from
+PREDICTIONS = "test_predictions.npz"  # each task's test predictions and targets
 # Anything a run writes; one of them present means the directory holds a run.
-RUN_FILES = (CONFIG, HISTORY, SUMMARY, LOG, ENVIRONMENT, CHECKPOINTS)
+RUN_FILES = (CONFIG, HISTORY, SUMMARY, LOG, ENVIRONMENT, CHECKPOINTS, PREDICTIONS)
 
 
 def check_run_dir(path: Path, *, overwrite: bool) -> None:
@@ -75,6 +76,37 @@ def remove_partial_writes(path: Path) -> None:
     for directory in (path, path / CHECKPOINTS):
         for tmp in directory.glob(".*.tmp*"):
             tmp.unlink(missing_ok=True)
+
+
+def write_predictions(path: Path, predictions: dict[str, dict[str, Any]]) -> None:
+    """``test_predictions.npz``: for each task ``<task>.graph`` (the row's graph, by position
+    in the test set), ``<task>.predicted`` (class probabilities, the probability of 1, or
+    values in the target's units) and ``<task>.true``, in the test set's order."""
+    import numpy as np
+
+    arrays = {
+        f"{task}.{key}": np.asarray(value)
+        for task, parts in predictions.items()
+        for key, value in parts.items()
+    }
+    tmp = path / f".{PREDICTIONS}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        np.savez_compressed(f, **arrays)
+    os.replace(tmp, path / PREDICTIONS)
+
+
+def read_predictions(path: Path) -> dict[str, dict[str, Any]]:
+    """The arrays of a run directory's ``test_predictions.npz``, by task (empty if none)."""
+    import numpy as np
+
+    if not (path / PREDICTIONS).is_file():
+        return {}
+    result: dict[str, dict[str, Any]] = {}
+    with np.load(path / PREDICTIONS) as arrays:
+        for name in arrays.files:
+            task, key = name.rsplit(".", 1)
+            result.setdefault(task, {})[key] = arrays[name]
+    return result
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -1,8 +1,17 @@
-"""Pictures of runs: training curves and the test confusion matrix, as PNG files.
+"""Pictures of runs: training curves, and per task what the test set says of the model.
 
-Written by rank 0 at the end of every run (``curves.png``, ``confusion_matrix.png``), and by
-``qg plot RUN_DIR [RUN_DIR ...]``, which overlays the curves of several runs. matplotlib is used
-without pyplot, so nothing here needs a display or touches global plotting state.
+Written by rank 0 at the end of every run, and by ``qg plot RUN_DIR [RUN_DIR ...]``, which
+overlays the curves of several runs:
+
+- ``curves.png``: the losses, each task's first metric, and the learning rate per epoch;
+- a classification or binary task: its test confusion matrix (``confusion_matrix.png``);
+- a binary task: its ROC curve on the test set (``roc.png``);
+- a regression task: predicted against true values, and the residuals (``regression.png``).
+
+With several tasks the per-task files are named ``confusion_matrix_<task>.png`` and so on. The
+pictures of the test set are drawn from ``summary.json`` and ``test_predictions.npz``.
+matplotlib is used without pyplot, so nothing here needs a display or touches global plotting
+state.
 """
 
 from __future__ import annotations
@@ -13,18 +22,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import QGError
+import numpy as np
+
+from ..config import Config, headline_columns, load_config, task_list
+from ..errors import ConfigError, QGError
 from . import directory as rd
 
 CURVES = "curves.png"
 CONFUSION = "confusion_matrix.png"
+ROC = "roc.png"
+REGRESSION = "regression.png"
+_MAX_POINTS = 20_000  # a scatter plot of more shows nothing more
 
-# (panel title, history column, line style) for training and validation
-_PANELS = (
-    ("loss", (("train_loss", "-"), ("val_loss", "--"))),
-    ("accuracy", (("train_accuracy", "-"), ("val_accuracy", "--"))),
-    ("learning rate", (("lr", "-"),)),
-)
+
+def _panels(metrics: Sequence[str]) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    """(panel title, ((history column, line style), ...)): training solid, validation dashed."""
+    panels = [("loss", (("train_loss", "-"), ("val_loss", "--")))]
+    for column in metrics:
+        name = column.removeprefix("val_")
+        panels.append((name.replace("_", " "), ((f"train_{name}", "-"), (column, "--"))))
+    panels.append(("learning rate", (("lr", "-"),)))
+    return panels
 
 
 def _figure(width: float, height: float):
@@ -49,15 +67,21 @@ def read_run(path: str | Path) -> tuple[str, list[dict[str, float]]]:
     return path.resolve().name or str(path), history
 
 
-def plot_curves(runs: Sequence[tuple[str, list[dict[str, float]]]], output: str | Path) -> Path:
-    """Loss, accuracy and learning rate per epoch of one or more runs, in one PNG."""
+def plot_curves(
+    runs: Sequence[tuple[str, list[dict[str, float]]]],
+    output: str | Path,
+    metrics: Sequence[str] = ("val_accuracy",),
+) -> Path:
+    """Loss, the validation columns ``metrics`` (each beside its training counterpart, if the
+    history has one) and the learning rate per epoch of one or more runs, in one PNG."""
     from matplotlib.ticker import MaxNLocator
 
     output = Path(output)
-    fig = _figure(13, 3.8)
-    axes = fig.subplots(1, len(_PANELS))
+    panels = _panels(metrics)
+    fig = _figure(4.3 * len(panels), 3.8)
+    axes = fig.subplots(1, len(panels))
     colors = [f"C{i % 10}" for i in range(len(runs))]
-    for ax, (title, columns) in zip(axes, _PANELS, strict=True):
+    for ax, (title, columns) in zip(axes, panels, strict=True):
         for (name, history), color in zip(runs, colors, strict=True):
             epochs = [row["epoch"] for row in history]
             for column, style in columns:
@@ -83,7 +107,10 @@ def plot_curves(runs: Sequence[tuple[str, list[dict[str, float]]]], output: str 
 
 
 def plot_confusion(
-    matrix: Sequence[Sequence[int]], output: str | Path, class_names: Sequence[str] | None = None
+    matrix: Sequence[Sequence[int]],
+    output: str | Path,
+    class_names: Sequence[str] | None = None,
+    title: str = "test set",
 ) -> Path:
     """The test set's confusion matrix (rows: true class, columns: predicted), counts shown."""
     output = Path(output)
@@ -103,28 +130,127 @@ def plot_confusion(
     ax.set_ylabel("true")
     total = sum(map(sum, matrix))
     correct = sum(matrix[i][i] for i in range(n))
-    ax.set_title(f"test set: {correct}/{total} correct")
+    ax.set_title(f"{title}: {correct}/{total} correct")
     fig.colorbar(image, ax=ax, shrink=0.8)
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, dpi=100)
     return output
 
 
-def write_run_plots(path: str | Path, class_names: Sequence[str] | None = None) -> list[Path]:
-    """``curves.png`` and, once the run was tested, ``confusion_matrix.png`` in a run directory."""
+def plot_roc(
+    probability: np.ndarray, true: np.ndarray, output: str | Path, title: str = "test set"
+) -> Path:
+    """The ROC curve of a binary task: true against false positive rate over all thresholds."""
+    fpr, tpr = roc_curve(probability, true)
+    fig = _figure(4.6, 4.2)
+    ax = fig.subplots()
+    ax.plot(fpr, tpr, color="C0", drawstyle="steps-post")
+    ax.plot([0, 1], [0, 1], ":", color="grey", label="chance")
+    area = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))  # trapezoids: exact for ROC
+    ax.set(xlabel="false positive rate", ylabel="true positive rate", xlim=(0, 1), ylim=(0, 1))
+    ax.set_title(f"{title}: AUROC {area:.4f}")
+    ax.set_aspect("equal")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize="small")
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, dpi=100)
+    return output
+
+
+def roc_curve(probability: np.ndarray, true: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(false positive rates, true positive rates), one point per distinct score, from (0, 0)."""
+    order = np.argsort(-np.asarray(probability, dtype=np.float64), kind="stable")
+    score = np.asarray(probability, dtype=np.float64)[order]
+    positive = np.asarray(true).reshape(-1)[order] > 0
+    last_of_tie = np.r_[np.diff(score) != 0, True]  # a threshold between distinct scores only
+    tp = np.cumsum(positive)[last_of_tie]
+    fp = np.cumsum(~positive)[last_of_tie]
+    tpr = np.r_[0.0, tp / max(tp[-1], 1)] if len(tp) else np.array([0.0, 1.0])
+    fpr = np.r_[0.0, fp / max(fp[-1], 1)] if len(fp) else np.array([0.0, 1.0])
+    return fpr, tpr
+
+
+def plot_regression(
+    predicted: np.ndarray, true: np.ndarray, output: str | Path, title: str = "test set"
+) -> Path:
+    """Predicted against true values (with the diagonal) and the residuals against true values."""
+    predicted = np.asarray(predicted, dtype=np.float64).reshape(-1)
+    true = np.asarray(true, dtype=np.float64).reshape(-1)
+    if len(true) > _MAX_POINTS:  # a fixed subsample: the same picture every time
+        keep = np.random.default_rng(0).choice(len(true), _MAX_POINTS, replace=False)
+        predicted, true = predicted[keep], true[keep]
+    fig = _figure(9.5, 4.2)
+    left, right = fig.subplots(1, 2)
+    alpha = 0.6 if len(true) < 2000 else 0.2
+    left.scatter(true, predicted, s=8, alpha=alpha, color="C0")
+    if len(true):
+        lo, hi = float(min(true.min(), predicted.min())), float(max(true.max(), predicted.max()))
+        left.plot([lo, hi], [lo, hi], ":", color="grey")
+    left.set(xlabel="true", ylabel="predicted", title=f"{title}: predicted against true")
+    right.scatter(true, predicted - true, s=8, alpha=alpha, color="C1")
+    right.axhline(0.0, linestyle=":", color="grey")
+    rmse = float(np.sqrt(np.mean((predicted - true) ** 2))) if len(true) else math.nan
+    right.set(xlabel="true", ylabel="predicted - true", title=f"residuals (RMSE {rmse:.4g})")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, dpi=100)
+    return output
+
+
+def run_config(path: str | Path) -> Config | None:
+    """A run directory's config.yaml, if it has a readable one."""
+    try:
+        return load_config(Path(path) / rd.CONFIG)
+    except (ConfigError, OSError):
+        return None
+
+
+def write_run_plots(path: str | Path, config: Config | None = None) -> list[Path]:
+    """``curves.png`` and, once the run was tested, each task's pictures of the test set.
+
+    ``config``: the run's (default: read from its config.yaml), which names the tasks.
+    """
     path = Path(path)
-    written = [plot_curves([read_run(path)], path / CURVES)]
+    config = config if config is not None else run_config(path)
+    metrics = headline_columns(config) if config is not None else ("val_accuracy",)
+    written = [plot_curves([read_run(path)], path / CURVES, metrics)]
     summary: dict[str, Any] = {}
     if (path / rd.SUMMARY).is_file():
         summary = json.loads((path / rd.SUMMARY).read_text(encoding="utf-8"))
-    matrix = summary.get("test_confusion")
-    if matrix:
-        written.append(plot_confusion(matrix, path / CONFUSION, class_names))
+    tasks = task_list(config) if config is not None else ()
+    if not tasks and summary.get("test_confusion"):  # a run of an older version
+        written.append(plot_confusion(summary["test_confusion"], path / CONFUSION))
+    predictions = rd.read_predictions(path)
+    for task in tasks:
+        name = task.name
+
+        def file(base: str, name: str = name) -> Path:
+            return path / (base if len(tasks) == 1 else base.replace(".png", f"_{name}.png"))
+
+        title = "test set" if len(tasks) == 1 else f"{name}, test set"
+        matrix = summary.get(f"test_{name}_confusion_matrix") or (
+            summary.get("test_confusion") if len(tasks) == 1 else None
+        )
+        if matrix:
+            names = class_names_of(config) if task.target_name == "y" else None
+            written.append(plot_confusion(matrix, file(CONFUSION), names, title))
+        kept = predictions.get(name)
+        if kept is None or not len(kept["true"]):
+            continue
+        if task.type == "binary":
+            written.append(plot_roc(kept["predicted"], kept["true"], file(ROC), title))
+        elif task.type == "regression":
+            written.append(
+                plot_regression(kept["predicted"], kept["true"], file(REGRESSION), title)
+            )
     return written
 
 
 def class_names_of(config: Any) -> list[str] | None:
-    """Class names for the embedded causal-set data ("d = 2", ...); None for other data."""
+    """Class names of ``y`` for the embedded causal-set data ("d = 2", ...); None otherwise."""
     if config.data.dataset is None:
         return [f"d = {d}" for d in config.data.dimensions]
     return None

@@ -1,35 +1,31 @@
-"""Evaluation as sums and counts weighted by graphs, so it can be reduced exactly across processes.
+"""Evaluation as sums and counts weighted by graphs (or nodes), so it can be reduced exactly
+across processes.
 
 A mean of batch means is wrong whenever batches differ in size (the last one usually does, and in
-a distributed run every process has its own last batch). We accumulate the loss summed over graphs,
-the number of correct predictions and the number of graphs, and divide once at the end.
+a distributed run every process has its own last batch). Each task's loss is accumulated summed
+over its rows (graphs, or nodes for a node-level task) with the number of rows, and divided once
+at the end; its metrics are torchmetrics states (:class:`~.metrics.TaskMetrics`), combined over
+processes before they are computed.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ..config import resolve
+from ..parallel import distributed
+from .metrics import TaskMetrics
+from .tasks import Task, make_criterion
 
-Criterion = Callable[[Tensor, object], Tensor]
+__all__ = ["Accumulated", "MetricSums", "Tester", "Validator", "make_criterion", "to_device"]
 
-
-def make_criterion(dotted: str) -> Criterion:
-    """``criterion(outputs, batch)``: a loss class gets ``batch.y``, a function the whole batch.
-
-    Losses are expected to average over the graphs of a batch (PyTorch's default reduction).
-    """
-    obj = resolve(dotted, key="criterion")
-    if isinstance(obj, type):
-        loss = obj()
-        return lambda outputs, batch: loss(outputs, batch.y)
-    return obj
+# picks (and checks) each task's output of a model's forward pass
+Select = Callable[[Any, Any], dict[str, Tensor]]
 
 
 @dataclass
@@ -67,34 +63,105 @@ class MetricSums:
         return result
 
 
+@dataclass
+class Accumulated:
+    """What one pass over a loader collected in one process.
+
+    ``sums`` is float64 ``[tasks, 2]``: each task's loss summed over its rows, and the rows.
+    ``predictions``, when kept, holds per task the rows' graph index (their position in the
+    evaluated set), prediction (class probabilities, the probability of 1, or values in the
+    target's units) and target.
+    """
+
+    tasks: Sequence[Task]
+    sums: Tensor
+    metrics: list[TaskMetrics]
+    predictions: dict[str, dict[str, list[Tensor]]] | None = field(default=None)
+
+    def compute(self, prefix: str, *, across_ranks: bool = False) -> dict[str, Any]:
+        """The columns: ``<prefix>_loss`` (weighted over tasks), ``<prefix>_<task>_loss`` with
+        several tasks, ``<prefix>_<task>_<metric>``, and with one task ``<prefix>_<metric>``.
+
+        ``sums`` must already be reduced when ``across_ranks``; the metrics are combined here.
+        """
+        single = len(self.tasks) == 1
+        loss_sums, rows = self.sums[:, 0].tolist(), self.sums[:, 1].tolist()
+        losses = [s / n if n else math.nan for s, n in zip(loss_sums, rows, strict=True)]
+        result: dict[str, Any] = {
+            f"{prefix}_loss": sum(
+                t.weight * loss for t, loss in zip(self.tasks, losses, strict=True)
+            )
+        }
+        for task, loss, metrics in zip(self.tasks, losses, self.metrics, strict=True):
+            values = metrics.compute(across_ranks=across_ranks)
+            if not single:
+                result[f"{prefix}_{task.name}_loss"] = loss
+            result.update({f"{prefix}_{task.name}_{m}": v for m, v in values.items()})
+            if single:
+                result.update({f"{prefix}_{m}": v for m, v in values.items()})
+        return result
+
+    def gathered_predictions(self, *, across_ranks: bool = False) -> dict[str, dict[str, Tensor]]:
+        """Each task's kept predictions of all ranks, ordered by graph index (stable, so a
+        graph's nodes keep their order): the same arrays for any number of processes."""
+        mine = {
+            name: {k: torch.cat(v) for k, v in parts.items() if v}
+            for name, parts in (self.predictions or {}).items()
+        }
+        parts = distributed.all_gather_object(mine) if across_ranks else [mine]
+        result = {}
+        for name in mine:
+            found = [p[name] for p in parts if p[name]]  # a rank may have had no graphs
+            if not found:
+                continue
+            joined = {k: torch.cat([p[k] for p in found]) for k in found[0]}
+            order = torch.sort(joined["graph"], stable=True).indices
+            result[name] = {k: v[order] for k, v in joined.items()}
+        return result
+
+
 class Validator:
-    """Evaluates a model over a loader; ``prefix`` names the metrics (``val_loss``, ...)."""
+    """Evaluates a model's tasks over a loader; ``prefix`` names the columns (``val_loss``, ...).
+
+    ``shard`` (rank, world size): the loader holds every ``world_size``-th graph of the set,
+    starting at ``rank``, so that kept predictions can be put back in the set's order.
+    """
 
     prefix = "val"
+    confusion = False  # a confusion matrix per epoch would be a list in history.csv
+    keep_predictions = False
 
     def __init__(
         self,
-        criterion: Criterion,
+        tasks: Sequence[Task],
         device: torch.device | str,
         autocast_dtype: torch.dtype | None = None,
         float_dtype: torch.dtype = torch.float32,
-        num_classes: int | None = None,
         *,
-        select: Callable[[Any, Any], Tensor] | None = None,
+        select: Select | None = None,
+        shard: tuple[int, int] = (0, 1),
     ):
-        self.criterion = criterion
-        self.select = select  # picks (and checks) the output of a model's forward pass
-        self.num_classes = num_classes  # set: also count a confusion matrix
+        self.tasks = list(tasks)
+        self.select = select
         self.device = torch.device(device)
         self.autocast_dtype = autocast_dtype  # None: no autocast; else as training.precision says
         self.float_dtype = float_dtype  # the model's: float64 data for a float64 model
+        self.shard = shard
+
+    def task_metrics(self, task: Task) -> TaskMetrics:
+        names = [m for m in task.metric_names if self.confusion or m != "confusion_matrix"]
+        return TaskMetrics(task.type, names, task.num_outputs, device=self.device)
 
     @torch.no_grad()
-    def accumulate(self, model: nn.Module, loader: Iterable) -> MetricSums:
+    def accumulate(self, model: nn.Module, loader: Iterable) -> Accumulated:
         was_training = model.training
         model.eval()
-        c = self.num_classes or 0
-        sums = torch.zeros(3 + c * c, dtype=torch.float64, device=self.device)
+        tasks = self.tasks
+        sums = torch.zeros(len(tasks), 2, dtype=torch.float64, device=self.device)
+        metrics = [self.task_metrics(t) for t in tasks]
+        kept = {t.name: {"graph": [], "predicted": [], "true": []} for t in tasks}
+        rank, world_size = self.shard
+        seen = 0  # graphs of this shard so far
         for batch in loader:
             batch = to_device(batch, self.device, self.float_dtype)
             with torch.autocast(
@@ -103,20 +170,30 @@ class Validator:
                 enabled=self.autocast_dtype is not None,
             ):
                 outputs = model(batch)
-                if self.select is not None:
-                    outputs = self.select(outputs, batch)
-                loss = self.criterion(outputs, batch)
-            n = batch.num_graphs
-            sums[0] += loss.double() * n
-            predicted = outputs.argmax(dim=-1)
-            sums[1] += (predicted == batch.y).sum()
-            sums[2] += n
-            if c:
-                sums[3:] += torch.bincount(batch.y.view(-1) * c + predicted, minlength=c * c)
+                outputs = self.select(outputs, batch) if self.select else {tasks[0].name: outputs}
+                losses = [t.loss(outputs[t.name], batch) for t in tasks]
+            for i, (task, loss, task_metrics) in enumerate(
+                zip(tasks, losses, metrics, strict=True)
+            ):
+                rows = task.rows(batch)
+                sums[i, 0] += loss.double() * rows
+                sums[i, 1] += rows
+                predicted = task.predictions(outputs[task.name].detach())
+                target = task.target(batch)
+                task_metrics.update(predicted, target)
+                if self.keep_predictions:
+                    local = torch.arange(batch.num_graphs, device=self.device)
+                    if task.level == "node":
+                        local = local[batch.batch]
+                    part = kept[task.name]
+                    part["graph"].append((rank + (seen + local) * world_size).cpu())
+                    part["predicted"].append(_probabilities(task, predicted).cpu())
+                    part["true"].append(target.cpu())
+            seen += batch.num_graphs
         model.train(was_training)
-        return MetricSums(sums)
+        return Accumulated(tasks, sums, metrics, kept if self.keep_predictions else None)
 
-    def evaluate(self, model: nn.Module, loader: Iterable) -> dict[str, float]:
+    def evaluate(self, model: nn.Module, loader: Iterable) -> dict[str, Any]:
         return self.accumulate(model, loader).compute(self.prefix)
 
 
@@ -129,4 +206,17 @@ def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype = torch
 
 
 class Tester(Validator):
+    """Evaluates the test set: with confusion matrices, and keeping the predictions."""
+
     prefix = "test"
+    confusion = True
+    keep_predictions = True
+
+
+def _probabilities(task: Task, predicted: Tensor) -> Tensor:
+    """What a prediction file holds: class probabilities, the probability of 1, or values."""
+    if task.type == "classification":
+        return predicted.float().softmax(dim=-1)
+    if task.type == "binary":
+        return predicted.float().reshape(-1).sigmoid()
+    return predicted.double()

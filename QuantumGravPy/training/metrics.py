@@ -23,10 +23,12 @@ from torch import Tensor
 from torchmetrics import classification as tmc
 from torchmetrics import regression as tmr
 from torchmetrics.aggregation import MaxMetric
+from torchmetrics.utilities.data import dim_zero_sum
 
+from ..config import DEFAULT_METRICS, METRIC_NAMES, TASK_TYPES
 from ..parallel import distributed
 
-TASK_TYPES = ("classification", "binary", "regression")
+__all__ = ["DEFAULT_METRICS", "METRIC_NAMES", "TASK_TYPES", "TaskMetrics"]
 
 # name -> a torchmetrics metric for that many outputs; exact, never binned (thresholds=None).
 # compute() never synchronises by itself (sync_on_compute=False): only compute(across_ranks=True)
@@ -59,14 +61,6 @@ _FACTORIES: dict[str, dict[str, Callable[[int], torchmetrics.Metric]]] = {
         "r2": lambda _: tmr.R2Score(multioutput="uniform_average", **_OWN),
         "max_error": lambda _: MaxMetric(**_OWN),
     },
-}
-
-#: The metrics each task type offers, and those a task gets when it names none.
-METRIC_NAMES = {task: tuple(names) for task, names in _FACTORIES.items()}
-DEFAULT_METRICS = {
-    "classification": ("accuracy", "f1_macro", "confusion_matrix"),
-    "binary": ("accuracy", "f1", "auroc", "confusion_matrix"),
-    "regression": ("mse", "mae", "r2"),
 }
 
 
@@ -138,12 +132,41 @@ class TaskMetrics:
         for name, metric in self.metrics.items():
             if sync:
                 metric.sync(dist_sync_fn=_gather, distributed_available=lambda: True)
-            value = metric.compute()  # and, after a sync, back to this rank's own states
+            try:
+                value = _compute_in_float64(metric, counts=name == "confusion_matrix")
+            finally:
+                if sync:
+                    metric.unsync()  # back to this rank's own states
             if name == "confusion_matrix":
                 values[name] = value.long().tolist()
             else:  # several regression outputs: their average, as scikit-learn's default
                 values[name] = float(value.double().mean())
         return values
+
+
+def _compute_in_float64(metric: torchmetrics.Metric, *, counts: bool) -> Tensor:
+    """``metric``'s value from its current states, ratios of counts divided in float64.
+
+    torchmetrics divides integer counts (true and false positives, ...) in float32, so an
+    accuracy of 4/18 would read 0.22222222387; the counts are cast for the division, and the
+    metric's unwrapped ``compute`` is called, so nothing is cached or synchronised meanwhile.
+    """
+    integer = {  # summed counts only; gathered labels (an AUROC's targets) stay integers
+        k: v
+        for k in metric._defaults
+        if isinstance(v := getattr(metric, k), Tensor)
+        and not v.is_floating_point()
+        and metric._reductions[k] is dim_zero_sum
+    }
+    if counts or not integer:
+        return type(metric).compute(metric)
+    try:
+        for k, v in integer.items():
+            setattr(metric, k, v.double())
+        return type(metric).compute(metric)
+    finally:
+        for k, v in integer.items():
+            setattr(metric, k, v)
 
 
 def _gather(tensor: Tensor, group: Any = None) -> list[Tensor]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..config import Config, config_to_dict, dump_config
+from ..config import Config, config_to_dict, dump_config, headline_columns
 from ..errors import CheckpointError
 from ..logs import add_file_handler
 from ..runs import directory as rd
@@ -29,6 +29,7 @@ from ..runs.reproducibility import seed_everything
 from ..runs.resume import config_digest, read_resume_state
 from .early_stopping import MetricStopping
 from .ema import EMA
+from .tasks import Task, scalings
 
 
 class RunStateMixin:
@@ -47,6 +48,7 @@ class RunStateMixin:
     scaler: torch.amp.GradScaler
     ema: EMA | None
     early_stopping: MetricStopping
+    tasks: list[Task]
     device: torch.device
     rank: int
     world_size: int
@@ -68,6 +70,7 @@ class RunStateMixin:
         self._rng_to_restore: dict[str, Any] | None = None
         self._resume_notices: list[tuple[int, str]] = []
         self._environment: dict[str, Any] | None = None  # of this process, for the checkpoints
+        self.test_predictions: dict[str, dict[str, torch.Tensor]] | None = None  # rank 0's
         self._run_open = False
         self._log_handler: logging.Handler | None = None
 
@@ -91,13 +94,12 @@ class RunStateMixin:
         self.save_checkpoint("last.pt")
         if self.is_main:
             rd.write_history(self.run_dir, self.history)
+        columns = ("train_loss", "val_loss", *headline_columns(self.config))
         self.logger.info(
-            "epoch %d/%d  train_loss %.4f  val_loss %.4f  val_accuracy %.4f  lr %.2e  %.1fs%s",
+            "epoch %d/%d  %s  lr %.2e  %.1fs%s",
             row["epoch"],
             self.config.training.num_epochs,
-            row["train_loss"],
-            row["val_loss"],
-            row["val_accuracy"],
+            "  ".join(f"{c} {row[c]:.4f}" for c in columns),
             row["lr"],
             row["epoch_seconds"],
             "  *best" if improved else "",
@@ -154,8 +156,7 @@ class RunStateMixin:
         if not self.is_main:
             return
         summary = {
-            "test_loss": None,
-            "test_accuracy": None,
+            "test_loss": None,  # until the run is tested
             "best_epoch": self.early_stopping.best_epoch,
             "epochs_run": self.epoch,
             "stopped_early": self.stopped_early,
@@ -163,12 +164,14 @@ class RunStateMixin:
         }
         summary.update(test_metrics or {})
         rd.write_summary(self.run_dir, summary)
+        if test_metrics is not None and self.test_predictions is not None:
+            rd.write_predictions(self.run_dir, self.test_predictions)
         self.write_plots()
 
     def write_plots(self) -> None:
-        """curves.png and confusion_matrix.png; a failure here costs a warning, never the run."""
+        """curves.png and each task's pictures; a failure here costs a warning, never the run."""
         try:
-            plots.write_run_plots(self.run_dir, plots.class_names_of(self.config))
+            plots.write_run_plots(self.run_dir, self.config)
         except Exception as e:  # the results are on disk already; pictures are a convenience
             self.logger.warning("could not write the plots of %s: %s", self.run_dir, e)
 
@@ -187,6 +190,7 @@ class RunStateMixin:
             "global_step": self.global_step,
             "sampler_epoch": self.epoch,  # the next epoch's set_epoch
             "early_stopping": self.early_stopping.state_dict(),
+            "target_scaling": scalings(self.tasks),  # of regression targets: the model's units
             "stopped_early": self.stopped_early,
             "history": [dict(row) for row in self.history],
             "rng": self._rng_states,  # one entry per rank
@@ -241,6 +245,8 @@ class RunStateMixin:
                 self.ema.load_state_dict(state["ema"])
             else:  # EMA switched on for the rest of the run (--force)
                 self.ema = EMA(self.model, self.ema.decay)
+        scaling = state.get("target_scaling") or {}
+        self.set_tasks([t.with_scaling(scaling.get(t.name)) for t in self.tasks])
         self.epoch = int(state["epoch"])
         self.global_step = int(state["global_step"])
         self.history = [dict(row) for row in state["history"]]

@@ -23,13 +23,13 @@ from torch.utils.data import Dataset
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
-from ..config import Config, improves_towards
+from ..config import Config, balanced_task, headline_columns, improves_towards
 from ..data import (
-    dataset_dimensions,
     dataset_from_config,
     graph_feature_width,
     make_loader,
     make_train_loader,
+    num_node_features,
     split_dataset,
 )
 from ..errors import ConfigError, DataError, QGError
@@ -41,17 +41,14 @@ from ..runs.reproducibility import seed_everything
 from .devices import PRECISIONS, select_device
 from .early_stopping import MetricStopping
 from .ema import EMA
-from .evaluation import MetricSums, Tester, Validator, make_criterion, to_device
+from .evaluation import Tester, Validator, to_device
 from .optim import build_optimizer, build_scheduler
 from .run_state import RunStateMixin
+from .tasks import Task, build_tasks, fit_scaling, train_columns
 
 
 class TrainingDivergedError(QGError):
     """The training loss became NaN or infinite."""
-
-
-# The one task of a config: the classification of each graph's ``y``.
-TASK = "y"
 
 
 class Trainer(RunStateMixin):
@@ -90,7 +87,9 @@ class Trainer(RunStateMixin):
         self._environment = rs.environment(self.device, self.world_size)
         seed_everything(config.training.seed)
         self.dataset = dataset if dataset is not None else self.load_dataset()
-        self.in_channels, self.num_classes = dataset_dimensions(self.dataset)
+        self.in_channels = num_node_features(self.dataset)
+        self.tasks: list[Task] = build_tasks(config, self.dataset)
+        self.num_classes = self.tasks[0].num_outputs  # the first task's outputs
         declared = config.model.in_channels
         if declared is not None and declared != self.in_channels:
             raise ConfigError(
@@ -100,11 +99,10 @@ class Trainer(RunStateMixin):
         # Built on the CPU from the seeded generator, so the initial weights do not depend on the
         # device, then moved.
         self.autocast_dtype, self.float_dtype = PRECISIONS[config.training.precision]
-        self.num_outputs = config.model.num_classes or self.num_classes
         self.model: nn.Module = build_model(
             config.model,
             self.in_channels,
-            {TASK: (self.num_outputs, "graph")},
+            {t.name: (t.num_outputs, t.level) for t in self.tasks},
             graph_feature_channels=graph_feature_width(self.dataset, config.model.graph_features),
         ).to(self.device, self.float_dtype)
         t = config.training
@@ -114,21 +112,11 @@ class Trainer(RunStateMixin):
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "16")
         # The average follows the trained weights; it is not wrapped in DDP.
         self.ema = EMA(self.model, t.ema_decay) if t.ema_decay is not None else None
-        self.criterion = make_criterion(config.criterion)
         self.validator = Validator(
-            self.criterion,
-            self.device,
-            self.autocast_dtype,
-            self.float_dtype,
-            select=self.select_output,
+            self.tasks, self.device, self.autocast_dtype, self.float_dtype, select=self.select
         )
         self.tester = Tester(
-            self.criterion,
-            self.device,
-            self.autocast_dtype,
-            self.float_dtype,
-            self.num_classes,
-            select=self.select_output,
+            self.tasks, self.device, self.autocast_dtype, self.float_dtype, select=self.select
         )
         es = config.early_stopping
         self.early_stopping = MetricStopping(
@@ -181,6 +169,7 @@ class Trainer(RunStateMixin):
             self.config.augmentation,
             rank=self.rank,
             world_size=self.world_size,
+            label=getattr(balanced_task(self.config), "target_name", "y"),
         )
 
     def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:  # hook
@@ -217,7 +206,7 @@ class Trainer(RunStateMixin):
     def on_train_end(self) -> None:  # hook
         pass
 
-    def reduce_sums(self, sums: MetricSums) -> MetricSums:
+    def reduce_sums(self, sums: torch.Tensor) -> torch.Tensor:
         """Combine per-process sums; one process has nothing to combine (hook)."""
         return sums
 
@@ -229,15 +218,30 @@ class Trainer(RunStateMixin):
         improved = self.early_stopping.step(row, row["epoch"])
         return improved, self.config.early_stopping.enabled and self.early_stopping.should_stop
 
-    def select_output(self, outputs: Any, batch: Any) -> torch.Tensor:
-        """The task's output of a forward pass, checked: [graphs, outputs] (hook)."""
-        return task_output(
-            outputs,
-            TASK,
-            batch.num_graphs,
-            self.num_outputs,
-            model=self.config.model.type or "GNNModel",
-        )
+    def select(self, outputs: Any, batch: Any) -> dict[str, torch.Tensor]:
+        """Each task's output of a forward pass, checked: [graphs or nodes, outputs]."""
+        model = self.config.model.type or "GNNModel"
+        if isinstance(outputs, torch.Tensor) and len(self.tasks) > 1:
+            raise ConfigError(
+                f"model.type: {model} returned one tensor, but the config has "
+                f"{len(self.tasks)} tasks; return a dict from task name to tensor"
+            )
+        return {
+            t.name: task_output(
+                outputs, t.name, t.rows(batch), t.num_outputs, model=model, level=t.level
+            )
+            for t in self.tasks
+        }
+
+    def fit_scaling(self, train: Dataset) -> None:
+        """Standardise regression targets by the training split ``train`` (once: a resumed run
+        keeps its checkpoint's scaling)."""
+        if any(t.config.standardize and not t.scaled for t in self.tasks if t.type == "regression"):
+            self.set_tasks(fit_scaling(self.tasks, train))
+
+    def set_tasks(self, tasks: list[Task]) -> None:
+        """The tasks (with their target scaling) that training and evaluation use from now."""
+        self.tasks = self.validator.tasks = self.tester.tasks = list(tasks)
 
     # --- data ----------------------------------------------------------------------------------
 
@@ -247,12 +251,15 @@ class Trainer(RunStateMixin):
         """Split ``dataset`` (default: the trainer's) with ``data.seed`` into three loaders."""
         if dataset is None:
             dataset = self.dataset
-        elif dataset_dimensions(dataset) != (self.in_channels, self.num_classes):
+        elif num_node_features(dataset) != self.in_channels:
             raise DataError(
-                f"the dataset has (features, classes) = {dataset_dimensions(dataset)} but the "
-                f"model was built for {(self.in_channels, self.num_classes)}"
+                f"the dataset has {num_node_features(dataset)} node features but the model was "
+                f"built for {self.in_channels}"
             )
+        else:
+            build_tasks(self.config, dataset)  # its targets are checked
         train, val, test = split_dataset(dataset, self.config.data.split, self.config.data.seed)
+        self.fit_scaling(train)
         return (
             self.make_train_loader(train),
             self.make_eval_loader(val, self.config.validation.batch_size),
@@ -266,6 +273,7 @@ class Trainer(RunStateMixin):
     ) -> list[dict[str, Any]]:
         """Train until ``training.num_epochs`` or early stopping; returns one dict per epoch."""
         self.open_run()
+        self.fit_scaling(train_loader.dataset)
         num_epochs = self.config.training.num_epochs
         self.on_train_start(train_loader)
         self.restore_rng()
@@ -297,18 +305,22 @@ class Trainer(RunStateMixin):
         return self.history
 
     def train_epoch(self, loader: DataLoader) -> dict[str, float]:
-        """One pass over ``loader``; returns ``train_loss`` and ``train_accuracy`` over graphs.
+        """One pass over ``loader``; returns ``train_loss`` (each task's loss over its rows,
+        weighted as the tasks say), and each task's loss and accuracy as the columns of
+        :func:`~QuantumGravPy.config.history_columns` name them.
 
-        Both are those of the weights as they were when each batch was seen.
+        All are those of the weights as they were when each batch was seen.
 
         With ``training.accumulate_grad_batches`` k, the optimizer steps once per k batches.
         Each batch's loss is weighted by its share of the step's graphs, so k batches of b
         graphs make the same step as one batch of k*b graphs (the loss must be a mean over the
-        graphs of a batch, as PyTorch's losses are by default).
+        rows of a batch, as PyTorch's losses are by default).
         """
         model = self.train_module
         model.train()
-        total = torch.zeros(3, dtype=torch.float64, device=self.device)
+        tasks = self.tasks
+        # per task: loss summed over rows, rows right (classification, binary), rows
+        sums = torch.zeros(len(tasks), 3, dtype=torch.float64, device=self.device)
         t = self.config.training
         k = t.accumulate_grad_batches
         # With drop_last, a step short of k batches is dropped too, as a short batch would be.
@@ -330,18 +342,22 @@ class Trainer(RunStateMixin):
                 # Gradients are exchanged once per step, on its last batch.
                 with contextlib.nullcontext() if last else self.no_sync():
                     with self.autocast():
-                        outputs = self.select_output(model(batch), batch)
-                        loss = self.criterion(outputs, batch)
+                        outputs = self.select(model(batch), batch)
+                        losses = [task.loss(outputs[task.name], batch) for task in tasks]
+                        loss = sum(task.weight * x for task, x in zip(tasks, losses, strict=True))
                     self.scaler.scale(loss * (batch.num_graphs / graphs)).backward()
-                total[0] += loss.detach().double() * batch.num_graphs
-                total[1] += (outputs.detach().argmax(dim=-1) == batch.y).sum()
-            total[2] += graphs
+                for j, (task, x) in enumerate(zip(tasks, losses, strict=True)):
+                    rows = task.rows(batch)
+                    sums[j, 0] += x.detach().double() * rows
+                    if task.type != "regression":
+                        sums[j, 1] += task.correct(outputs[task.name].detach(), batch)
+                    sums[j, 2] += rows
             self.scaler.step(self.optimizer)
             self.scaler.update()
             if self.ema is not None:
                 self.ema.update(self.model)
             self.global_step += 1
-        metrics = self.reduce_sums(MetricSums(total)).compute("train")
+        metrics = train_columns(tasks, self.reduce_sums(sums))
         if not math.isfinite(metrics["train_loss"]):
             raise TrainingDivergedError(
                 f"the training loss is {metrics['train_loss']} after epoch {self.epoch + 1}; "
@@ -385,24 +401,39 @@ class Trainer(RunStateMixin):
         weights are kept in memory as well as in ``best.pt``, so every process of a distributed
         run has them without reading a file another process wrote.
         """
-        model = self.model
+        model, tasks = self.model, self.tasks
         if checkpoint is not None:
             model = copy.deepcopy(self.model)
-            weights = evaluation_weights(load_checkpoint(checkpoint, self.device))
-            load_model_state(model, weights, checkpoint)
+            state = load_checkpoint(checkpoint, self.device)
+            load_model_state(model, evaluation_weights(state), checkpoint)
+            # the checkpoint's standardisation of regression targets, not this trainer's
+            scaling = state.get("target_scaling") or {}
+            tasks = [t.with_scaling(scaling.get(t.name)) for t in self.tasks]
         elif self.best_state is not None:
             model = copy.deepcopy(self.model)
             model.load_state_dict(self.best_state)
-        metrics = self.evaluate_test(model, test_loader)
+        self.tester.tasks = tasks
+        try:
+            metrics, self.test_predictions = self.evaluate_test(model, test_loader)
+        finally:
+            self.tester.tasks = self.tasks
         self.logger.info(
-            "test_loss %.4f  test_accuracy %.4f", metrics["test_loss"], metrics["test_accuracy"]
+            "%s",
+            "  ".join(
+                f"{c} {metrics[c]:.4f}"
+                for c in ("test_loss", *headline_columns(self.config, "test"))
+            ),
         )
         if self._run_open:
             self.write_summary(metrics)
         return metrics
 
-    def evaluate_test(self, model: nn.Module, test_loader: DataLoader) -> dict[str, float]:  # hook
-        return self.tester.evaluate(model, test_loader)
+    def evaluate_test(
+        self, model: nn.Module, test_loader: DataLoader
+    ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]]]:  # hook
+        """The test columns, and each task's predictions in the order of the test set."""
+        accumulated = self.tester.accumulate(model, test_loader)
+        return accumulated.compute(self.tester.prefix), accumulated.gathered_predictions()
 
 
 def _groups(batches: Iterable, size: int) -> Iterator[list]:

@@ -31,7 +31,7 @@ from ..logs import LOGGER_NAME, configure_logging
 from ..parallel import distributed, shm_comm
 from ..parallel.distributed import DistributedError, RankFailedError
 from ..runs.reproducibility import seed_everything
-from .evaluation import MetricSums, Validator
+from .evaluation import Validator
 from .trainer import Trainer
 
 T = TypeVar("T")
@@ -72,6 +72,9 @@ class TrainerDDP(Trainer):
         self.rank_logger = logging.getLogger(f"{LOGGER_NAME}.ranks")
         self.rank_logger.setLevel(logging.INFO)  # start and end lines show on every rank
         super().__init__(config, dataset, overwrite=overwrite, resume=resume, force=force)
+        if config.validation.mode == "sharded":
+            # each rank evaluates graphs rank, rank + W, ... (make_eval_loader)
+            self.validator.shard = self.tester.shard = (rank, self.world_size)
         # Stated here rather than trusted to the base class: the loop state of a DDP run starts
         # at the same epoch on every rank, 0 or that of the checkpoint rank 0 read and broadcast
         # (the predecessor of this class forgot to set it and crashed).
@@ -239,21 +242,37 @@ class TrainerDDP(Trainer):
             "finished: %d epochs%s", self.epoch, ", stopped early" if self.stopped_early else ""
         )
 
-    def reduce_sums(self, sums: MetricSums) -> MetricSums:
-        return MetricSums(distributed.all_reduce_sum(sums.values))
+    def reduce_sums(self, sums: torch.Tensor) -> torch.Tensor:
+        return distributed.all_reduce_sum(sums)
 
-    def _evaluate(self, evaluator: Validator, model: torch.nn.Module, loader) -> dict[str, float]:
+    def _evaluate(self, evaluator: Validator, model: torch.nn.Module, loader, predictions: bool):
+        """The columns (and with ``predictions``, the kept predictions on rank 0)."""
         if self.config.validation.mode == "sharded":
-            sums = self.reduce_sums(evaluator.accumulate(model, loader))
-            return sums.compute(evaluator.prefix)
+            # every rank evaluates its shard; sums are all-reduced, metric states gathered
+            accumulated = evaluator.accumulate(model, loader)
+            accumulated.sums = self.reduce_sums(accumulated.sums)
+            columns = accumulated.compute(evaluator.prefix, across_ranks=True)
+            if not predictions:
+                return columns
+            return columns, accumulated.gathered_predictions(across_ranks=True)
+
         # The unwrapped module: a DDP forward on one rank alone could start a collective.
-        return self._on_main(lambda: evaluator.evaluate(model, loader))
+        kept = {}
+
+        def on_main():
+            accumulated = evaluator.accumulate(model, loader)
+            if predictions:  # stay on rank 0, which writes them; only the columns are sent
+                kept["predictions"] = accumulated.gathered_predictions()
+            return accumulated.compute(evaluator.prefix)
+
+        columns = self._on_main(on_main)
+        return (columns, kept.get("predictions")) if predictions else columns
 
     def validate(self, val_loader: DataLoader) -> dict[str, float]:
-        return self._evaluate(self.validator, self.eval_model, val_loader)
+        return self._evaluate(self.validator, self.eval_model, val_loader, predictions=False)
 
-    def evaluate_test(self, model: torch.nn.Module, test_loader: DataLoader) -> dict[str, float]:
-        return self._evaluate(self.tester, model, test_loader)
+    def evaluate_test(self, model: torch.nn.Module, test_loader: DataLoader):
+        return self._evaluate(self.tester, model, test_loader, predictions=True)
 
     def decide(self, row: dict[str, Any]) -> tuple[bool, bool]:
         """Rank 0 decides after a barrier; every rank gets its row, decision and stopper state."""

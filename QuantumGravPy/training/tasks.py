@@ -1,0 +1,172 @@
+"""Tasks at run time: each reads its target from a batch, scores the model's outputs with its
+loss, and turns outputs into predictions in the target's own units.
+
+Built once per trainer from the config's tasks and the data (:func:`build_tasks`): that is
+where a target the data lacks or a task that cannot fit it is refused, naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from ..config import Config, TaskConfig, resolve, task_list
+from ..data import check_target, target_statistics, task_num_outputs
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of a run: its settings, the number of outputs it has, its loss, and for a
+    standardised regression the training split's ``mean`` and ``std`` (float64, per output)."""
+
+    config: TaskConfig
+    num_outputs: int
+    loss_fn: Callable[..., Tensor]
+    loss_takes_batch: bool = False  # the implicit task's criterion function f(outputs, batch)
+    mean: Tensor | None = None
+    std: Tensor | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def type(self) -> str:
+        return self.config.type
+
+    @property
+    def level(self) -> str:
+        return self.config.level
+
+    @property
+    def weight(self) -> float:
+        return self.config.weight
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        return self.config.metric_names
+
+    @property
+    def scaled(self) -> bool:
+        return self.mean is not None
+
+    def rows(self, batch: Any) -> int:
+        """How many outputs rows a batch has for this task: graphs, or nodes."""
+        return batch.num_graphs if self.level == "graph" else batch.num_nodes
+
+    def target(self, batch: Any) -> Tensor:
+        """The batch's targets, in their own units: class indices ``[N]`` (classification),
+        0/1 ``[N]`` (binary) or values ``[N, k]`` (regression)."""
+        value = batch[self.config.target_name]
+        if self.type == "regression":
+            return value.reshape(self.rows(batch), self.num_outputs)
+        return value.reshape(-1)
+
+    def loss(self, outputs: Tensor, batch: Any) -> Tensor:
+        """The task's loss of ``outputs`` on ``batch``: a mean over the batch's rows."""
+        if self.loss_takes_batch:
+            return self.loss_fn(outputs, batch)
+        target = self.target(batch)
+        if self.type == "binary":
+            target = target.reshape(outputs.shape).to(outputs.dtype)
+        elif self.type == "regression":
+            target = target.to(outputs.dtype)
+            if self.scaled:
+                target = (target - self.mean.to(target)) / self.std.to(target)
+        return self.loss_fn(outputs, target)
+
+    def predictions(self, outputs: Tensor) -> Tensor:
+        """Outputs in the target's units: logits as they are, regression values unscaled."""
+        if self.type == "regression" and self.scaled:
+            return outputs.double() * self.std.to(outputs.device) + self.mean.to(outputs.device)
+        return outputs
+
+    def correct(self, outputs: Tensor, batch: Any) -> Tensor:
+        """How many rows a classification or binary task gets right (a 0-dim tensor)."""
+        target = self.target(batch)
+        if self.type == "binary":
+            return ((outputs.reshape(-1) > 0).long() == target.long()).sum()
+        return (outputs.argmax(dim=-1) == target).sum()
+
+    def scaling(self) -> dict[str, list[float]] | None:
+        """The standardisation, as a checkpoint records it."""
+        if not self.scaled:
+            return None
+        return {"mean": self.mean.tolist(), "std": self.std.tolist()}
+
+    def with_scaling(self, scaling: dict[str, Sequence[float]] | None) -> Task:
+        if scaling is None:
+            return dataclasses.replace(self, mean=None, std=None)
+        return dataclasses.replace(
+            self,
+            mean=torch.tensor(scaling["mean"], dtype=torch.float64),
+            std=torch.tensor(scaling["std"], dtype=torch.float64),
+        )
+
+
+def build_tasks(config: Config, dataset: Dataset | list) -> list[Task]:
+    """The config's tasks (or its implicit one) checked against ``dataset``, without scaling."""
+    tasks = []
+    explicit = bool(config.tasks)
+    for i, tc in enumerate(task_list(config)):
+        key = f"tasks[{i}]" if explicit else "data"
+        check_target(dataset, tc, f"{key}.target" if explicit else "data")
+        num_outputs = task_num_outputs(dataset, tc, f"{key}.target")
+        if explicit:
+            loss = resolve(tc.loss_name, key=f"tasks[{i}].loss")
+            tasks.append(Task(tc, num_outputs, loss() if isinstance(loss, type) else loss))
+        else:
+            tasks.append(Task(tc, num_outputs, make_criterion(config.criterion), True))
+    return tasks
+
+
+def fit_scaling(tasks: Sequence[Task], train_dataset: Dataset | list) -> list[Task]:
+    """The tasks with each standardised regression target scaled by ``train_dataset``'s mean
+    and standard deviation."""
+    fitted = []
+    for t in tasks:
+        if t.type == "regression" and t.config.standardize:
+            mean, std = target_statistics(train_dataset, t.config, t.num_outputs)
+            t = dataclasses.replace(t, mean=mean, std=std)
+        fitted.append(t)
+    return fitted
+
+
+def train_columns(tasks: list[Task], sums: torch.Tensor) -> dict[str, float]:
+    """The training columns of history.csv from the summed per-task losses and counts."""
+    single = len(tasks) == 1
+    columns: dict[str, float] = {}
+    total = 0.0
+    for task, (loss_sum, right, rows) in zip(tasks, sums.tolist(), strict=True):
+        loss = loss_sum / rows if rows else math.nan
+        total += task.weight * loss
+        if not single:
+            columns[f"train_{task.name}_loss"] = loss
+        if task.type != "regression":
+            columns[f"train_{task.name}_accuracy"] = right / rows if rows else math.nan
+            if single:
+                columns["train_accuracy"] = columns[f"train_{task.name}_accuracy"]
+    return {"train_loss": total, **columns}
+
+
+def scalings(tasks: Sequence[Task]) -> dict[str, dict[str, list[float]] | None]:
+    return {t.name: t.scaling() for t in tasks}
+
+
+def make_criterion(dotted: str) -> Callable[[Tensor, Any], Tensor]:
+    """``criterion(outputs, batch)``: a loss class gets ``batch.y``, a function the whole batch.
+
+    Losses are expected to average over the graphs of a batch (PyTorch's default reduction).
+    """
+    obj = resolve(dotted, key="criterion")
+    if isinstance(obj, type):
+        loss = obj()
+        return lambda outputs, batch: loss(outputs, batch.y)
+    return obj

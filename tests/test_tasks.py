@@ -1,0 +1,264 @@
+"""Tasks: regression, binary, node-level and several at once, in one process and two; their
+columns, standardised targets, predictions and pictures, early stopping on their metrics, and
+the errors a wrong task gets."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import run_main, run_ranks, train
+from sklearn import metrics as skm
+from test_early_stopping import replayed_stop
+
+import QuantumGravPy as qg
+from QuantumGravPy.config import config_to_dict, history_columns
+
+# Three tasks on the embedded causal sets: the dimension as a class and as a number, and each
+# element's time coordinate.
+THREE = (
+    "tasks=[{name: dim, target: y}, "
+    "{name: d, type: regression, target: dimension, weight: 0.5, "
+    "metrics: [mse, rmse, mae, r2, max_error]}, "
+    "{name: time, type: regression, level: node}]",
+)
+# Rings against paths, as a binary task with every binary metric.
+RINGS = (
+    "data.dataset=user_data.ring_graphs",
+    "data.dataset_kwargs={num_graphs: 60}",
+    "tasks=[{name: ring, type: binary, target: y, "
+    "metrics: [accuracy, f1, precision, recall, auroc, average_precision, confusion_matrix]}]",
+)
+F1_STOP = (
+    "early_stopping.metric=val_ring_f1",
+    "early_stopping.mode=max",
+    "early_stopping.patience=2",
+    "training.num_epochs=12",
+    "training.optimizer.kwargs={lr: 0.02}",
+)
+
+
+def columns_of(history):
+    return [k for k in history[0] if k not in ("epoch", "lr", "epoch_seconds")]
+
+
+def test_three_tasks_train_with_their_columns_predictions_and_pictures(make_config, capsys):
+    cfg = make_config(*THREE, "training.num_epochs=4", "data.num_graphs=160")
+    trainer, history, metrics = train(cfg)
+    run = cfg.run_dir
+    assert sorted(columns_of(history)) == sorted(history_columns(cfg))
+    assert "val_dim_f1_macro" in history[0] and "val_accuracy" not in history[0]  # no unprefixed
+    for row in history:  # the total is the weighted sum of the task losses
+        total = row["val_dim_loss"] + 0.5 * row["val_d_loss"] + row["val_time_loss"]
+        assert row["val_loss"] == pytest.approx(total)
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    assert history[-1]["val_time_r2"] > 0.2 and history[-1]["val_d_r2"] > 0.2  # it learns
+
+    # the model has one head per task, a node head for time
+    out = trainer.model(next(iter(trainer.prepare_dataloaders()[2])))
+    assert set(out) == {"dim", "d", "time"} and out["time"].shape[1] == 1
+
+    # standardisation: the training split's mean and spread, kept in the checkpoint
+    train_split = trainer.prepare_dataloaders()[0].dataset
+    dims = torch.cat([g.dimension for g in train_split]).double()
+    scaling = qg.load_checkpoint(run / "checkpoints" / "best.pt")["target_scaling"]
+    assert scaling["dim"] is None and scaling["d"]["mean"] == pytest.approx([dims.mean().item()])
+    assert scaling["d"]["std"] == pytest.approx([dims.std(unbiased=False).item()])
+
+    # test predictions in the targets' units, in the test set's order; metrics = scikit-learn's
+    kept = np.load(run / "test_predictions.npz")
+    assert set(np.unique(kept["d.true"])) <= {2.0, 3.0, 4.0}
+    true, predicted = kept["d.true"].ravel(), kept["d.predicted"].ravel()
+    assert metrics["test_d_mse"] == pytest.approx(skm.mean_squared_error(true, predicted))
+    assert metrics["test_d_r2"] == pytest.approx(skm.r2_score(true, predicted))
+    assert metrics["test_d_max_error"] == pytest.approx(skm.max_error(true, predicted))
+    test_set = trainer.prepare_dataloaders()[2].dataset
+    times = torch.cat([g.time for g in test_set]).numpy()
+    assert np.array_equal(kept["time.true"].ravel(), times)  # every node once, in order
+    assert metrics["test_time_mae"] == pytest.approx(
+        skm.mean_absolute_error(times, kept["time.predicted"].ravel())
+    )
+    right = kept["dim.predicted"].argmax(1) == kept["dim.true"]
+    assert metrics["test_dim_accuracy"] == pytest.approx(right.mean())
+    matrix = np.array(metrics["test_dim_confusion_matrix"])
+    assert matrix.sum() == len(test_set)
+    for name in ("confusion_matrix_dim", "regression_d", "regression_time", "curves"):
+        assert (run / f"{name}.png").stat().st_size > 5000, name
+
+    # qg test evaluates the checkpoint with its own scaling and gives the same numbers
+    path = run.parent / "three.yaml"
+    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    result = run_main(capsys, "test", path, "--checkpoint", run / "checkpoints" / "best.pt")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["test_d_mse"] == pytest.approx(metrics["test_d_mse"])
+
+
+def test_a_single_regression_task_has_unprefixed_columns_and_original_units(make_config):
+    cfg = make_config(
+        "tasks=[{name: d, type: regression, target: dimension}]",
+        "early_stopping.metric=val_r2",
+        "early_stopping.mode=max",
+        "training.num_epochs=3",
+    )
+    _, history, metrics = train(cfg)
+    assert {"val_d_mse", "val_mse", "val_r2", "train_loss"} <= set(history[0])
+    assert "train_accuracy" not in history[0]
+    assert metrics["test_mse"] == metrics["test_d_mse"]
+    # the loss is on standardised targets, the metric in the original units
+    assert history[-1]["val_loss"] != pytest.approx(history[-1]["val_mse"])
+
+
+def test_a_binary_task_scores_like_scikit_learn_and_draws_its_roc(make_config):
+    cfg = make_config(*RINGS, "training.num_epochs=4")
+    _, history, metrics = train(cfg)
+    assert {"val_f1", "val_ring_auroc", "train_ring_accuracy", "train_accuracy"} <= set(history[0])
+    kept = np.load(cfg.run_dir / "test_predictions.npz")
+    true, p = kept["ring.true"], kept["ring.predicted"]
+    assert metrics["test_ring_auroc"] == pytest.approx(skm.roc_auc_score(true, p))
+    assert metrics["test_f1"] == pytest.approx(skm.f1_score(true, p > 0.5))
+    assert metrics["test_average_precision"] == pytest.approx(skm.average_precision_score(true, p))
+    assert metrics["test_confusion_matrix"] == skm.confusion_matrix(true, p > 0.5).tolist()
+    assert (cfg.run_dir / "roc.png").stat().st_size > 5000
+    assert (cfg.run_dir / "confusion_matrix.png").stat().st_size > 5000
+
+
+def train_tasks(rank, world_size, configs):
+    results = []
+    for config in configs:
+        trainer = qg.TrainerDDP(rank, config)
+        train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+        history = trainer.run_training(train_loader, val_loader)
+        test = trainer.run_test(test_loader)
+        # the final weights, evaluated in one process, must give the last row's columns
+        results.append((history, test, trainer.stopped_early, trainer.model.state_dict()))
+        trainer.close()
+    return results
+
+
+@pytest.mark.timeout(180)
+def test_two_processes_train_three_tasks_and_stop_on_a_binary_f1(make_config, tmp_path):
+    three = make_config(*THREE, "training.num_epochs=3", "validation.mode=sharded")
+    rings = make_config(*RINGS, *F1_STOP, f"training.path={tmp_path / 'rings'}")
+    both = make_config(
+        *RINGS,
+        *F1_STOP[2:],
+        "early_stopping.metric=[val_ring_auroc, val_loss]",
+        "early_stopping.mode=max",
+        "early_stopping.combine=all",
+        f"training.path={tmp_path / 'both'}",
+    )
+    ranks = run_ranks(2, train_tasks, [three, rings, both])
+    assert [r[:3] for r in ranks[0]] == [r[:3] for r in ranks[1]]  # the ranks agree
+    (history, test, _, weights), (f1_history, _, f1_stopped, _), (two, _, two_stopped, _) = ranks[0]
+    assert sorted(columns_of(history)) == sorted(history_columns(three))
+    assert (
+        math.isfinite(test["test_time_r2"]) and history[-1]["train_loss"] < history[0]["train_loss"]
+    )
+
+    # the last epoch's validation columns are those of its weights, evaluated in one process
+    alone = qg.Trainer(three)
+    alone.model.load_state_dict(weights)
+    expected = alone.validator.evaluate(alone.model, alone.prepare_dataloaders()[1])
+    assert expected == pytest.approx({k: history[-1][k] for k in expected}, rel=1e-5)
+
+    expected_stop = replayed_stop(f1_history, ["val_ring_f1"], "any", patience=2)
+    assert f1_stopped == (expected_stop is not None)
+    assert f1_history[-1]["epoch"] == (expected_stop or 12)
+    expected_stop = replayed_stop(two, ["val_ring_auroc", "val_loss"], "all", patience=2)
+    assert two_stopped == (expected_stop is not None)
+    assert two[-1]["epoch"] == (expected_stop or 12)
+
+
+def test_one_process_stops_on_a_binary_f1(make_config):
+    trainer, history, _ = train(make_config(*RINGS, *F1_STOP))
+    expected = replayed_stop(history, ["val_ring_f1"], "any", patience=2)
+    assert trainer.stopped_early == (expected is not None)
+    assert history[-1]["epoch"] == (expected or 12)
+    best = max(history, key=lambda row: row["val_ring_f1"])["epoch"]  # first best: best.pt
+    assert trainer.early_stopping.best_epoch == best
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["tasks=[{name: a, type: ranking}]"],
+            "tasks[0].type: expected one of classification, binary, regression, found 'ranking'",
+        ),
+        (["tasks=[{name: a, metrics: [accurcy]}]"], "tasks[0].metrics: 'accurcy' is not a metric"),
+        (
+            ["tasks=[{name: a, type: regression, metrics: [f1_macro]}]"],
+            "tasks[0].metrics: 'f1_macro' is a metric of classification tasks, not of a "
+            "regression task like 'a' (choose from mse, rmse, mae, r2, max_error)",
+        ),
+        (["tasks=[{name: a}, {name: a}]"], "tasks[1].name: 'a' names two tasks"),
+        (["tasks=[{name: a-b}]"], "tasks[0].name: expected letters, digits and underscores"),
+        (
+            ["tasks=[{name: a, type: binary, num_outputs: 2}]"],
+            "tasks[0].num_outputs: a binary task has one output",
+        ),
+        (["tasks=[{name: a}]", "criterion=torch.nn.NLLLoss"], "criterion: only for configs"),
+        (
+            ["tasks=[{name: a, type: regression}]", "early_stopping.metric=val_accuracy"],
+            "early_stopping.metric: 'val_accuracy' is not a column of this config's history.csv"
+            " (choose from val_loss, val_a_mse, val_a_mae, val_a_r2, val_mse, val_mae, val_r2,",
+        ),
+        (
+            ["tasks=[{name: a, type: regression}]", "training.sampler=class_balanced"],
+            "training.sampler: class_balanced balances the classes of a graph-level",
+        ),
+    ],
+)
+def test_a_wrong_task_is_refused_when_the_config_loads(make_config, overrides, message):
+    with pytest.raises(qg.ConfigError) as info:
+        make_config(*overrides)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "task, message",
+    [
+        ("{name: a, target: charge}", "tasks[0].target: the data has no tensor attribute 'charge'"),
+        (
+            "{name: a, target: time}",
+            "tasks[0].target: task 'a' is a graph-level classification task, so 'time' needs one",
+        ),
+        ("{name: a, target: dimension}", "task 'a' classifies, so 'dimension' must hold integer"),
+        ("{name: a, target: y, level: node}", "task 'a' is node-level, so 'y' needs one row per"),
+    ],
+)
+def test_a_target_the_data_lacks_is_named(make_config, task, message):
+    with pytest.raises(qg.ConfigError) as info:
+        qg.Trainer(make_config(f"tasks=[{task}]"))
+    assert message in str(info.value)
+
+
+def test_the_command_line_names_a_missing_target_without_a_traceback(make_config, capsys):
+    cfg = make_config("tasks=[{name: a, type: regression, target: curvature}]")
+    path = cfg.run_dir.parent / "bad.yaml"
+    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    result = run_main(capsys, "train", path)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "tasks[0].target: the data has no tensor attribute 'curvature'" in result.stderr
+    assert not cfg.run_dir.exists()  # nothing written
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ("user_models.OneTensor", "returned one tensor, but the config has 3 tasks"),
+        ("user_models.MissingTime", "returned no output for task 'time'"),
+        ("user_models.TimePerGraph", "shape [16, 1] for task 'time', expected ["),
+    ],
+)
+def test_a_custom_model_missing_a_task_or_its_shape_is_named(make_config, model, message):
+    trainer = qg.Trainer(make_config(*THREE, f"model.type={model}"))
+    batch = next(iter(trainer.prepare_dataloaders()[0]))
+    with pytest.raises(qg.ConfigError) as info:
+        trainer.select(trainer.model(batch), batch)
+    assert message in str(info.value) and f"model.type: {model}" in str(info.value)
