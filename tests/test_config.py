@@ -16,7 +16,7 @@ def write(tmp_path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["train.yaml", "train_ddp.yaml"])
+@pytest.mark.parametrize("name", ["train.yaml", "train_ddp.yaml", "multitask.yaml"])
 def test_shipped_configs_load(name):
     cfg = qg.load_config(CONFIGS / name)
     assert cfg.early_stopping.enabled and cfg.training.lr_scheduler is not None

@@ -143,10 +143,52 @@ def decision_fails_on_rank0(rank, world_size, config):
 @pytest.fixture
 def eval_configs(make_config):
     odd = make_config(
-        "data.num_graphs=125", "data.split=[0.6, 0.2, 0.2]", "validation.batch_size=4"
+        "data.num_graphs=125",
+        "data.split=[0.6, 0.2, 0.2]",
+        "validation.batch_size=4",
+        # every metric of a classification, a graph regression and a node regression task
+        "tasks=[{name: dim, target: y, metrics: [accuracy, balanced_accuracy, f1_macro, "
+        "f1_weighted, precision_macro, recall_macro, auroc, confusion_matrix]}, "
+        "{name: d, type: regression, target: dimension, metrics: [mse, rmse, mae, r2, max_error]}, "
+        "{name: time, type: regression, level: node, metrics: [mse, rmse, mae, r2, max_error]}]",
     )
     tiny = make_config("data.num_graphs=40", "data.split=[0.9, 0.05, 0.05]")
     return [odd, tiny]
+
+
+def sklearn_columns(predictions):
+    """The test columns of eval_configs' three tasks, computed by scikit-learn."""
+    from sklearn import metrics as skm
+
+    dim = predictions["dim"]
+    true, probability = dim["true"].numpy(), dim["predicted"].double().numpy()
+    predicted = probability.argmax(1)
+    labels = list(range(probability.shape[1]))
+    columns = {
+        "test_dim_accuracy": skm.accuracy_score(true, predicted),
+        "test_dim_balanced_accuracy": skm.balanced_accuracy_score(true, predicted),
+        "test_dim_auroc": skm.roc_auc_score(true, probability, multi_class="ovr", labels=labels),
+    }
+    for name, fn, average in (
+        ("f1_macro", skm.f1_score, "macro"),
+        ("f1_weighted", skm.f1_score, "weighted"),
+        ("precision_macro", skm.precision_score, "macro"),
+        ("recall_macro", skm.recall_score, "macro"),
+    ):
+        columns[f"test_dim_{name}"] = fn(
+            true, predicted, average=average, labels=labels, zero_division=0
+        )
+    for task in ("d", "time"):
+        true, predicted = (predictions[task][k].numpy().ravel() for k in ("true", "predicted"))
+        mse = skm.mean_squared_error(true, predicted)
+        columns |= {
+            f"test_{task}_mse": mse,
+            f"test_{task}_rmse": mse**0.5,
+            f"test_{task}_mae": skm.mean_absolute_error(true, predicted),
+            f"test_{task}_r2": skm.r2_score(true, predicted),
+            f"test_{task}_max_error": skm.max_error(true, predicted),
+        }
+    return columns
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
@@ -166,6 +208,10 @@ def test_validation_and_test_are_exact_for_any_world_size(eval_configs, world_si
                 list(trainer.model.parameters()),
             )
         )
+    # the single process's test columns are scikit-learn's on its predictions
+    _, test, predictions, _ = reference[0]
+    for column, value in sklearn_columns(predictions).items():
+        assert test[column] == pytest.approx(value, rel=1e-9, abs=1e-12), column
     results = run_ranks(world_size, evaluate_in_both_modes, eval_configs)
     for rank, rank_results in enumerate(results):
         for k, got in enumerate(rank_results):
@@ -173,11 +219,13 @@ def test_validation_and_test_are_exact_for_any_world_size(eval_configs, world_si
             # the same initial model as a single process, on every rank
             assert all(torch.equal(a, b) for a, b in zip(got["weights"], weights, strict=True))
             if rank == 0 or got["mode"] == "sharded":  # test predictions, in the set's order
-                ((task, expected),) = predictions.items()
-                actual = got["predictions"][task]
-                assert torch.equal(actual["graph"], expected["graph"])
-                assert torch.equal(actual["true"], expected["true"])
-                assert torch.allclose(actual["predicted"], expected["predicted"], atol=1e-6)
+                for task, expected in predictions.items():
+                    actual = got["predictions"][task]
+                    assert torch.equal(actual["graph"], expected["graph"])
+                    assert torch.equal(actual["true"], expected["true"])
+                    assert torch.allclose(
+                        actual["predicted"].double(), expected["predicted"].double(), atol=1e-6
+                    )
             for expected, actual in ((val, got["val"]), (test, got["test"])):
                 assert actual.keys() == expected.keys()
                 for key in expected:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import run_main, run_ranks, train
+from conftest import ROOT, run_main, run_ranks, train
 from sklearn import metrics as skm
 from test_early_stopping import replayed_stop
 
@@ -44,8 +44,23 @@ def columns_of(history):
     return [k for k in history[0] if k not in ("epoch", "lr", "epoch_seconds")]
 
 
-def test_three_tasks_train_with_their_columns_predictions_and_pictures(make_config, capsys):
-    cfg = make_config(*THREE, "training.num_epochs=4", "data.num_graphs=160")
+def test_the_shipped_three_task_config_trains_with_its_columns_predictions_and_pictures(
+    tmp_path, data_root, capsys
+):
+    cfg = qg.load_config(
+        ROOT / "configs" / "multitask.yaml",
+        [
+            f"data.root={data_root}",
+            "data.num_graphs=160",
+            "data.num_points=[16, 32]",
+            "model={hidden_channels: 16, num_layers: 2, head_channels: [16]}",
+            f"training.path={tmp_path / 'run'}",
+            "training.device=cpu",
+            "training.num_epochs=4",
+            "training.lr_scheduler=null",
+            "log_level=WARNING",
+        ],
+    )
     trainer, history, metrics = train(cfg)
     run = cfg.run_dir
     assert sorted(columns_of(history)) == sorted(history_columns(cfg))
@@ -262,3 +277,23 @@ def test_a_custom_model_missing_a_task_or_its_shape_is_named(make_config, model,
     with pytest.raises(qg.ConfigError) as info:
         trainer.select(trainer.model(batch), batch)
     assert message in str(info.value) and f"model.type: {model}" in str(info.value)
+
+
+def test_class_balancing_samplers_balance_the_first_classification_task(make_config):
+    """Paths are 1 in 10 graphs; a balanced epoch draws about as many of each ``kind``."""
+    for sampler in ("class_balanced", "progressive"):
+        trainer = qg.Trainer(
+            make_config(
+                "data.dataset=user_data.imbalanced_kinds",
+                "tasks=[{name: size, type: regression, target: weight}, "
+                "{name: kind, type: binary}]",
+                f"training.sampler={sampler}",
+                "training.sampler_kwargs={num_samples: 2000"
+                + (", epochs_to_balance: 1}" if sampler == "progressive" else "}"),
+            )
+        )
+        loader = trainer.prepare_dataloaders()[0]
+        loader.sampler.set_epoch(3)
+        kinds = torch.cat([g.kind for g in loader.dataset])
+        drawn = kinds[list(loader.sampler)].float().mean().item()
+        assert kinds.float().mean() < 0.15 and 0.45 < drawn < 0.55, sampler

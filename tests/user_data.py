@@ -87,3 +87,12 @@ def charged_rings(num_graphs: int = 160) -> list[Data]:
             )
         )
     return graphs
+
+
+def imbalanced_kinds(num_graphs: int = 200) -> list[Data]:
+    """``imbalanced_rings`` with the class in ``kind`` and no ``y``: for tasks that name it."""
+    graphs = imbalanced_rings(num_graphs)
+    for g in graphs:
+        g.kind = g.y
+        del g.y
+    return graphs

@@ -96,19 +96,19 @@ class TaskMetrics:
         self.metrics: dict[str, torchmetrics.Metric] = {}
         for name in names:
             metric = _FACTORIES[task_type][name](self.num_outputs)
-            if task_type == "regression":
-                metric.set_dtype(torch.float64)
-            self.metrics[name] = metric.to(device)
+            # float states (sums of errors) and inputs in float64; after .to(), which resets
+            # the dtype torchmetrics casts inputs to
+            self.metrics[name] = metric.to(device).set_dtype(torch.float64)
 
     def update(self, outputs: Tensor, target: Tensor) -> None:
         outputs = outputs.detach()
         target = target.detach()
         if self.task_type == "classification":
             # probabilities, never logits: torchmetrics would guess from their range
-            preds = outputs.float().softmax(dim=-1)
+            preds = outputs.double().softmax(dim=-1)
             target = target.reshape(-1).long()
         elif self.task_type == "binary":
-            preds = outputs.float().reshape(-1).sigmoid()
+            preds = outputs.double().reshape(-1).sigmoid()
             target = target.reshape(-1).long()
         else:
             preds = outputs.double().reshape(len(outputs), -1)
@@ -148,8 +148,9 @@ def _compute_in_float64(metric: torchmetrics.Metric, *, counts: bool) -> Tensor:
     """``metric``'s value from its current states, ratios of counts divided in float64.
 
     torchmetrics divides integer counts (true and false positives, ...) in float32, so an
-    accuracy of 4/18 would read 0.22222222387; the counts are cast for the division, and the
-    metric's unwrapped ``compute`` is called, so nothing is cached or synchronised meanwhile.
+    accuracy of 4/18 would read 0.22222222387, and builds ROC curves in the default dtype; the
+    counts are cast and the default is float64 for the call. The metric's unwrapped
+    ``compute`` is called, so nothing is cached or synchronised meanwhile.
     """
     integer = {  # summed counts only; gathered labels (an AUROC's targets) stay integers
         k: v
@@ -158,13 +159,16 @@ def _compute_in_float64(metric: torchmetrics.Metric, *, counts: bool) -> Tensor:
         and not v.is_floating_point()
         and metric._reductions[k] is dim_zero_sum
     }
-    if counts or not integer:
-        return type(metric).compute(metric)
+    default = torch.get_default_dtype()
     try:
-        for k, v in integer.items():
-            setattr(metric, k, v.double())
+        # curves (AUROC) promote integer labels to the default dtype before summing them
+        torch.set_default_dtype(torch.float64)
+        if not counts:
+            for k, v in integer.items():
+                setattr(metric, k, v.double())
         return type(metric).compute(metric)
     finally:
+        torch.set_default_dtype(default)
         for k, v in integer.items():
             setattr(metric, k, v)
 

@@ -19,6 +19,8 @@ from torch.utils.data import Dataset
 
 from ..config import Config, TaskConfig, resolve, task_list
 from ..data import check_target, target_statistics, task_num_outputs
+from ..errors import ConfigError
+from ..models import task_output
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,27 @@ def train_columns(tasks: list[Task], sums: torch.Tensor) -> dict[str, float]:
             if single:
                 columns["train_accuracy"] = columns[f"train_{task.name}_accuracy"]
     return {"train_loss": total, **columns}
+
+
+def select_outputs(
+    tasks: Sequence[Task], outputs: Any, batch: Any, *, model: str | None
+) -> dict[str, Tensor]:
+    """Each task's output of a forward pass, checked: ``[graphs or nodes, num_outputs]``.
+
+    ``model`` is ``model.type`` (None: the built-in model), named in the errors.
+    """
+    model = model or "GNNModel"
+    if isinstance(outputs, Tensor) and len(tasks) > 1:
+        raise ConfigError(
+            f"model.type: {model} returned one tensor, but the config has {len(tasks)} tasks; "
+            "return a dict from task name to tensor"
+        )
+    return {
+        t.name: task_output(
+            outputs, t.name, t.rows(batch), t.num_outputs, model=model, level=t.level
+        )
+        for t in tasks
+    }
 
 
 def scalings(tasks: Sequence[Task]) -> dict[str, dict[str, list[float]] | None]:

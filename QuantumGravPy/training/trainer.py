@@ -34,7 +34,7 @@ from ..data import (
 )
 from ..errors import ConfigError, DataError, QGError
 from ..logs import configure_logging
-from ..models import build_model, task_output
+from ..models import build_model
 from ..runs import reproducibility as rs
 from ..runs.checkpoint import evaluation_weights, load_checkpoint, load_model_state
 from ..runs.reproducibility import seed_everything
@@ -44,7 +44,7 @@ from .ema import EMA
 from .evaluation import Tester, Validator, to_device
 from .optim import build_optimizer, build_scheduler
 from .run_state import RunStateMixin
-from .tasks import Task, build_tasks, fit_scaling, train_columns
+from .tasks import Task, build_tasks, fit_scaling, select_outputs, train_columns
 
 
 class TrainingDivergedError(QGError):
@@ -220,18 +220,7 @@ class Trainer(RunStateMixin):
 
     def select(self, outputs: Any, batch: Any) -> dict[str, torch.Tensor]:
         """Each task's output of a forward pass, checked: [graphs or nodes, outputs]."""
-        model = self.config.model.type or "GNNModel"
-        if isinstance(outputs, torch.Tensor) and len(self.tasks) > 1:
-            raise ConfigError(
-                f"model.type: {model} returned one tensor, but the config has "
-                f"{len(self.tasks)} tasks; return a dict from task name to tensor"
-            )
-        return {
-            t.name: task_output(
-                outputs, t.name, t.rows(batch), t.num_outputs, model=model, level=t.level
-            )
-            for t in self.tasks
-        }
+        return select_outputs(self.tasks, outputs, batch, model=self.config.model.type)
 
     def fit_scaling(self, train: Dataset) -> None:
         """Standardise regression targets by the training split ``train`` (once: a resumed run
@@ -344,7 +333,7 @@ class Trainer(RunStateMixin):
                     with self.autocast():
                         outputs = self.select(model(batch), batch)
                         losses = [task.loss(outputs[task.name], batch) for task in tasks]
-                        loss = sum(task.weight * x for task, x in zip(tasks, losses, strict=True))
+                        loss = _weighted(tasks, losses)
                     self.scaler.scale(loss * (batch.num_graphs / graphs)).backward()
                 for j, (task, x) in enumerate(zip(tasks, losses, strict=True)):
                     rows = task.rows(batch)
@@ -434,6 +423,13 @@ class Trainer(RunStateMixin):
         """The test columns, and each task's predictions in the order of the test set."""
         accumulated = self.tester.accumulate(model, test_loader)
         return accumulated.compute(self.tester.prefix), accumulated.gathered_predictions()
+
+
+def _weighted(tasks: list[Task], losses: list[torch.Tensor]) -> torch.Tensor:
+    """The total loss; one task of weight 1 adds no operation to the graph."""
+    if len(tasks) == 1 and tasks[0].weight == 1.0:
+        return losses[0]
+    return sum(task.weight * x for task, x in zip(tasks, losses, strict=True))
 
 
 def _groups(batches: Iterable, size: int) -> Iterator[list]:
