@@ -72,3 +72,12 @@ def test_ddp_standalone_example_trains_with_two_processes(tmp_path):
     again = run_example("train_ddp_standalone_example.py", tmp_path)  # the run exists now
     assert again.returncode == 1 and "already holds a run" in again.stderr
     assert "Traceback" not in again.stderr
+
+
+def test_custom_multitask_model_example_trains_its_own_class(tmp_path):
+    result = run_example("custom_multitask_model.py", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "dimension class: accuracy" in result.stdout and "time of each element" in result.stdout
+    config = (tmp_path / "run" / "config.yaml").read_text()
+    assert "type: custom_multitask_model.MultiTaskGIN" in config
+    assert (tmp_path / "run" / "regression_time.png").read_bytes()[:4] == b"\x89PNG"
