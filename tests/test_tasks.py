@@ -297,3 +297,17 @@ def test_class_balancing_samplers_balance_the_first_classification_task(make_con
         kinds = torch.cat([g.kind for g in loader.dataset])
         drawn = kinds[list(loader.sampler)].float().mean().item()
         assert kinds.float().mean() < 0.15 and 0.45 < drawn < 0.55, sampler
+
+
+def test_a_resumed_three_task_run_equals_an_uninterrupted_one(make_config, tmp_path):
+    """The standardisation comes back from the checkpoint, with everything else."""
+
+    def run(path, epochs, **kwargs):
+        cfg = make_config(*THREE, f"training.num_epochs={epochs}", f"training.path={path}")
+        _, history, metrics = train(cfg, **kwargs)
+        return [{k: v for k, v in row.items() if k != "epoch_seconds"} for row in history], metrics
+
+    whole, whole_test = run(tmp_path / "whole", 4)
+    run(tmp_path / "part", 2)
+    resumed, resumed_test = run(tmp_path / "part", 4, resume=True)
+    assert resumed == whole and resumed_test == whole_test
