@@ -75,6 +75,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="W",
         help="generate with W processes, each its own range of graphs (the same result)",
     )
+    generate.add_argument(
+        "--output",
+        metavar="PATH",
+        help="instead of the cache, write the embedded causal sets to this Zarr store or HDF5 "
+        "file, one group per causal set (cset_1, ...), in Julia's orientation",
+    )
+    generate.add_argument(
+        "--format",
+        choices=("zarr", "hdf5"),
+        help="of --output (default: from its extension, .zarr or .h5/.hdf5)",
+    )
     return parser
 
 
@@ -187,6 +198,14 @@ def _generate(args: argparse.Namespace) -> int:
     configure_logging(config.log_level)
     if args.world_size < 1:
         raise ConfigError(f"--world-size: expected a positive number, found {args.world_size}")
+    if args.output is not None:
+        from .data.writing import write_embedded
+
+        path = write_embedded(config.data, args.output, file_format=args.format)
+        print(f"{config.data.num_graphs} causal sets written to {path}")
+        return 0
+    if args.format is not None:
+        raise ConfigError("--format: only with --output")
     dataset = dataset_from_config(config.data, world_size=args.world_size)
     print(f"{len(dataset)} graphs ready under {config.data.root}")
     return 0

@@ -96,3 +96,8 @@ def imbalanced_kinds(num_graphs: int = 200) -> list[Data]:
         g.kind = g.y
         del g.y
     return graphs
+
+
+def reject(graph: Data) -> bool:
+    """A pre_filter that keeps nothing."""
+    return False

@@ -151,7 +151,9 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
     if dataclasses.is_dataclass(tp):
         return _build(tp, value, key + ".")
     if origin is Literal:
-        if isinstance(value, int) and not isinstance(value, bool) and str(value) in args:
+        if isinstance(value, bool) and str(value).lower() in args:
+            value = str(value).lower()  # transpose: true in YAML is the boolean true
+        elif isinstance(value, int) and str(value) in args:
             value = str(value)  # precision: 32 in YAML is the integer 32
         if value not in args:
             raise ConfigError(

@@ -38,8 +38,46 @@ class DataConfig:
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)  # train, validation, test
     dataset: DottedPath | None = None  # a function returning your own Dataset or list of Data
     dataset_kwargs: dict[str, Any] = field(default_factory=dict)  # keyword arguments for it
+    # paths or glob patterns of .zarr stores and .h5/.hdf5 files of causal sets (as
+    # QuantumGrav.jl writes them); set: they replace the generated data (see "Your own data")
+    files: tuple[str, ...] = ()
+    # groups: one group per causal set (cset_1, cset_2, ...); stacked: arrays with the sample
+    # index first; auto: groups if the file has cset_N groups
+    layout: Literal["auto", "groups", "stacked"] = "auto"
+    # the array holding each causal matrix; null: adj, adjacency_matrix, causal_matrix or
+    # relations if present (or else the links)
+    relations: str | None = None
+    links: str | None = None  # the link matrix instead; null: linkmat, link_matrix or links
+    size: str | None = None  # stacked: the array of valid sizes; null: cset_size, size or n
+    # Data attribute -> array, e.g. {manifold_like: manifold_like}: a value per causal set
+    # becomes a graph attribute, a vector per element a node attribute
+    targets: dict[str, str] = field(default_factory=dict)
+    # null: the features of the embedded causal sets, computed from the causal structure; or
+    # a list of per-element arrays
+    node_features: tuple[str, ...] | None = None
+    # auto: transpose a file's matrices when they are lower triangular (Julia writes arrays
+    # column-major); true or false: always, never
+    transpose: Literal["auto", "true", "false"] = "auto"
+    reader: DottedPath | None = None  # f(file, index) -> Data, instead of the mapping above
+    pre_filter: DottedPath | None = None  # f(Data) -> bool: keep the causal set (cached)
+    pre_transform: DottedPath | None = None  # f(Data) -> Data before caching
+    transform: DottedPath | None = None  # f(Data) -> Data each time a graph is read
 
     def validate(self) -> None:
+        if self.files and self.dataset is not None:
+            raise ConfigError(
+                f"data.files: set data.files or data.dataset, not both (found {list(self.files)} "
+                f"and {self.dataset!r})"
+            )
+        if self.relations is not None and self.links is not None:
+            raise ConfigError(
+                "data.relations: name the causal matrix or the link matrix, not both; the other "
+                f"is derived (found {self.relations!r} and {self.links!r})"
+            )
+        file_keys = ("reader", "pre_filter", "pre_transform", "transform", "targets")
+        unused = [k for k in file_keys if getattr(self, k) and not self.files]
+        if unused:
+            raise ConfigError(f"data.{unused[0]}: only for data.files, which is not set")
         lo, hi = self.num_points
         if not 1 <= lo <= hi:
             raise ConfigError(

@@ -1,6 +1,8 @@
 """The data layer: what each rank reads each epoch.
 
 - :mod:`.causal_sets`: the embedded dataset, causal sets generated as graphs and cached;
+- :mod:`.stores`, :mod:`.files`, :mod:`.writing`: causal sets in Zarr stores and HDF5 files
+  (QuantumGrav.jl's layouts): opening and finding samples, building cached graphs, writing;
 - :mod:`.datasets`: the dataset a config names (embedded or the user's), checked, and its
   per-graph attributes;
 - :mod:`.targets`: what the tasks read of the data: targets, output counts, target statistics;
@@ -32,6 +34,7 @@ from .datasets import (
     graph_attribute,
     graph_feature_width,
 )
+from .files import FileDataset, read_files
 from .loaders import make_loader, make_train_loader, split_dataset
 from .samplers import (
     ClassBalancedSampler,
@@ -49,6 +52,7 @@ from .targets import (
     target_statistics,
     task_num_outputs,
 )
+from .writing import write_causal_sets, write_embedded
 
 __all__ = [
     "AugmentationConfig",
@@ -59,6 +63,7 @@ __all__ = [
     "DistributedRangeSplitter",
     "DistributedSamplerWrapper",
     "DistributedWeightedRandomSampler",
+    "FileDataset",
     "ProgressiveClassBalancedSampler",
     "RankAwareSeedGenerator",
     "apply_augmentation",
@@ -78,8 +83,11 @@ __all__ = [
     "make_loader",
     "make_train_loader",
     "num_node_features",
+    "read_files",
     "split_dataset",
     "stream_distributed_augmentation_chain",
     "target_statistics",
     "task_num_outputs",
+    "write_causal_sets",
+    "write_embedded",
 ]

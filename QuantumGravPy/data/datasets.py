@@ -21,6 +21,10 @@ def dataset_from_config(
     data_cfg: Any, *, progress: bool = True, world_size: int = 1
 ) -> Dataset | list[Data]:
     """Build (or load from cache) the dataset a ``data:`` config section describes."""
+    if data_cfg.files:
+        from .files import FileDataset
+
+        return FileDataset(data_cfg, progress=progress)
     if data_cfg.dataset is None:
         return CausalSetDataset(
             data_cfg.root,

@@ -1,0 +1,253 @@
+"""Causal sets from Zarr stores and HDF5 files, as QuantumGrav.jl writes them, as graphs.
+
+Two layouts are read (``data.layout``):
+
+- ``groups``: one group per causal set, ``cset_1``, ``cset_2``, ... (1-based), each holding its
+  causal matrix (``adj``) or link matrix (``linkmat``), per-element vectors and scalars stored
+  as 1-element arrays;
+- ``stacked``: arrays with the sample index first: matrices (S, n_max, n_max), per-element
+  arrays (S, n_max), scalars (S,), and the valid size of each sample in ``data.size`` (the rest
+  is zero padding).
+
+Julia stores arrays column-major, so a matrix Julia holds as ``M[i, j]`` reads here as its
+transpose. ``data.transpose: auto`` decides per file from its first matrix: upper triangular
+is read as stored, lower triangular is transposed (Julia's orientation); a matrix triangular in
+neither orientation (elements not in a natural order) needs ``data.transpose`` set.
+
+Every causal set becomes a graph as the embedded ones are: its elements in a natural labelling
+(every relation points to a later element), its links as edges in both directions, node
+features computed from the causal structure (or read from per-element arrays), and the arrays
+of ``data.targets`` as graph attributes (one value per causal set) or node attributes (one per
+element). zarr and h5py are the ``files`` extra.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch_geometric.data import Data, InMemoryDataset
+from tqdm.auto import tqdm
+
+from ..config import resolve
+from ..errors import DataError
+from ..physics import (
+    is_naturally_labelled,
+    natural_labelling,
+    node_features,
+    order_violation,
+    transitive_closure,
+    transitive_reduction,
+)
+from .stores import Samples, find_files, fingerprint, open_store
+
+log = logging.getLogger(__name__)
+
+# Bump when the graphs built from the same files and settings change, so caches are rebuilt.
+FORMAT_VERSION = 1
+
+
+def _check_square(matrix: np.ndarray, where: str, name: str) -> None:
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise DataError(f"{where}: {name!r} is not square (shape {list(matrix.shape)})")
+
+
+def _orientation(matrix: np.ndarray, setting: str, where: str) -> bool:
+    """Whether to transpose this file's matrices: ``data.transpose``, or decided from one."""
+    if setting != "auto":
+        return setting == "true"
+    m = torch.from_numpy(matrix.astype(bool))
+    if is_naturally_labelled(m):
+        return False
+    if is_naturally_labelled(m.t()):
+        return True
+    raise DataError(
+        f"{where}: data.transpose is auto, but the matrix is triangular in neither orientation "
+        "(its elements are not in a natural order); set data.transpose: true for matrices "
+        "written by Julia (column-major), false for ones written by Python"
+    )
+
+
+def _values(array: np.ndarray, where: str) -> torch.Tensor:
+    if array.dtype.kind == "f":
+        if not np.isfinite(array).all():
+            raise DataError(f"{where} holds NaN or infinite values")
+        return torch.from_numpy(array.astype(np.float32))
+    if array.dtype.kind in "biu":
+        return torch.from_numpy(array.astype(np.int64))
+    raise DataError(f"{where}: expected numbers, found {array.dtype}")
+
+
+def build_graph(samples: Samples, index: int, transpose: bool) -> Data:
+    """Sample ``index`` of an open file as a graph (see the module's description)."""
+    cfg, path = samples.cfg, samples.path
+    where = f"{path}: {samples.where(index)}"
+    matrix = samples.read(index, samples.matrix)
+    _check_square(matrix, where, samples.matrix)
+    m = torch.from_numpy(matrix.astype(bool))
+    if transpose:
+        m = m.t().contiguous()
+    n = m.shape[0]
+    if samples.is_links:
+        relations = transitive_closure(m)
+        problem = order_violation(relations)
+        if problem:
+            problem = f"the links close to a cycle ({problem})"
+    else:
+        relations = m
+        problem = order_violation(relations)
+    if problem:
+        raise DataError(f"{where}: {samples.matrix!r} is not a strict partial order: {problem}")
+    links = m if samples.is_links else transitive_reduction(relations)
+    order = None if is_naturally_labelled(relations) else natural_labelling(relations)
+    if order is not None:
+        relations = relations[order][:, order]
+        links = links[order][:, order]
+    attributes: dict[str, torch.Tensor] = {}
+    for attribute, name in cfg.targets.items():
+        value = _values(samples.read(index, name), f"{where}: {name!r}").reshape(-1)
+        if value.numel() == n and n != 1:
+            attributes[attribute] = value if order is None else value[order]
+        elif value.numel() == 1:
+            attributes[attribute] = value
+        else:
+            raise DataError(
+                f"{where}: {name!r} (data.targets.{attribute}) holds {value.numel()} values for "
+                f"a causal set of {n} elements: expected 1 (per causal set) or {n} (per element)"
+            )
+    if cfg.node_features is None:
+        x = node_features(relations[None], links[None])[0]
+    else:
+        columns = []
+        for name in cfg.node_features:
+            value = _values(samples.read(index, name), f"{where}: {name!r}").float()
+            if value.dim() == 0 or value.shape[0] != n:
+                raise DataError(
+                    f"{where}: {name!r} (data.node_features) holds {value.numel()} values for "
+                    f"{n} elements"
+                )
+            value = value.reshape(n, -1)
+            columns.append(value if order is None else value[order])
+        x = torch.cat(columns, dim=1)
+    edges = links.nonzero().t()
+    return Data(x=x, edge_index=torch.cat([edges, edges.flip(0)], dim=1), **attributes)
+
+
+def read_files(data_cfg: Any, *, progress: bool = True) -> list[Data]:
+    """Every causal set of ``data.files`` as a graph, hooks applied, in file and sample order."""
+    pre_filter = _hook(data_cfg.pre_filter, "data.pre_filter")
+    pre_transform = _hook(data_cfg.pre_transform, "data.pre_transform")
+    reader = _hook(data_cfg.reader, "data.reader")
+    graphs: list[Data] = []
+    total = 0
+    files = find_files(data_cfg.files)
+    for path in files:
+        with open_store(path) as store:
+            samples = Samples(store, path, data_cfg)
+            transpose = False
+            if reader is None:
+                first = samples.read(0, samples.matrix)
+                _check_square(first, f"{path}: {samples.where(0)}", samples.matrix)
+                transpose = _orientation(first, data_cfg.transpose, f"{path}: {samples.where(0)}")
+                log.info(
+                    "%s: %d causal sets (%s layout), %s",
+                    path,
+                    samples.count,
+                    samples.layout,
+                    "matrices transposed (written column-major, as Julia does)"
+                    if transpose
+                    else "matrices read as stored (row-major)",
+                )
+            for index in tqdm(
+                range(samples.count),
+                desc=path.name,
+                unit="causal set",
+                leave=False,
+                disable=None if progress else True,
+            ):
+                if reader is not None:
+                    graph = reader(str(path), index)
+                    if not isinstance(graph, Data):
+                        raise DataError(
+                            f"data.reader: {data_cfg.reader}({str(path)!r}, {index}) returned "
+                            f"{type(graph).__name__}, expected a torch_geometric Data"
+                        )
+                else:
+                    graph = build_graph(samples, index, transpose)
+                total += 1
+                if pre_filter is not None and not pre_filter(graph):
+                    continue
+                graphs.append(pre_transform(graph) if pre_transform is not None else graph)
+    if not graphs:
+        raise DataError(
+            f"data.pre_filter: {data_cfg.pre_filter} rejected all {total} causal sets of "
+            f"data.files ({', '.join(map(str, files))})"
+        )
+    return graphs
+
+
+def _hook(dotted: str | None, key: str) -> Callable | None:
+    return None if dotted is None else resolve(dotted, key=key)
+
+
+def cache_params(data_cfg: Any) -> dict[str, Any]:
+    """Everything the processed cache depends on: a change to any of it rebuilds the cache."""
+    files = find_files(data_cfg.files)
+    return {
+        "files": [[str(p.resolve()), fingerprint(p)] for p in files],
+        "layout": data_cfg.layout,
+        "relations": data_cfg.relations,
+        "links": data_cfg.links,
+        "size": data_cfg.size,
+        "targets": dict(sorted(data_cfg.targets.items())),
+        "node_features": list(data_cfg.node_features) if data_cfg.node_features else None,
+        "transpose": data_cfg.transpose,
+        "hooks": [data_cfg.reader, data_cfg.pre_filter, data_cfg.pre_transform],
+        "version": FORMAT_VERSION,
+    }
+
+
+class FileDataset(InMemoryDataset):
+    """The causal sets of ``data.files`` as graphs, processed once and cached under ``data.root``.
+
+    The cache file is named by a digest of :func:`cache_params`: the files (with sizes and
+    modification times), the field mapping, the hooks and the format version. It is written
+    under a temporary name and renamed, so an interrupted build leaves nothing to reuse.
+    ``data.transform`` is applied each time a graph is read.
+    """
+
+    def __init__(self, data_cfg: Any, *, progress: bool = True):
+        self.data_cfg = data_cfg
+        self.params = cache_params(data_cfg)
+        self.progress = progress
+        transform = _hook(data_cfg.transform, "data.transform")
+        super().__init__(data_cfg.root, transform=transform, log=False)
+        self.load(self.processed_paths[0])
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.params, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def raw_file_names(self) -> list[str]:
+        return []
+
+    @property
+    def processed_file_names(self) -> list[str]:
+        return [f"files_{self.digest}.pt"]
+
+    def download(self) -> None:  # the files are the user's
+        pass
+
+    def process(self) -> None:
+        log.info("processing data.files into %s", self.processed_paths[0])
+        graphs = read_files(self.data_cfg, progress=self.progress)
+        tmp = self.processed_paths[0] + f".tmp{os.getpid()}"
+        self.save(graphs, tmp)
+        os.replace(tmp, self.processed_paths[0])

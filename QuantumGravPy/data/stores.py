@@ -1,0 +1,176 @@
+"""Opening Zarr stores and HDF5 files of causal sets, and finding their samples and arrays.
+
+:class:`Samples` knows a file's layout (one group per causal set, or stacked arrays with the
+sample index first), how many causal sets it holds, and reads one array of one of them as
+stored (unpadded). What the arrays mean is :mod:`.files`' business.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+
+# What a causal matrix or link matrix is called when data.relations / data.links are null.
+RELATION_NAMES = ("adj", "adjacency_matrix", "causal_matrix", "relations")
+LINK_NAMES = ("linkmat", "link_matrix", "links")
+SIZE_NAMES = ("cset_size", "size", "n")
+_GROUP = re.compile(r"cset_(\d+)")
+
+
+def _backends(path: Path) -> str:
+    return "zarr" if path.suffix == ".zarr" or path.is_dir() else "hdf5"
+
+
+def import_extra(name: str) -> Any:
+    try:
+        return __import__(name)
+    except ImportError:
+        raise DataError(
+            f"reading {name} files needs the 'files' extra: pip install 'QuantumGravPy[files]'"
+        ) from None
+
+
+@contextmanager
+def open_store(path: Path) -> Iterator[Any]:
+    """A Zarr store or an HDF5 file, opened read-only; a clear error if it cannot be read."""
+    try:
+        if _backends(path) == "zarr":
+            zarr = import_extra("zarr")
+            yield zarr.open_group(str(path), mode="r")
+        else:
+            h5py = import_extra("h5py")
+            with h5py.File(path, "r") as f:
+                yield f
+    except DataError:
+        raise
+    except (OSError, ValueError, KeyError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DataError(f"{path}: cannot be read as a Zarr store or HDF5 file ({first})") from None
+
+
+def find_files(patterns: tuple[str, ...]) -> list[Path]:
+    """The files ``data.files`` names, in order; each pattern must match something."""
+    found: list[Path] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(os.path.expanduser(pattern)))
+        if not matches:
+            raise DataError(f"data.files: {pattern!r} matches no file or store")
+        for match in matches:
+            path = Path(match)
+            if path.suffix not in (".zarr", ".h5", ".hdf5"):
+                raise DataError(f"data.files: {path} is not a .zarr store or an .h5/.hdf5 file")
+            if path not in found:
+                found.append(path)
+    return found
+
+
+def fingerprint(path: Path) -> list:
+    """Size and modification time of a file, or of every file of a store (a directory)."""
+    if path.is_dir():
+        parts = sorted(p for p in path.rglob("*") if p.is_file())
+        return [[str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns] for p in parts]
+    stat = path.stat()
+    return [stat.st_size, stat.st_mtime_ns]
+
+
+class Samples:
+    """The causal sets of one open file: how many, and the arrays of each."""
+
+    def __init__(self, store: Any, path: Path, data_cfg: Any):
+        self.store, self.path, self.cfg = store, path, data_cfg
+        keys = list(store.keys())
+        layout = data_cfg.layout
+        if layout == "auto":
+            layout = "groups" if any(_GROUP.fullmatch(k) for k in keys) else "stacked"
+        self.layout = layout
+        if layout == "groups":
+            numbers = sorted(int(m.group(1)) for k in keys if (m := _GROUP.fullmatch(k)))
+            if not numbers:
+                raise DataError(f"{path}: no groups cset_1, cset_2, ... (it holds {keys})")
+            self.groups = [f"cset_{i}" for i in numbers]
+            self.count = len(self.groups)
+            self.arrays = set(store[self.groups[0]].keys())
+        else:
+            self.arrays = set(keys)
+            self.count = None
+        self.matrix, self.is_links = self._matrix_name()
+        if layout == "stacked":
+            shape = store[self.matrix].shape
+            if len(shape) != 3 or shape[1] != shape[2]:
+                raise DataError(
+                    f"{path}: array {self.matrix!r} should be (samples, n, n) in the stacked "
+                    f"layout, found shape {list(shape)}"
+                )
+            self.count = shape[0]
+            self.size = data_cfg.size or next((n for n in SIZE_NAMES if n in self.arrays), None)
+            if self.size is not None:
+                self._require(self.size, "data.size")
+                self.sizes = np.asarray(store[self.size][...]).reshape(-1).astype(np.int64)
+                if len(self.sizes) != self.count:
+                    raise DataError(
+                        f"{path}: array {self.size!r} holds {len(self.sizes)} sizes for "
+                        f"{self.count} samples"
+                    )
+            else:
+                self.sizes = np.full(self.count, shape[1], dtype=np.int64)
+        for name in (*self.cfg.targets.values(), *(self.cfg.node_features or ())):
+            self._require(name, "data.targets" if name in self.cfg.targets.values() else
+                          "data.node_features")  # fmt: skip
+
+    def _require(self, name: str, key: str) -> None:
+        if name not in self.arrays:
+            where = f"group {self.groups[0]}" if self.layout == "groups" else "the file"
+            raise DataError(
+                f"{self.path}: {key} names array {name!r}, which {where} does not hold "
+                f"(it holds {', '.join(sorted(self.arrays))})"
+            )
+
+    def _matrix_name(self) -> tuple[str, bool]:
+        cfg = self.cfg
+        if cfg.relations is not None:
+            self._require(cfg.relations, "data.relations")
+            return cfg.relations, False
+        if cfg.links is not None:
+            self._require(cfg.links, "data.links")
+            return cfg.links, True
+        for names, links in ((RELATION_NAMES, False), (LINK_NAMES, True)):
+            for name in names:
+                if name in self.arrays:
+                    return name, links
+        raise DataError(
+            f"{self.path}: no causal matrix ({', '.join(RELATION_NAMES)}) or link matrix "
+            f"({', '.join(LINK_NAMES)}); name yours with data.relations or data.links "
+            f"(it holds {', '.join(sorted(self.arrays))})"
+        )
+
+    def where(self, index: int) -> str:
+        return self.groups[index] if self.layout == "groups" else f"sample {index}"
+
+    def read(self, index: int, name: str) -> np.ndarray:
+        """Array ``name`` of sample ``index`` as stored (unpadded in the stacked layout)."""
+        if self.layout == "groups":
+            group = self.store[self.groups[index]]
+            if name not in group:
+                raise DataError(f"{self.path}: {self.groups[index]} has no array {name!r}")
+            return np.asarray(group[name][...])
+        n = int(self.sizes[index])
+        array = self.store[name]
+        if name == self.matrix:
+            full = np.asarray(array[index])
+            if n > full.shape[0] or full[n:].any() or full[:, n:].any():
+                raise DataError(
+                    f"{self.path}: sample {index} of {name!r} has size {n} but holds relations "
+                    f"beyond it (padding must be zero)"
+                )
+            return full[:n, :n]
+        row = np.asarray(array[index])
+        return row if row.ndim == 0 else row[:n]

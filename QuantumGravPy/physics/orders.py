@@ -1,0 +1,66 @@
+"""Partial orders given as matrices: closing and reducing them, checking them, labelling them.
+
+A causal set on disk may come as its causal matrix (every relation) or as its link matrix
+(the Hasse diagram); either determines the other. Both are boolean [N, N] matrices with
+``m[i, j]`` true when i precedes j.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def _compose(a: Tensor, b: Tensor) -> Tensor:
+    """Boolean matrix product: ``[i, j]`` true when some k has a[i, k] and b[k, j]."""
+    dtype = torch.float32 if a.shape[-1] < 1 << 24 else torch.float64  # exact counts
+    return torch.matmul(a.to(dtype), b.to(dtype)) > 0
+
+
+def transitive_closure(links: Tensor) -> Tensor:
+    """Every relation implied by ``links`` ([N, N] or [B, N, N], bool), by repeated squaring."""
+    relations = links.bool()
+    while True:
+        closed = relations | _compose(relations, relations)
+        if torch.equal(closed, relations):
+            return relations
+        relations = closed
+
+
+def transitive_reduction(relations: Tensor) -> Tensor:
+    """The links of a transitively closed ``relations``: relations with nothing in between."""
+    relations = relations.bool()
+    return relations & ~_compose(relations, relations)
+
+
+def order_violation(relations: Tensor) -> str | None:
+    """Why ``relations`` ([N, N], bool) is not a strict partial order, or None if it is one."""
+    n = relations.shape[-1]
+    if relations.dim() != 2 or relations.shape[0] != n:
+        return f"not a square matrix (shape {list(relations.shape)})"
+    loops = relations.diagonal().nonzero().flatten()
+    if len(loops):
+        return f"element {int(loops[0])} precedes itself"
+    both = (relations & relations.t()).nonzero()
+    if len(both):
+        i, j = both[0].tolist()
+        return f"elements {i} and {j} precede each other"
+    implied = _compose(relations, relations) & ~relations
+    if implied.any():
+        i, j = implied.nonzero()[0].tolist()
+        return f"not transitively closed: {i} precedes {j} through others but not directly"
+    return None
+
+
+def natural_labelling(relations: Tensor) -> Tensor:
+    """A permutation that puts every element after all of its past (a linear extension).
+
+    In a strict partial order an element's past strictly contains the past of each element
+    before it, so sorting by the size of the past (stably) is a natural labelling.
+    """
+    return torch.argsort(relations.sum(-2), stable=True)
+
+
+def is_naturally_labelled(relations: Tensor) -> bool:
+    """Whether every relation points to a later index (the matrix is strictly upper triangular)."""
+    return not bool(relations.tril().any())

@@ -1,0 +1,302 @@
+"""Causal sets from Zarr and HDF5 files: both layouts, both orientations, the cache, training in
+one and two processes, and one clear error for each kind of bad file."""
+
+import os
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+import yaml
+import zarr
+from conftest import run_main, run_ranks
+
+import QuantumGravPy as qg
+from QuantumGravPy.config import config_to_dict
+from QuantumGravPy.data import CausalSetDataset
+from QuantumGravPy.data.files import FileDataset
+from QuantumGravPy.data.writing import write_embedded
+from QuantumGravPy.physics import (
+    causal_structure,
+    natural_labelling,
+    order_violation,
+    sprinkle,
+    transitive_closure,
+    transitive_reduction,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+GENERATED = {"num_graphs": 40, "num_points": [12, 20], "dimensions": [2, 3, 4], "seed": 3}
+TARGETS = "data.targets={y: y, dimension: dimension, time: time}"
+
+
+# --- the physics of orders ------------------------------------------------------------------
+
+
+def test_closure_and_reduction_recover_a_sprinklings_relations_and_links():
+    for dimension in (2, 3, 4):
+        c = sprinkle(40, dimension, seed=dimension)
+        assert torch.equal(transitive_closure(c.links), c.relations)
+        assert torch.equal(transitive_reduction(c.relations), c.links)
+        assert order_violation(c.relations) is None
+        shuffle = torch.randperm(40, generator=torch.Generator().manual_seed(0))
+        mixed = c.relations[shuffle][:, shuffle]
+        order = natural_labelling(mixed)
+        assert not mixed[order][:, order].tril().any()  # every relation points forwards
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda r: r.fill_diagonal_(True), "element 0 precedes itself"),
+        (lambda r: r.__setitem__((5, 2), True), "elements 2 and 5 precede each other"),
+        (lambda r: r.__setitem__((0, 2), False), "0 precedes 2 through others but not directly"),
+    ],
+)
+def test_a_matrix_that_is_not_a_partial_order_is_named(edit, message):
+    relations = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    edit(relations)
+    assert message in order_violation(relations)
+
+
+# --- files written by us, as Julia would, and by Python -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    """The embedded causal sets, written as Zarr and HDF5 (groups, Julia's orientation)."""
+    root = tmp_path_factory.mktemp("files")
+    cfg = qg.config.config_from_dict({"data": {"root": str(root / "cache"), **GENERATED}})
+    written = {fmt: write_embedded(cfg.data, root / f"sets.{fmt}") for fmt in ("zarr", "h5")}
+    reference = CausalSetDataset(str(root / "cache"), **GENERATED, progress=False)
+    return root, written, reference
+
+
+def stacked(path, graphs, *, julia: bool, fmt: str, pad: int = 24):
+    """The graphs as stacked arrays (sample index first, zero-padded to ``pad``)."""
+    count = len(graphs)
+    adj = np.zeros((count, pad, pad), dtype=np.uint8)
+    time = np.zeros((count, pad), dtype=np.float32)
+    for s, g in enumerate(graphs):
+        r = causal_structure(g.pos[None])[0][0].numpy()
+        n = len(r)
+        adj[s, :n, :n] = r.T if julia else r
+        time[s, :n] = g.time.numpy()
+    arrays = {
+        "adjacency_matrix": adj,
+        "time": time,
+        "cset_size": np.array([g.num_nodes for g in graphs]),
+        "dimension": np.array([float(g.dimension) for g in graphs]),
+        "y": np.array([int(g.y) for g in graphs]),
+    }
+    if fmt == "zarr":
+        root = zarr.open_group(str(path), mode="w")
+        for name, value in arrays.items():
+            root.create_array(name, data=value)
+    else:
+        with h5py.File(path, "w") as f:
+            for name, value in arrays.items():
+                f.create_dataset(name, data=value)
+    return path
+
+
+def file_config(make_config, files, *overrides):
+    return make_config(f"data.files={files}", TARGETS, *overrides)
+
+
+def assert_same_graphs(dataset, reference):
+    assert len(dataset) == len(reference)
+    for g, r in zip(dataset, reference, strict=True):
+        assert torch.equal(g.edge_index, r.edge_index) and torch.allclose(g.x, r.x)
+        assert int(g.y) == int(r.y) and float(g.dimension) == float(r.dimension)
+        assert torch.equal(g.time, r.time)
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "h5"])
+def test_groups_in_julias_orientation_read_as_the_embedded_graphs(make_config, embedded, fmt):
+    _, written, reference = embedded
+    dataset = FileDataset(file_config(make_config, [str(written[fmt])]).data, progress=False)
+    assert_same_graphs(dataset, reference)
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "h5"])
+@pytest.mark.parametrize("julia", [True, False])
+def test_stacked_padded_arrays_in_either_orientation(make_config, embedded, tmp_path, fmt, julia):
+    _, _, reference = embedded
+    path = stacked(tmp_path / f"stacked.{fmt}", list(reference), julia=julia, fmt=fmt)
+    dataset = FileDataset(file_config(make_config, [str(path)]).data, progress=False)
+    assert_same_graphs(dataset, reference)
+
+
+def test_causal_sets_in_no_natural_order_are_relabelled(make_config, embedded, tmp_path):
+    """Elements shuffled: data.transpose must be given, and the graph is the same up to order."""
+    _, _, reference = embedded
+    g = reference[0]
+    r = causal_structure(g.pos[None])[0][0]
+    shuffle = torch.randperm(len(r), generator=torch.Generator().manual_seed(1))
+    with h5py.File(tmp_path / "mixed.h5", "w") as f:
+        group = f.create_group("cset_1")
+        group.create_dataset("adj", data=r[shuffle][:, shuffle].numpy().astype(np.uint8))
+        group.create_dataset("time", data=g.time[shuffle].numpy())
+    files = f"[{tmp_path / 'mixed.h5'}]"
+    with pytest.raises(qg.DataError, match="triangular in neither orientation"):
+        FileDataset(make_config(f"data.files={files}").data, progress=False)
+    (read,) = FileDataset(
+        make_config(
+            f"data.files={files}", "data.transpose=false", "data.targets={time: time}"
+        ).data,
+        progress=False,
+    )
+    assert torch.equal(read.x[read.time.argsort()], g.x[g.time.argsort()])
+    assert read.edge_index.shape == g.edge_index.shape
+
+
+def test_links_alone_are_enough(make_config, embedded, tmp_path):
+    _, _, reference = embedded
+    root = zarr.open_group(str(tmp_path / "links.zarr"), mode="w")
+    for s, g in enumerate(reference, start=1):
+        links = causal_structure(g.pos[None])[1][0]
+        group = root.create_group(f"cset_{s}")
+        group.create_array("linkmat", data=links.numpy().T.astype(np.uint8))
+    dataset = FileDataset(make_config(f"data.files=[{tmp_path / 'links.zarr'}]").data)
+    assert all(
+        torch.equal(a.edge_index, b.edge_index) and torch.allclose(a.x, b.x)
+        for a, b in zip(dataset, reference, strict=True)
+    )
+
+
+def test_the_cache_is_reused_until_a_file_changes(make_config, embedded, tmp_path):
+    _, _, reference = embedded
+    path = stacked(tmp_path / "s.h5", list(reference)[:10], julia=True, fmt="h5")
+    cfg = file_config(make_config, [str(path)])
+    first = FileDataset(cfg.data, progress=False)
+    cache = first.processed_paths[0]
+    built = os.stat(cache).st_mtime_ns
+    again = FileDataset(cfg.data, progress=False)
+    assert again.processed_paths[0] == cache and os.stat(cache).st_mtime_ns == built
+    stacked(path, list(reference)[:12], julia=True, fmt="h5")  # the file changes
+    changed = FileDataset(cfg.data, progress=False)
+    assert changed.processed_paths[0] != cache and len(changed) == 12
+    other = FileDataset(file_config(make_config, [str(path)], "data.targets={y: y}").data)
+    assert other.processed_paths[0] != changed.processed_paths[0]  # another field mapping
+
+
+# --- training from files --------------------------------------------------------------------
+
+
+def test_qg_generate_writes_files_that_qg_train_learns_from(make_config, tmp_path, capsys):
+    cfg = make_config("data.num_graphs=90")
+    config_file = tmp_path / "gen.yaml"
+    config_file.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    store = tmp_path / "sets.zarr"
+    result = run_main(capsys, "generate", config_file, "--output", store)
+    assert result.returncode == 0 and "90 causal sets written" in result.stdout
+    again = run_main(capsys, "generate", config_file, "--output", store)
+    assert again.returncode != 0 and f"{store} exists" in again.stderr
+    train = file_config(make_config, [str(store)], "tasks=[{name: dim, target: y}]")
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(config_to_dict(train)))
+    trained = run_main(capsys, "train", path)
+    assert trained.returncode == 0, trained.stderr
+    assert "test_accuracy" in trained.stdout
+
+
+def train_from_files(rank, world_size, config):
+    trainer = qg.TrainerDDP(rank, config)
+    history = trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    trainer.close()
+    return len(trainer.dataset), history
+
+
+def test_two_processes_train_from_files(make_config, embedded):
+    _, written, _ = embedded
+    cfg = file_config(
+        make_config,
+        [str(written["zarr"]), str(written["h5"])],
+        "tasks=[{name: dim, target: y}, {name: time, type: regression, level: node}]",
+        "training.num_epochs=2",
+    )
+    (size0, history0), (size1, history1) = run_ranks(2, train_from_files, cfg)
+    assert size0 == size1 == 80 and history0 == history1 and len(history0) == 2
+
+
+# --- bad files ------------------------------------------------------------------------------
+
+
+def one_group(path, **arrays):
+    with h5py.File(path, "w") as f:
+        group = f.create_group("cset_1")
+        for name, value in arrays.items():
+            group.create_dataset(name, data=value)
+    return path
+
+
+CHAIN = np.triu(np.ones((4, 4), dtype=np.uint8), 1)
+
+
+@pytest.mark.parametrize(
+    "arrays, overrides, message",
+    [
+        ({"adj": CHAIN}, ["data.targets={m: manifold_like}"], "data.targets names array "
+         "'manifold_like', which group cset_1 does not hold (it holds adj)"),
+        ({"adj": CHAIN + CHAIN.T}, ["data.transpose=false"], "cset_1: 'adj' is not a strict "
+         "partial order: elements 0 and 1 precede each other"),
+        ({"adj": np.ones((3, 4), dtype=np.uint8)}, [], "'adj' is not square (shape [3, 4])"),
+        ({"adj": CHAIN, "f": np.array([1.0, np.nan, 0, 0])}, ["data.node_features=[f]"],
+         "cset_1: 'f' holds NaN or infinite values"),
+        ({"adj": CHAIN, "f": np.ones(3)}, ["data.node_features=[f]"],
+         "'f' (data.node_features) holds 3 values for 4 elements"),
+        ({"adj": CHAIN, "t": np.ones(3)}, ["data.targets={t: t}"],
+         "'t' (data.targets.t) holds 3 values for a causal set of 4 elements"),
+        ({"links": CHAIN}, ["data.relations=adj"], "data.relations names array 'adj'"),
+        ({"adj": CHAIN}, ["data.pre_filter=user_data.reject"], "data.pre_filter: "
+         "user_data.reject rejected all 1 causal sets"),
+    ],
+)  # fmt: skip
+def test_a_bad_file_is_one_error_naming_file_group_and_array(
+    make_config, tmp_path, arrays, overrides, message
+):
+    path = one_group(tmp_path / "bad.h5", **arrays)
+    cfg = make_config(f"data.files=[{path}]", *overrides)
+    with pytest.raises(qg.DataError) as info:
+        FileDataset(cfg.data, progress=False)
+    assert message in str(info.value) and str(path) in str(info.value)
+    assert not list(Path(cfg.data.root).glob("processed/*.tmp*"))  # nothing half-built
+
+
+def test_bad_stacked_arrays_and_unreadable_stores_are_named(make_config, tmp_path):
+    def refused(path, *overrides):
+        with pytest.raises(qg.DataError) as info:
+            FileDataset(make_config(f"data.files=[{path}]", *overrides).data, progress=False)
+        return str(info.value)
+
+    padded = np.zeros((2, 5, 5), dtype=np.uint8)
+    padded[:, :4, :4] = CHAIN
+    padded[1, 0, 4] = 1  # a relation in the padding of a 4-element sample
+    with h5py.File(tmp_path / "pad.h5", "w") as f:
+        f.create_dataset("adj", data=padded)
+        f.create_dataset("cset_size", data=np.array([4, 4]))
+    assert "sample 1 of 'adj' has size 4 but holds relations beyond it" in refused(
+        tmp_path / "pad.h5"
+    )
+    with h5py.File(tmp_path / "sizes.h5", "w") as f:
+        f.create_dataset("adj", data=padded)
+        f.create_dataset("cset_size", data=np.array([4, 4, 4]))
+    assert "'cset_size' holds 3 sizes for 2 samples" in refused(tmp_path / "sizes.h5")
+    (tmp_path / "broken.h5").write_bytes(b"not an hdf5 file")
+    assert "cannot be read as a Zarr store or HDF5 file" in refused(tmp_path / "broken.h5")
+    assert "matches no file or store" in refused(tmp_path / "none_*.zarr")
+
+
+def test_a_target_the_tasks_use_but_the_files_lack_is_named(make_config, embedded):
+    _, written, _ = embedded
+    cfg = make_config(
+        f"data.files=[{written['h5']}]",
+        "data.targets={y: y}",
+        "tasks=[{name: ml, type: binary, target: manifold_like}]",
+    )
+    with pytest.raises(qg.ConfigError, match="tasks\\[0\\].target: the data has no tensor "
+                       "attribute 'manifold_like'"):  # fmt: skip
+        qg.Trainer(cfg)
