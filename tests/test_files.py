@@ -15,7 +15,7 @@ from conftest import run_main, run_ranks
 import QuantumGravPy as qg
 from QuantumGravPy.config import config_to_dict
 from QuantumGravPy.data import CausalSetDataset
-from QuantumGravPy.data.files import FileDataset
+from QuantumGravPy.data.files import FileDataset, read_files
 from QuantumGravPy.data.writing import write_embedded
 from QuantumGravPy.physics import (
     causal_structure,
@@ -187,15 +187,17 @@ def test_the_cache_is_reused_until_a_file_changes(make_config, embedded, tmp_pat
 
 
 def test_qg_generate_writes_files_that_qg_train_learns_from(make_config, tmp_path, capsys):
-    cfg = make_config("data.num_graphs=90")
+    cfg = make_config("data.num_graphs=48")
     config_file = tmp_path / "gen.yaml"
     config_file.write_text(yaml.safe_dump(config_to_dict(cfg)))
     store = tmp_path / "sets.zarr"
     result = run_main(capsys, "generate", config_file, "--output", store)
-    assert result.returncode == 0 and "90 causal sets written" in result.stdout
+    assert result.returncode == 0 and "48 causal sets written" in result.stdout
     again = run_main(capsys, "generate", config_file, "--output", store)
     assert again.returncode != 0 and f"{store} exists" in again.stderr
-    train = file_config(make_config, [str(store)], "tasks=[{name: dim, target: y}]")
+    train = file_config(
+        make_config, [str(store)], "tasks=[{name: dim, target: y}]", "training.num_epochs=1"
+    )
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump(config_to_dict(train)))
     trained = run_main(capsys, "train", path)
@@ -300,3 +302,25 @@ def test_a_target_the_tasks_use_but_the_files_lack_is_named(make_config, embedde
     with pytest.raises(qg.ConfigError, match="tasks\\[0\\].target: the data has no tensor "
                        "attribute 'manifold_like'"):  # fmt: skip
         qg.Trainer(cfg)
+
+
+def test_two_processes_preprocess_the_same_graphs_as_one(make_config, embedded, tmp_path, capsys):
+    """Contiguous ranges over both files; a filter and a transform run in every process."""
+    _, written, _ = embedded
+    cfg = file_config(
+        make_config,
+        [str(written["zarr"]), str(written["h5"])],
+        "data.pre_filter=user_data.at_least_14_elements",
+    )
+    one = read_files(cfg.data, progress=False)
+    assert 0 < len(one) < 80
+    path = tmp_path / "files.yaml"
+    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    result = run_main(capsys, "generate", path, "--world-size", "2")  # builds the cache
+    assert result.returncode == 0, result.stderr
+    assert f"{len(one)} graphs ready" in result.stdout
+    two = FileDataset(cfg.data, progress=False)  # the cache the two processes built
+    assert len(two) == len(one)
+    for a, b in zip(one, two, strict=True):
+        assert torch.equal(a.x, b.x) and torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.time, b.time)

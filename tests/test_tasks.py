@@ -303,7 +303,9 @@ def test_a_resumed_three_task_run_equals_an_uninterrupted_one(make_config, tmp_p
     """The standardisation comes back from the checkpoint, with everything else."""
 
     def run(path, epochs, **kwargs):
-        cfg = make_config(*THREE, f"training.num_epochs={epochs}", f"training.path={path}")
+        cfg = make_config(
+            *THREE, "data.num_graphs=60", f"training.num_epochs={epochs}", f"training.path={path}"
+        )
         _, history, metrics = train(cfg, **kwargs)
         return [{k: v for k, v in row.items() if k != "epoch_seconds"} for row in history], metrics
 

@@ -101,3 +101,8 @@ def imbalanced_kinds(num_graphs: int = 200) -> list[Data]:
 def reject(graph: Data) -> bool:
     """A pre_filter that keeps nothing."""
     return False
+
+
+def at_least_14_elements(graph: Data) -> bool:
+    """A pre_filter keeping causal sets of 14 elements or more."""
+    return graph.num_nodes >= 14

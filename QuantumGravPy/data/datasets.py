@@ -24,7 +24,7 @@ def dataset_from_config(
     if data_cfg.files:
         from .files import FileDataset
 
-        return FileDataset(data_cfg, progress=progress)
+        return FileDataset(data_cfg, progress=progress, world_size=world_size)
     if data_cfg.dataset is None:
         return CausalSetDataset(
             data_cfg.root,

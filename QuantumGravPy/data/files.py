@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from ..config import resolve
 from ..errors import DataError
+from ..parallel import spawn
 from ..physics import (
     is_naturally_labelled,
     natural_labelling,
@@ -45,6 +46,7 @@ from ..physics import (
     transitive_closure,
     transitive_reduction,
 )
+from .sharding import DistributedRangeSplitter
 from .stores import Samples, find_files, fingerprint, open_store
 
 log = logging.getLogger(__name__)
@@ -139,38 +141,62 @@ def build_graph(samples: Samples, index: int, transpose: bool) -> Data:
     return Data(x=x, edge_index=torch.cat([edges, edges.flip(0)], dim=1), **attributes)
 
 
-def read_files(data_cfg: Any, *, progress: bool = True) -> list[Data]:
-    """Every causal set of ``data.files`` as a graph, hooks applied, in file and sample order."""
+def read_files(data_cfg: Any, *, progress: bool = True, world_size: int = 1) -> list[Data]:
+    """Every causal set of ``data.files`` as a graph, hooks applied, in file and sample order.
+
+    With ``world_size`` > 1 that many processes read contiguous ranges of the samples (over
+    all files) and the parts are joined in order: the same graphs as one process reads.
+    """
+    files = find_files(data_cfg.files)
+    counts = []
+    for path in files:
+        with open_store(path) as store:
+            counts.append(Samples(store, path, data_cfg).count)
+    total = sum(counts)
+    if world_size > 1:
+        parts = spawn(_read_part, world_size, data_cfg, counts, progress, backend="gloo")
+        graphs = [g for part in parts for g in part]
+    else:
+        graphs = read_range(data_cfg, counts, 0, total, progress=progress)
+    if not graphs:
+        raise DataError(
+            f"data.pre_filter: {data_cfg.pre_filter} rejected all {total} causal sets of "
+            f"data.files ({', '.join(map(str, files))})"
+        )
+    return graphs
+
+
+def _read_part(rank: int, world_size: int, data_cfg: Any, counts: list[int], progress: bool):
+    start, end = DistributedRangeSplitter(sum(counts), world_size).get_rank_range(rank)
+    return read_range(data_cfg, counts, start, end, progress=progress and rank == 0)
+
+
+def read_range(
+    data_cfg: Any, counts: list[int], start: int, end: int, *, progress: bool = True
+) -> list[Data]:
+    """Causal sets ``start`` to ``end - 1`` of ``data.files`` (numbered over all files in
+    order; ``counts``: how many each file holds), as graphs with the hooks applied."""
     pre_filter = _hook(data_cfg.pre_filter, "data.pre_filter")
     pre_transform = _hook(data_cfg.pre_transform, "data.pre_transform")
     reader = _hook(data_cfg.reader, "data.reader")
     graphs: list[Data] = []
-    total = 0
-    files = find_files(data_cfg.files)
-    for path in files:
+    bar = tqdm(
+        total=end - start,
+        desc="causal sets",
+        unit="causal set",
+        leave=False,
+        disable=None if progress else True,
+    )
+    offset = 0
+    for path, count in zip(find_files(data_cfg.files), counts, strict=True):
+        first, last = max(start - offset, 0), min(end - offset, count)
+        offset += count
+        if first >= last:
+            continue
         with open_store(path) as store:
             samples = Samples(store, path, data_cfg)
-            transpose = False
-            if reader is None:
-                first = samples.read(0, samples.matrix)
-                _check_square(first, f"{path}: {samples.where(0)}", samples.matrix)
-                transpose = _orientation(first, data_cfg.transpose, f"{path}: {samples.where(0)}")
-                log.info(
-                    "%s: %d causal sets (%s layout), %s",
-                    path,
-                    samples.count,
-                    samples.layout,
-                    "matrices transposed (written column-major, as Julia does)"
-                    if transpose
-                    else "matrices read as stored (row-major)",
-                )
-            for index in tqdm(
-                range(samples.count),
-                desc=path.name,
-                unit="causal set",
-                leave=False,
-                disable=None if progress else True,
-            ):
+            transpose = False if reader is not None else _file_orientation(samples, data_cfg)
+            for index in range(first, last):
                 if reader is not None:
                     graph = reader(str(path), index)
                     if not isinstance(graph, Data):
@@ -180,16 +206,30 @@ def read_files(data_cfg: Any, *, progress: bool = True) -> list[Data]:
                         )
                 else:
                     graph = build_graph(samples, index, transpose)
-                total += 1
+                bar.update()
                 if pre_filter is not None and not pre_filter(graph):
                     continue
                 graphs.append(pre_transform(graph) if pre_transform is not None else graph)
-    if not graphs:
-        raise DataError(
-            f"data.pre_filter: {data_cfg.pre_filter} rejected all {total} causal sets of "
-            f"data.files ({', '.join(map(str, files))})"
-        )
+    bar.close()
     return graphs
+
+
+def _file_orientation(samples: Samples, data_cfg: Any) -> bool:
+    """Whether to transpose a file's matrices, decided once per file from its first one."""
+    where = f"{samples.path}: {samples.where(0)}"
+    first = samples.read(0, samples.matrix)
+    _check_square(first, where, samples.matrix)
+    transpose = _orientation(first, data_cfg.transpose, where)
+    log.info(
+        "%s: %d causal sets (%s layout), %s",
+        samples.path,
+        samples.count,
+        samples.layout,
+        "matrices transposed (written column-major, as Julia does)"
+        if transpose
+        else "matrices read as stored (row-major)",
+    )
+    return transpose
 
 
 def _hook(dotted: str | None, key: str) -> Callable | None:
@@ -222,10 +262,11 @@ class FileDataset(InMemoryDataset):
     ``data.transform`` is applied each time a graph is read.
     """
 
-    def __init__(self, data_cfg: Any, *, progress: bool = True):
+    def __init__(self, data_cfg: Any, *, progress: bool = True, world_size: int = 1):
         self.data_cfg = data_cfg
         self.params = cache_params(data_cfg)
         self.progress = progress
+        self.world_size = world_size  # processes that build a missing cache
         transform = _hook(data_cfg.transform, "data.transform")
         super().__init__(data_cfg.root, transform=transform, log=False)
         self.load(self.processed_paths[0])
@@ -246,8 +287,12 @@ class FileDataset(InMemoryDataset):
         pass
 
     def process(self) -> None:
-        log.info("processing data.files into %s", self.processed_paths[0])
-        graphs = read_files(self.data_cfg, progress=self.progress)
+        log.info(
+            "processing data.files into %s with %d process(es)",
+            self.processed_paths[0],
+            self.world_size,
+        )
+        graphs = read_files(self.data_cfg, progress=self.progress, world_size=self.world_size)
         tmp = self.processed_paths[0] + f".tmp{os.getpid()}"
         self.save(graphs, tmp)
         os.replace(tmp, self.processed_paths[0])
