@@ -313,3 +313,13 @@ def test_a_resumed_three_task_run_equals_an_uninterrupted_one(make_config, tmp_p
     run(tmp_path / "part", 2)
     resumed, resumed_test = run(tmp_path / "part", 4, resume=True)
     assert resumed == whole and resumed_test == whole_test
+
+
+def test_classes_of_data_not_held_in_memory_are_asked_for_not_counted(make_config):
+    on_demand = ("data.dataset=user_data.rings_on_demand",)
+    with pytest.raises(qg.ConfigError, match="model.num_classes: the data is not held in memory"):
+        qg.Trainer(make_config(*on_demand))
+    with pytest.raises(qg.ConfigError, match="tasks\\[0\\].num_outputs: the data is not held"):
+        qg.Trainer(make_config(*on_demand, "tasks=[{name: ring, target: y}]"))
+    trainer = qg.Trainer(make_config(*on_demand, "model.num_classes=2"))
+    assert trainer.tasks[0].num_outputs == 2

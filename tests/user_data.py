@@ -106,3 +106,20 @@ def reject(graph: Data) -> bool:
 def at_least_14_elements(graph: Data) -> bool:
     """A pre_filter keeping causal sets of 14 elements or more."""
     return graph.num_nodes >= 14
+
+
+class RingsOnDemand(torch.utils.data.Dataset):
+    """``ring_graphs`` built one at a time when read, as a dataset on disk would be."""
+
+    def __init__(self, num_graphs: int = 40):
+        self.num_graphs = num_graphs
+
+    def __len__(self):
+        return self.num_graphs
+
+    def __getitem__(self, index):
+        return ring_graphs(index + 1)[index]
+
+
+def rings_on_demand(num_graphs: int = 40) -> RingsOnDemand:
+    return RingsOnDemand(num_graphs)

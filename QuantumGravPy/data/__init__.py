@@ -33,6 +33,7 @@ from .datasets import (
     dataset_labels,
     graph_attribute,
     graph_feature_width,
+    in_memory_values,
 )
 from .files import FileDataset, read_files
 from .loaders import make_loader, make_train_loader, split_dataset
@@ -47,7 +48,6 @@ from .samplers import (
 from .sharding import DistributedRangeSplitter, stream_distributed_augmentation_chain
 from .targets import (
     check_target,
-    in_memory_values,
     num_node_features,
     target_statistics,
     task_num_outputs,

@@ -6,19 +6,17 @@ function of (seed, i), which lets any number of processes generate disjoint rang
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
-from torch_geometric.data import Data, InMemoryDataset
+from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from ..parallel import spawn
 from ..physics import causal_structure, check_sprinkle_arguments, diamond_coordinates, node_features
+from .cache import DigestCachedDataset
 from .sharding import DistributedRangeSplitter
 
 log = logging.getLogger(__name__)
@@ -84,7 +82,7 @@ def generate_causal_set_graphs(
     return [graphs[i] for i in range(start, end)]
 
 
-class CausalSetDataset(InMemoryDataset):
+class CausalSetDataset(DigestCachedDataset):
     """Sprinklings into causal diamonds of several dimensions.
 
     Every graph carries ``y`` (the index of its dimension in ``dimensions``), ``dimension``
@@ -94,6 +92,8 @@ class CausalSetDataset(InMemoryDataset):
     Cached under ``root/processed`` in a file named by a digest of every generation parameter,
     so changing any of them generates a new cache instead of reusing a stale one.
     """
+
+    prefix = "causal_sets"
 
     def __init__(
         self,
@@ -116,30 +116,16 @@ class CausalSetDataset(InMemoryDataset):
             )
         for d in dimensions:
             check_sprinkle_arguments(lo, d)
-        self.params = {
+        self.progress = progress
+        self.world_size = world_size  # processes that generate a missing cache
+        params = {
             "num_graphs": int(num_graphs),
             "num_points": [int(lo), int(hi)],
             "dimensions": [int(d) for d in dimensions],
             "seed": int(seed),
             "version": GENERATOR_VERSION,
         }
-        self.progress = progress
-        self.world_size = world_size  # processes that generate a missing cache
-        super().__init__(root, transform=transform, log=False)
-        self.load(self.processed_paths[0])
-
-    @property
-    def digest(self) -> str:
-        text = json.dumps(self.params, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-    @property
-    def raw_file_names(self) -> list[str]:
-        return []
-
-    @property
-    def processed_file_names(self) -> list[str]:
-        return [f"causal_sets_{self.digest}.pt"]
+        super().__init__(root, params, transform=transform)
 
     @property
     def dimensions(self) -> list[int]:
@@ -150,10 +136,7 @@ class CausalSetDataset(InMemoryDataset):
         dimension, whether or not every dimension was drawn."""
         return len(self.dimensions) if name == "y" else None
 
-    def download(self) -> None:  # everything is generated locally
-        pass
-
-    def process(self) -> None:
+    def build(self) -> list[Data]:
         p = self.params
         log.info(
             "generating %d causal sets into %s with %d process(es)",
@@ -168,11 +151,7 @@ class CausalSetDataset(InMemoryDataset):
             graphs = [g for part in parts for g in part]
         else:
             graphs = _generate_range(0, 1, p, progress=self.progress)
-        # Write to a temporary name first: an interrupted run must not leave a truncated cache
-        # that a later run would load as if it were complete.
-        tmp = self.processed_paths[0] + f".tmp{os.getpid()}"
-        self.save(graphs, tmp)
-        os.replace(tmp, self.processed_paths[0])
+        return graphs
 
 
 def _generate_range(rank: int, world_size: int, params: dict, progress: bool = False):

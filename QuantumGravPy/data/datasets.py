@@ -94,17 +94,40 @@ def dataset_labels(dataset: Dataset | list[Data], name: str = "y") -> torch.Tens
 
 def graph_attribute(dataset: Dataset | list[Data], name: str) -> torch.Tensor:
     """One number per graph, read from each graph's attribute ``name``."""
-    dataset = getattr(dataset, "unaugmented", dataset)  # augmentation never changes labels
+    try:
+        values = in_memory_values(dataset, name)
+        if values is None:  # a dataset read graph by graph
+            values = torch.cat([torch.as_tensor(g[name]).reshape(-1) for g in dataset])
+    except (KeyError, AttributeError, RuntimeError) as e:
+        raise DataError(f"every training graph needs attribute {name!r}: {e}") from None
+    if values.numel() != len(dataset):
+        raise DataError(
+            f"every training graph needs one number as attribute {name!r}: "
+            f"{len(dataset)} graphs hold {values.numel()} values"
+        )
+    return values.reshape(-1)
+
+
+def in_memory_values(dataset: Dataset | list[Data], name: str) -> torch.Tensor | None:
+    """Every value of attribute ``name``, concatenated in graph order, if the dataset (or the
+    dataset a Subset or an augmentation wraps) is held in memory; None if it is not.
+
+    Read from the data as stored, before augmentation: for labels and target statistics.
+    """
+    dataset = getattr(dataset, "unaugmented", dataset)
     base, indices = dataset, None
     if isinstance(dataset, Subset):
         base, indices = dataset.dataset, list(dataset.indices)
-    if isinstance(base, InMemoryDataset) and name in base._data:
-        values = base._data[name].reshape(-1)
-        if values.numel() == len(base):  # one value per graph, stored contiguously
-            return values if indices is None else values[indices]
-    try:
-        return torch.stack([torch.as_tensor(g[name]).reshape(()) for g in dataset])
-    except (KeyError, AttributeError, RuntimeError) as e:
-        raise DataError(
-            f"every training graph needs one number as attribute {name!r}: {e}"
-        ) from None
+    if isinstance(base, InMemoryDataset):
+        if name not in base._data:
+            return None
+        values, bounds = base._data[name], base.slices[name]
+        if indices is None:
+            return values
+        if len(values) == len(base) and bool((bounds.diff() == 1).all()):
+            return values[indices]  # one row per graph: index it directly
+        return torch.cat([values[bounds[i] : bounds[i + 1]] for i in indices])
+    if isinstance(base, list):
+        items = base if indices is None else [base[i] for i in indices]
+        return torch.cat([torch.as_tensor(g[name]).reshape(-1, *g[name].shape[1:]) for g in items])
+    return None

@@ -23,16 +23,13 @@ element). zarr and h5py are the ``files`` extra.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
-from torch_geometric.data import Data, InMemoryDataset
+from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from ..config import resolve
@@ -46,6 +43,7 @@ from ..physics import (
     transitive_closure,
     transitive_reduction,
 )
+from .cache import DigestCachedDataset
 from .sharding import DistributedRangeSplitter
 from .stores import Samples, find_files, fingerprint, open_store
 
@@ -253,46 +251,27 @@ def cache_params(data_cfg: Any) -> dict[str, Any]:
     }
 
 
-class FileDataset(InMemoryDataset):
+class FileDataset(DigestCachedDataset):
     """The causal sets of ``data.files`` as graphs, processed once and cached under ``data.root``.
 
     The cache file is named by a digest of :func:`cache_params`: the files (with sizes and
-    modification times), the field mapping, the hooks and the format version. It is written
-    under a temporary name and renamed, so an interrupted build leaves nothing to reuse.
-    ``data.transform`` is applied each time a graph is read.
+    modification times), the field mapping, the hooks and the format version, so a change to
+    any of them builds a new one. ``data.transform`` is applied each time a graph is read.
     """
+
+    prefix = "files"
 
     def __init__(self, data_cfg: Any, *, progress: bool = True, world_size: int = 1):
         self.data_cfg = data_cfg
-        self.params = cache_params(data_cfg)
         self.progress = progress
         self.world_size = world_size  # processes that build a missing cache
         transform = _hook(data_cfg.transform, "data.transform")
-        super().__init__(data_cfg.root, transform=transform, log=False)
-        self.load(self.processed_paths[0])
+        super().__init__(data_cfg.root, cache_params(data_cfg), transform=transform)
 
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.params, sort_keys=True).encode()).hexdigest()[:16]
-
-    @property
-    def raw_file_names(self) -> list[str]:
-        return []
-
-    @property
-    def processed_file_names(self) -> list[str]:
-        return [f"files_{self.digest}.pt"]
-
-    def download(self) -> None:  # the files are the user's
-        pass
-
-    def process(self) -> None:
+    def build(self) -> list[Data]:
         log.info(
             "processing data.files into %s with %d process(es)",
             self.processed_paths[0],
             self.world_size,
         )
-        graphs = read_files(self.data_cfg, progress=self.progress, world_size=self.world_size)
-        tmp = self.processed_paths[0] + f".tmp{os.getpid()}"
-        self.save(graphs, tmp)
-        os.replace(tmp, self.processed_paths[0])
+        return read_files(self.data_cfg, progress=self.progress, world_size=self.world_size)

@@ -9,11 +9,12 @@ regression target, which need every training value once).
 from __future__ import annotations
 
 import torch
-from torch.utils.data import Dataset, Subset
+from torch.utils.data import Dataset
 from torch_geometric.data import Data, InMemoryDataset
 
 from ..config import TaskConfig
 from ..errors import ConfigError, DataError
+from .datasets import in_memory_values
 
 
 def num_node_features(dataset: Dataset | list[Data]) -> int:
@@ -52,28 +53,13 @@ def check_target(dataset: Dataset | list[Data], task: TaskConfig, key: str) -> N
         )
 
 
-def in_memory_values(dataset: Dataset | list[Data], name: str) -> torch.Tensor | None:
-    """Every value of attribute ``name``, concatenated, if the dataset is held in memory."""
-    dataset = getattr(dataset, "unaugmented", dataset)  # augmentation never changes targets
-    base, indices = dataset, None
-    if isinstance(dataset, Subset):
-        base, indices = dataset.dataset, list(dataset.indices)
-    if isinstance(base, InMemoryDataset):
-        data, slices = base._data, base.slices
-        if name not in data:
-            return None
-        if indices is None:
-            return data[name]
-        bounds = slices[name]
-        return torch.cat([data[name][bounds[i] : bounds[i + 1]] for i in indices])
-    if isinstance(base, list):
-        items = base if indices is None else [base[i] for i in indices]
-        return torch.cat([torch.as_tensor(g[name]).reshape(-1, *g[name].shape[1:]) for g in items])
-    return None
+def task_num_outputs(
+    dataset: Dataset | list[Data], task: TaskConfig, key: str, outputs_key: str
+) -> int:
+    """The task's ``num_outputs``, or when null, read from the data.
 
-
-def task_num_outputs(dataset: Dataset | list[Data], task: TaskConfig, key: str) -> int:
-    """The task's ``num_outputs``, or when null, read from the data."""
+    Errors name ``key`` (the task's target) or ``outputs_key`` (where the count is given).
+    """
     if task.type == "binary":
         values = in_memory_values(dataset, task.target_name)
         if (
@@ -100,8 +86,8 @@ def task_num_outputs(dataset: Dataset | list[Data], task: TaskConfig, key: str) 
     values = in_memory_values(dataset, task.target_name)
     if values is None:
         raise ConfigError(
-            f"{key.rsplit('.', 1)[0]}.num_outputs: the data is not held in memory, so the number "
-            f"of classes of task {task.name!r} cannot be read cheaply; give it"
+            f"{outputs_key}: the data is not held in memory, so the number of classes of task "
+            f"{task.name!r} cannot be read cheaply; give it"
         )
     return max(int(values.max()) + 1, 2)
 

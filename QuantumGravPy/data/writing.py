@@ -46,21 +46,16 @@ def write_causal_sets(
     if file_format == "zarr":
         zarr = import_extra("zarr")
         root = zarr.open_group(str(tmp), mode="w", zarr_format=2)  # the format Zarr.jl reads
-
-        def write(group: Any, name: str, array: np.ndarray) -> None:
-            group.create_array(name, data=array)
-
-        new_group = root.create_group
-        close = lambda: None
+        create = "create_array"
     else:
         h5py = import_extra("h5py")
         root = h5py.File(tmp, "w")
+        create = "create_dataset"
 
-        def write(group: Any, name: str, array: np.ndarray) -> None:
-            group.create_dataset(name, data=array)
+    def write(group: Any, name: str, array: np.ndarray) -> None:
+        getattr(group, create)(name, data=array)
 
-        new_group = root.create_group
-        close = root.close
+    close = getattr(root, "close", lambda: None)  # an HDF5 file is closed; a Zarr group not
     try:
         for i, (graph, relations, links) in enumerate(
             tqdm(
@@ -72,7 +67,7 @@ def write_causal_sets(
             ),
             start=1,
         ):
-            group = new_group(f"cset_{i}")
+            group = root.create_group(f"cset_{i}")
             write(group, "adj", relations.t().numpy().astype(np.uint8))
             write(group, "linkmat", links.t().numpy().astype(np.uint8))
             for key in graph.keys():

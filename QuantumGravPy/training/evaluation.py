@@ -153,10 +153,13 @@ class Validator:
         return TaskMetrics(task.type, names, task.num_outputs, device=self.device)
 
     @torch.no_grad()
-    def accumulate(self, model: nn.Module, loader: Iterable) -> Accumulated:
+    def accumulate(
+        self, model: nn.Module, loader: Iterable, tasks: Sequence[Task] | None = None
+    ) -> Accumulated:
+        """Loss sums and metric states of ``tasks`` (default: the validator's) over ``loader``."""
         was_training = model.training
         model.eval()
-        tasks = self.tasks
+        tasks = self.tasks if tasks is None else list(tasks)
         sums = torch.zeros(len(tasks), 2, dtype=torch.float64, device=self.device)
         metrics = [self.task_metrics(t) for t in tasks]
         kept = {t.name: {"graph": [], "predicted": [], "true": []} for t in tasks}

@@ -118,9 +118,10 @@ def build_tasks(config: Config, dataset: Dataset | list) -> list[Task]:
     tasks = []
     explicit = bool(config.tasks)
     for i, tc in enumerate(task_list(config)):
-        key = f"tasks[{i}]" if explicit else "data"
-        check_target(dataset, tc, f"{key}.target" if explicit else "data")
-        num_outputs = task_num_outputs(dataset, tc, f"{key}.target")
+        target_key = f"tasks[{i}].target" if explicit else "data"
+        outputs_key = f"tasks[{i}].num_outputs" if explicit else "model.num_classes"
+        check_target(dataset, tc, target_key)
+        num_outputs = task_num_outputs(dataset, tc, target_key, outputs_key)
         if explicit:
             loss = resolve(tc.loss_name, key=f"tasks[{i}].loss")
             tasks.append(Task(tc, num_outputs, loss() if isinstance(loss, type) else loss))

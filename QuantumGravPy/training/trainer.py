@@ -401,11 +401,7 @@ class Trainer(RunStateMixin):
         elif self.best_state is not None:
             model = copy.deepcopy(self.model)
             model.load_state_dict(self.best_state)
-        self.tester.tasks = tasks
-        try:
-            metrics, self.test_predictions = self.evaluate_test(model, test_loader)
-        finally:
-            self.tester.tasks = self.tasks
+        metrics, self.test_predictions = self.evaluate_test(model, test_loader, tasks)
         self.logger.info(
             "%s",
             "  ".join(
@@ -418,10 +414,11 @@ class Trainer(RunStateMixin):
         return metrics
 
     def evaluate_test(
-        self, model: nn.Module, test_loader: DataLoader
+        self, model: nn.Module, test_loader: DataLoader, tasks: list[Task] | None = None
     ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]]]:  # hook
-        """The test columns, and each task's predictions in the order of the test set."""
-        accumulated = self.tester.accumulate(model, test_loader)
+        """The test columns of ``tasks`` (default: the trainer's), and each task's predictions
+        in the order of the test set."""
+        accumulated = self.tester.accumulate(model, test_loader, tasks)
         return accumulated.compute(self.tester.prefix), accumulated.gathered_predictions()
 
 

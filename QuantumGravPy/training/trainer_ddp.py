@@ -245,11 +245,13 @@ class TrainerDDP(Trainer):
     def reduce_sums(self, sums: torch.Tensor) -> torch.Tensor:
         return distributed.all_reduce_sum(sums)
 
-    def _evaluate(self, evaluator: Validator, model: torch.nn.Module, loader, predictions: bool):
+    def _evaluate(
+        self, evaluator: Validator, model: torch.nn.Module, loader, predictions: bool, tasks=None
+    ):
         """The columns (and with ``predictions``, the kept predictions on rank 0)."""
         if self.config.validation.mode == "sharded":
             # every rank evaluates its shard; sums are all-reduced, metric states gathered
-            accumulated = evaluator.accumulate(model, loader)
+            accumulated = evaluator.accumulate(model, loader, tasks)
             accumulated.sums = self.reduce_sums(accumulated.sums)
             columns = accumulated.compute(evaluator.prefix, across_ranks=True)
             if not predictions:
@@ -260,7 +262,7 @@ class TrainerDDP(Trainer):
         kept = {}
 
         def on_main():
-            accumulated = evaluator.accumulate(model, loader)
+            accumulated = evaluator.accumulate(model, loader, tasks)
             if predictions:  # stay on rank 0, which writes them; only the columns are sent
                 kept["predictions"] = accumulated.gathered_predictions()
             return accumulated.compute(evaluator.prefix)
@@ -271,8 +273,8 @@ class TrainerDDP(Trainer):
     def validate(self, val_loader: DataLoader) -> dict[str, float]:
         return self._evaluate(self.validator, self.eval_model, val_loader, predictions=False)
 
-    def evaluate_test(self, model: torch.nn.Module, test_loader: DataLoader):
-        return self._evaluate(self.tester, model, test_loader, predictions=True)
+    def evaluate_test(self, model: torch.nn.Module, test_loader: DataLoader, tasks=None):
+        return self._evaluate(self.tester, model, test_loader, predictions=True, tasks=tasks)
 
     def decide(self, row: dict[str, Any]) -> tuple[bool, bool]:
         """Rank 0 decides after a barrier; every rank gets its row, decision and stopper state."""
