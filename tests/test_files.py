@@ -324,3 +324,15 @@ def test_two_processes_preprocess_the_same_graphs_as_one(make_config, embedded, 
     for a, b in zip(one, two, strict=True):
         assert torch.equal(a.x, b.x) and torch.equal(a.edge_index, b.edge_index)
         assert torch.equal(a.time, b.time)
+
+
+def test_per_element_feature_matrices_follow_the_files_orientation(make_config, tmp_path):
+    """Julia's n x F feature matrix of a group reads as F x n: it is transposed with the
+    causal matrix; stacked arrays (S x n x F once read) are not."""
+    features = np.arange(12, dtype=np.float32).reshape(4, 3)  # 4 elements, 3 features
+    one_group(tmp_path / "julia.h5", adj=CHAIN.T, features=features.T)
+    one_group(tmp_path / "python.h5", adj=CHAIN, features=features)
+    for name in ("julia.h5", "python.h5"):
+        cfg = make_config(f"data.files=[{tmp_path / name}]", "data.node_features=[features]")
+        (graph,) = FileDataset(cfg.data, progress=False)
+        assert torch.equal(graph.x, torch.from_numpy(features)), name

@@ -123,3 +123,23 @@ class RingsOnDemand(torch.utils.data.Dataset):
 
 def rings_on_demand(num_graphs: int = 40) -> RingsOnDemand:
     return RingsOnDemand(num_graphs)
+
+
+def wide_graph(file: str, index: int, num_nodes: int = 500, num_features: int = 256) -> Data:
+    """A ``data.reader``: sample ``index`` as a path of ``num_nodes`` nodes with wide random
+    features (about half a megabyte), labelled by parity: heavy graphs, quickly made."""
+    generator = torch.Generator().manual_seed(index)
+    src = torch.arange(num_nodes - 1)
+    edges = torch.stack([src, src + 1])
+    return Data(
+        x=torch.randn(num_nodes, num_features, generator=generator),
+        edge_index=torch.cat([edges, edges.flip(0)], dim=1),
+        y=torch.tensor([index % 2]),
+    )
+
+
+def fail_on_19_elements(graph: Data) -> Data:
+    """A ``data.pre_transform`` that fails part-way through a build: on a causal set of 19."""
+    if graph.num_nodes == 19:
+        raise RuntimeError("a causal set of 19 elements")
+    return graph

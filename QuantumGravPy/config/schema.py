@@ -62,6 +62,10 @@ class DataConfig:
     pre_filter: DottedPath | None = None  # f(Data) -> bool: keep the causal set (cached)
     pre_transform: DottedPath | None = None  # f(Data) -> Data before caching
     transform: DottedPath | None = None  # f(Data) -> Data each time a graph is read
+    # memory: the processed graphs are loaded whole; disk: kept in an SQLite table and read a
+    # batch at a time (datasets larger than memory); auto: memory when the dataset takes under
+    # a quarter of the memory available, else disk (a cache already built is kept)
+    storage: Literal["memory", "disk", "auto"] = "auto"
 
     def validate(self) -> None:
         if self.files and self.dataset is not None:
@@ -73,6 +77,11 @@ class DataConfig:
             raise ConfigError(
                 "data.relations: name the causal matrix or the link matrix, not both; the other "
                 f"is derived (found {self.relations!r} and {self.links!r})"
+            )
+        if self.dataset is not None and self.storage == "disk":
+            raise ConfigError(
+                "data.storage: disk is for the generated causal sets and data.files; "
+                f"data.dataset ({self.dataset}) returns its own dataset"
             )
         file_keys = ("reader", "pre_filter", "pre_transform", "transform", "targets")
         unused = [k for k in file_keys if getattr(self, k) and not self.files]

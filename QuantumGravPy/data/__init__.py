@@ -3,8 +3,9 @@
 - :mod:`.causal_sets`: the embedded dataset, causal sets generated as graphs and cached;
 - :mod:`.stores`, :mod:`.files`, :mod:`.writing`: causal sets in Zarr stores and HDF5 files
   (QuantumGrav.jl's layouts): opening and finding samples, building cached graphs, writing;
-- :mod:`.datasets`: the dataset a config names (embedded or the user's), checked, and its
-  per-graph attributes;
+- :mod:`.disk`: graphs kept on disk (``data.storage: disk``) and read a batch at a time;
+- :mod:`.datasets`: the dataset a config names (embedded or the user's) in the storage it
+  chooses, checked, and its per-graph attributes;
 - :mod:`.targets`: what the tasks read of the data: targets, output counts, target statistics;
 - :mod:`.loaders`: the seeded train/validation/test split and the loaders built on it;
 - :mod:`.samplers`: samplers that stay correct under DDP (a wrapper for any sampler, and
@@ -25,9 +26,11 @@ from .augment import (
     gen_distributed_augmentation_params,
     get_preset,
 )
-from .causal_sets import CausalSetDataset, generate_causal_set_graphs
+from .causal_sets import CausalSetDataset, GeneratedSource, generate_causal_set_graphs
 from .datasets import (
+    SHARED_BUILD_MIN,
     check_dataset,
+    choose_storage,
     dataset_dimensions,
     dataset_from_config,
     dataset_labels,
@@ -35,8 +38,9 @@ from .datasets import (
     graph_feature_width,
     in_memory_values,
 )
-from .files import FileDataset, read_files
-from .loaders import make_loader, make_train_loader, split_dataset
+from .disk import DiskDataset
+from .files import FileDataset, FileSource, read_files
+from .loaders import make_loader, make_train_loader, release_workers, split_dataset
 from .samplers import (
     ClassBalancedSampler,
     DistributedClassBalancedSampler,
@@ -55,21 +59,26 @@ from .targets import (
 from .writing import write_causal_sets, write_embedded
 
 __all__ = [
+    "SHARED_BUILD_MIN",
     "AugmentationConfig",
     "AugmentedDataset",
     "CausalSetDataset",
     "ClassBalancedSampler",
+    "DiskDataset",
     "DistributedClassBalancedSampler",
     "DistributedRangeSplitter",
     "DistributedSamplerWrapper",
     "DistributedWeightedRandomSampler",
     "FileDataset",
+    "FileSource",
+    "GeneratedSource",
     "ProgressiveClassBalancedSampler",
     "RankAwareSeedGenerator",
     "apply_augmentation",
     "build_sampler",
     "check_dataset",
     "check_target",
+    "choose_storage",
     "dataset_dimensions",
     "dataset_from_config",
     "dataset_labels",
@@ -84,6 +93,7 @@ __all__ = [
     "make_train_loader",
     "num_node_features",
     "read_files",
+    "release_workers",
     "split_dataset",
     "stream_distributed_augmentation_chain",
     "target_statistics",

@@ -16,6 +16,11 @@ from typing import Any
 from torch_geometric.data import Data, InMemoryDataset
 
 
+def digest(params: dict[str, Any]) -> str:
+    """A short name for ``params`` (plain JSON values): equal exactly when they are."""
+    return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class DigestCachedDataset(InMemoryDataset):
     """An ``InMemoryDataset`` whose ``root/processed/<prefix>_<digest>.pt`` holds the graphs
     :meth:`build` returns; ``digest`` hashes ``params`` (plain JSON values)."""
@@ -29,7 +34,7 @@ class DigestCachedDataset(InMemoryDataset):
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.params, sort_keys=True).encode()).hexdigest()[:16]
+        return digest(self.params)
 
     @property
     def raw_file_names(self) -> list[str]:

@@ -7,7 +7,7 @@ function of (seed, i), which lets any number of processes generate disjoint rang
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 GENERATOR_VERSION = 3  # 2: graphs carry their coordinates as pos; 3: dimension and time
 # Graphs of one size processed together; bounds the [B, N, N, d] intermediates to ~100 MB.
 _CHUNK = 512
+# Graphs generated at a time when streaming into a cache on disk.
+_BLOCK = 4096
 
 
 def graph_parameters(index: int, num_points: Sequence[int], dimensions: Sequence[int], seed: int):
@@ -82,6 +84,68 @@ def generate_causal_set_graphs(
     return [graphs[i] for i in range(start, end)]
 
 
+class GeneratedSource:
+    """The embedded causal sets with these parameters, as a source of graphs for a cache.
+
+    Checks the parameters; ``params`` is everything the graphs depend on.
+    """
+
+    prefix = "causal_sets"
+
+    def __init__(
+        self,
+        *,
+        num_graphs: int,
+        num_points: Sequence[int] = (32, 64),
+        dimensions: Sequence[int] = (2, 3, 4),
+        seed: int = 0,
+    ):
+        if num_graphs < 1:
+            raise ValueError(f"num_graphs must be positive, got {num_graphs}")
+        lo, hi = num_points
+        if not 1 <= lo <= hi:
+            raise ValueError(
+                f"num_points must be [min, max] with 1 <= min <= max, got {num_points}"
+            )
+        for d in dimensions:
+            check_sprinkle_arguments(lo, d)
+        self.params = {
+            "num_graphs": int(num_graphs),
+            "num_points": [int(lo), int(hi)],
+            "dimensions": [int(d) for d in dimensions],
+            "seed": int(seed),
+            "version": GENERATOR_VERSION,
+        }
+        self.total = int(num_graphs)
+
+    def graphs(self, start: int, end: int, *, progress: bool = True) -> Iterator[Data]:
+        # In blocks, so that a large range never sits in memory whole.
+        p = self.params
+        for first in tqdm(
+            range(start, end, _BLOCK),
+            desc="causal sets",
+            unit="block",
+            disable=None if progress and end - start > _BLOCK else True,
+            leave=False,
+        ):
+            yield from generate_causal_set_graphs(
+                first,
+                min(first + _BLOCK, end),
+                num_points=p["num_points"],
+                dimensions=p["dimensions"],
+                seed=p["seed"],
+                progress=progress and end - start <= _BLOCK,
+            )
+
+    def num_classes_of(self, name: str) -> int | None:
+        """The classes of a label, known without reading the graphs: ``y`` has one per
+        dimension, whether or not every dimension was drawn."""
+        return len(self.params["dimensions"]) if name == "y" else None
+
+    def rejected_all(self) -> str:  # nothing filters generated graphs
+        return "no causal set was generated"
+
+
 class CausalSetDataset(DigestCachedDataset):
     """Sprinklings into causal diamonds of several dimensions.
 
@@ -93,7 +157,7 @@ class CausalSetDataset(DigestCachedDataset):
     so changing any of them generates a new cache instead of reusing a stale one.
     """
 
-    prefix = "causal_sets"
+    prefix = GeneratedSource.prefix
 
     def __init__(
         self,
@@ -107,34 +171,19 @@ class CausalSetDataset(DigestCachedDataset):
         progress: bool = True,
         world_size: int = 1,
     ):
-        if num_graphs < 1:
-            raise ValueError(f"num_graphs must be positive, got {num_graphs}")
-        lo, hi = num_points
-        if not 1 <= lo <= hi:
-            raise ValueError(
-                f"num_points must be [min, max] with 1 <= min <= max, got {num_points}"
-            )
-        for d in dimensions:
-            check_sprinkle_arguments(lo, d)
+        self.source = GeneratedSource(
+            num_graphs=num_graphs, num_points=num_points, dimensions=dimensions, seed=seed
+        )
         self.progress = progress
         self.world_size = world_size  # processes that generate a missing cache
-        params = {
-            "num_graphs": int(num_graphs),
-            "num_points": [int(lo), int(hi)],
-            "dimensions": [int(d) for d in dimensions],
-            "seed": int(seed),
-            "version": GENERATOR_VERSION,
-        }
-        super().__init__(root, params, transform=transform)
+        super().__init__(root, self.source.params, transform=transform)
 
     @property
     def dimensions(self) -> list[int]:
         return self.params["dimensions"]
 
     def num_classes_of(self, name: str) -> int | None:
-        """The classes of a label, known without reading the graphs: ``y`` has one per
-        dimension, whether or not every dimension was drawn."""
-        return len(self.dimensions) if name == "y" else None
+        return self.source.num_classes_of(name)
 
     def build(self) -> list[Data]:
         p = self.params

@@ -4,7 +4,11 @@ per-graph attributes (labels, weights) that samplers and the model's dimensions 
 
 from __future__ import annotations
 
+import itertools
+import logging
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,34 +18,117 @@ from torch_geometric.data import Data, InMemoryDataset
 from ..config import resolve
 from ..errors import DataError
 from ..physics import NUM_FEATURES
-from .causal_sets import CausalSetDataset
+from .cache import digest
+from .causal_sets import CausalSetDataset, GeneratedSource
+from .disk import DiskDataset, GraphSource
+
+log = logging.getLogger(__name__)
+
+
+# A job's processes share building a missing cache when each gets at least this many samples
+# (fewer do not pay for starting a process).
+SHARED_BUILD_MIN = 500
 
 
 def dataset_from_config(
-    data_cfg: Any, *, progress: bool = True, world_size: int = 1
+    data_cfg: Any,
+    *,
+    progress: bool = True,
+    world_size: int = 1,
+    processes: int = 1,
+    min_per_process: int = 0,
 ) -> Dataset | list[Data]:
-    """Build (or load from cache) the dataset a ``data:`` config section describes."""
-    if data_cfg.files:
-        from .files import FileDataset
+    """Build (or load from cache) the dataset a ``data:`` config section describes.
 
-        return FileDataset(data_cfg, progress=progress, world_size=world_size)
-    if data_cfg.dataset is None:
-        return CausalSetDataset(
-            data_cfg.root,
+    ``world_size``: processes that build a missing cache, each a contiguous range (with
+    ``min_per_process``, fewer when some would get fewer samples than that); ``processes``: how
+    many processes of this machine will each hold the dataset (what ``data.storage: auto``
+    weighs).
+    """
+    if data_cfg.dataset is not None:
+        factory = resolve(data_cfg.dataset, key="data.dataset")
+        try:
+            dataset = factory(**data_cfg.dataset_kwargs)
+        except TypeError as e:
+            raise DataError(f"data.dataset: calling {data_cfg.dataset} failed: {e}") from e
+        check_dataset(dataset, source=f"data.dataset ({data_cfg.dataset})")
+        return dataset
+    if data_cfg.files:
+        from .files import FileDataset, FileSource
+
+        source = FileSource(data_cfg)
+    else:
+        source = GeneratedSource(
             num_graphs=data_cfg.num_graphs,
             num_points=data_cfg.num_points,
             dimensions=data_cfg.dimensions,
             seed=data_cfg.seed,
-            progress=progress,
-            world_size=world_size,
         )
-    factory = resolve(data_cfg.dataset, key="data.dataset")
+    transform = (
+        None if data_cfg.transform is None else resolve(data_cfg.transform, key="data.transform")
+    )
+    if choose_storage(data_cfg, source, processes=processes) == "disk":
+        return DiskDataset(
+            source, data_cfg.root, transform=transform, progress=progress, world_size=world_size
+        )
+    if data_cfg.files:
+        return FileDataset(data_cfg, progress=progress, world_size=world_size)
+    return CausalSetDataset(
+        data_cfg.root,
+        num_graphs=data_cfg.num_graphs,
+        num_points=data_cfg.num_points,
+        dimensions=data_cfg.dimensions,
+        seed=data_cfg.seed,
+        progress=progress,
+        world_size=world_size,
+    )
+
+
+def choose_storage(data_cfg: Any, source: GraphSource, *, processes: int = 1) -> str:
+    """``data.storage``, with ``auto`` decided: a cache already built is used as it is;
+    otherwise memory when a few graphs' size times their number, for each of ``processes``,
+    fits in a quarter of the memory available now, disk when it does not."""
+    if data_cfg.storage != "auto":
+        return data_cfg.storage
+    for storage in ("memory", "disk"):
+        if _cached(data_cfg, source, storage):
+            return storage
+    sample = list(itertools.islice(source.graphs(0, min(source.total, 4), progress=False), 4))
+    per_graph = sum(graph_bytes(g) for g in sample) / max(len(sample), 1)
+    estimate = per_graph * source.total * processes
+    budget = available_memory() / 4
+    storage = "memory" if estimate <= budget else "disk"
+    log.info(
+        "data.storage auto: %s (about %.0f MB processed for %d process(es); a quarter of the "
+        "memory available is %.0f MB)",
+        storage,
+        estimate / 1e6,
+        processes,
+        budget / 1e6,
+    )
+    return storage
+
+
+def _cached(data_cfg: Any, source: GraphSource, storage: str) -> bool:
+    name = f"{source.prefix}_{digest(source.params)}.{'pt' if storage == 'memory' else 'db'}"
+    return (Path(data_cfg.root) / "processed" / name).exists()
+
+
+def graph_bytes(graph: Data) -> int:
+    """The bytes of a graph's tensors."""
+    return sum(v.numel() * v.element_size() for _, v in graph.items() if torch.is_tensor(v))
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new allocations now (Linux: MemAvailable)."""
     try:
-        dataset = factory(**data_cfg.dataset_kwargs)
-    except TypeError as e:
-        raise DataError(f"data.dataset: calling {data_cfg.dataset} failed: {e}") from e
-    check_dataset(dataset, source=f"data.dataset ({data_cfg.dataset})")
-    return dataset
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 def check_dataset(dataset: Any, *, source: str) -> None:
@@ -118,16 +205,20 @@ def in_memory_values(dataset: Dataset | list[Data], name: str) -> torch.Tensor |
     base, indices = dataset, None
     if isinstance(dataset, Subset):
         base, indices = dataset.dataset, list(dataset.indices)
-    if isinstance(base, InMemoryDataset):
-        if name not in base._data:
-            return None
-        values, bounds = base._data[name], base.slices[name]
-        if indices is None:
-            return values
-        if len(values) == len(base) and bool((bounds.diff() == 1).all()):
-            return values[indices]  # one row per graph: index it directly
-        return torch.cat([values[bounds[i] : bounds[i + 1]] for i in indices])
     if isinstance(base, list):
         items = base if indices is None else [base[i] for i in indices]
         return torch.cat([torch.as_tensor(g[name]).reshape(-1, *g[name].shape[1:]) for g in items])
-    return None
+    if isinstance(base, InMemoryDataset):
+        stored = (base._data[name], base.slices[name]) if name in base._data else None
+    elif hasattr(base, "stored_values"):  # on disk, with what samplers read kept in memory
+        stored = base.stored_values(name)
+    else:
+        return None
+    if stored is None:
+        return None
+    values, bounds = stored
+    if indices is None:
+        return values
+    if len(values) == len(base) and bool((bounds.diff() == 1).all()):
+        return values[indices]  # one row per graph: index it directly
+    return torch.cat([values[bounds[i] : bounds[i + 1]] for i in indices])

@@ -24,7 +24,8 @@ element). zarr and h5py are the ``files`` extra.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -127,6 +128,8 @@ def build_graph(samples: Samples, index: int, transpose: bool) -> Data:
         columns = []
         for name in cfg.node_features:
             value = _values(samples.read(index, name), f"{where}: {name!r}").float()
+            if transpose and samples.layout == "groups" and value.dim() == 2:
+                value = value.t()  # Julia's n x F matrix reads as F x n (stacked: S x n x F)
             if value.dim() == 0 or value.shape[0] != n:
                 raise DataError(
                     f"{where}: {name!r} (data.node_features) holds {value.numel()} values for "
@@ -139,45 +142,78 @@ def build_graph(samples: Samples, index: int, transpose: bool) -> Data:
     return Data(x=x, edge_index=torch.cat([edges, edges.flip(0)], dim=1), **attributes)
 
 
+def file_counts(data_cfg: Any) -> list[int]:
+    """How many causal sets each file of ``data.files`` holds, in order."""
+    counts = []
+    for path in find_files(data_cfg.files):
+        with open_store(path) as store:
+            counts.append(Samples(store, path, data_cfg).count)
+    return counts
+
+
+class FileSource:
+    """The causal sets of ``data.files`` as a source of graphs for a cache on disk."""
+
+    prefix = "files"
+
+    def __init__(self, data_cfg: Any):
+        self.data_cfg = data_cfg
+        self.params = cache_params(data_cfg)
+
+    @cached_property
+    def counts(self) -> list[int]:  # opens every file: only when graphs are built
+        return file_counts(self.data_cfg)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts)
+
+    def graphs(self, start: int, end: int, *, progress: bool = True) -> Iterator[Data]:
+        return iter_range(self.data_cfg, self.counts, start, end, progress=progress)
+
+    def rejected_all(self) -> str:
+        return _rejected_all(self.data_cfg, self.total)
+
+
 def read_files(data_cfg: Any, *, progress: bool = True, world_size: int = 1) -> list[Data]:
     """Every causal set of ``data.files`` as a graph, hooks applied, in file and sample order.
 
     With ``world_size`` > 1 that many processes read contiguous ranges of the samples (over
     all files) and the parts are joined in order: the same graphs as one process reads.
     """
-    files = find_files(data_cfg.files)
-    counts = []
-    for path in files:
-        with open_store(path) as store:
-            counts.append(Samples(store, path, data_cfg).count)
+    counts = file_counts(data_cfg)
     total = sum(counts)
     if world_size > 1:
         parts = spawn(_read_part, world_size, data_cfg, counts, progress, backend="gloo")
         graphs = [g for part in parts for g in part]
     else:
-        graphs = read_range(data_cfg, counts, 0, total, progress=progress)
+        graphs = list(iter_range(data_cfg, counts, 0, total, progress=progress))
     if not graphs:
-        raise DataError(
-            f"data.pre_filter: {data_cfg.pre_filter} rejected all {total} causal sets of "
-            f"data.files ({', '.join(map(str, files))})"
-        )
+        raise DataError(_rejected_all(data_cfg, total))
     return graphs
+
+
+def _rejected_all(data_cfg: Any, total: int) -> str:
+    return (
+        f"data.pre_filter: {data_cfg.pre_filter} rejected all {total} causal sets of "
+        f"data.files ({', '.join(map(str, find_files(data_cfg.files)))})"
+    )
 
 
 def _read_part(rank: int, world_size: int, data_cfg: Any, counts: list[int], progress: bool):
     start, end = DistributedRangeSplitter(sum(counts), world_size).get_rank_range(rank)
-    return read_range(data_cfg, counts, start, end, progress=progress and rank == 0)
+    return list(iter_range(data_cfg, counts, start, end, progress=progress and rank == 0))
 
 
-def read_range(
+def iter_range(
     data_cfg: Any, counts: list[int], start: int, end: int, *, progress: bool = True
-) -> list[Data]:
+) -> Iterator[Data]:
     """Causal sets ``start`` to ``end - 1`` of ``data.files`` (numbered over all files in
-    order; ``counts``: how many each file holds), as graphs with the hooks applied."""
+    order; ``counts``: how many each file holds), as graphs with the hooks applied, one at a
+    time."""
     pre_filter = _hook(data_cfg.pre_filter, "data.pre_filter")
     pre_transform = _hook(data_cfg.pre_transform, "data.pre_transform")
     reader = _hook(data_cfg.reader, "data.reader")
-    graphs: list[Data] = []
     bar = tqdm(
         total=end - start,
         desc="causal sets",
@@ -207,9 +243,8 @@ def read_range(
                 bar.update()
                 if pre_filter is not None and not pre_filter(graph):
                     continue
-                graphs.append(pre_transform(graph) if pre_transform is not None else graph)
+                yield pre_transform(graph) if pre_transform is not None else graph
     bar.close()
-    return graphs
 
 
 def _file_orientation(samples: Samples, data_cfg: Any) -> bool:

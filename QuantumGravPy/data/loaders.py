@@ -110,3 +110,15 @@ def make_train_loader(
         # workers that outlive an epoch would keep augmenting with the old epoch's draws
         persistent_workers=augmentation.preset is None,
     )
+
+
+def release_workers(loader: DataLoader) -> None:
+    """Stop a loader's persistent worker processes now; it starts new ones if used again.
+
+    Left to the garbage collector, torch stops them from a finaliser that, in a process that
+    has run other loaders, can wait seconds for each worker at some unrelated later moment.
+    """
+    iterator = getattr(loader, "_iterator", None)  # torch keeps persistent workers here
+    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
+    loader._iterator = None

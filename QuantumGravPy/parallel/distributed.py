@@ -158,6 +158,7 @@ def available_cores() -> int:
 # --- the process group -------------------------------------------------------------------------
 
 _LOCAL_RANK = 0
+_LOCAL_WORLD_SIZE = 1
 _TIMEOUT_S = DEFAULT_TIMEOUT_S
 
 
@@ -180,7 +181,7 @@ def initialize_ddp(
     ``master_port`` may be an int or a string; without one, MASTER_PORT from the environment is
     used, or a free port when the group has one process.
     """
-    global _LOCAL_RANK, _TIMEOUT_S
+    global _LOCAL_RANK, _LOCAL_WORLD_SIZE, _TIMEOUT_S
     if not 0 <= rank < world_size:
         raise DistributedError(f"rank {rank} is outside [0, {world_size})")
     if dist.is_initialized():
@@ -247,7 +248,7 @@ def initialize_ddp(
             f"not all {world_size} ranks met at {master_addr}:{port} within {timeout_s:g} s "
             f"(parallel.timeout_s): {str(e).splitlines()[0]}"
         ) from None
-    _LOCAL_RANK, _TIMEOUT_S = local_rank, timeout_s
+    _LOCAL_RANK, _LOCAL_WORLD_SIZE, _TIMEOUT_S = local_rank, local_world_size, timeout_s
     return device
 
 
@@ -277,6 +278,11 @@ def get_world_size() -> int:
 
 def get_local_rank() -> int:
     return _LOCAL_RANK if is_initialized() else 0
+
+
+def get_local_world_size() -> int:
+    """The processes of this job on this machine."""
+    return _LOCAL_WORLD_SIZE if is_initialized() else 1
 
 
 def is_main() -> bool:

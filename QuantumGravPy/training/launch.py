@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import Config
-from ..data import dataset_from_config
+from ..data import SHARED_BUILD_MIN, dataset_from_config
 from ..errors import ConfigError
 from ..parallel import distributed, run_distributed
 from ..runs import check_resumable
@@ -89,4 +89,9 @@ def prepare_run(
     else:
         check_run_dir(config.run_dir, overwrite=overwrite)
     if config.data.dataset is None:
-        dataset_from_config(config.data)
+        dataset_from_config(
+            config.data,
+            world_size=world_size,
+            processes=world_size,
+            min_per_process=SHARED_BUILD_MIN,
+        )

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ..config import Config, config_to_dict, dump_config, headline_columns
+from ..data import release_workers
 from ..errors import CheckpointError
 from ..logs import add_file_handler
 from ..runs import directory as rd
@@ -144,7 +145,10 @@ class RunStateMixin:
         self._run_open = True
 
     def close(self) -> None:
-        """Detach this run's log file (the trainer stays usable for evaluation)."""
+        """Detach this run's log file and stop the worker processes of the loaders
+        ``prepare_dataloaders`` made (the trainer stays usable for evaluation)."""
+        for loader in getattr(self, "loaders", ()):
+            release_workers(loader)
         handler = self._log_handler
         if handler is not None:
             self.logger.removeHandler(handler)

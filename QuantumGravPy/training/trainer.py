@@ -249,11 +249,12 @@ class Trainer(RunStateMixin):
             build_tasks(self.config, dataset)  # its targets are checked
         train, val, test = split_dataset(dataset, self.config.data.split, self.config.data.seed)
         self.fit_scaling(train)
-        return (
+        self.loaders = (
             self.make_train_loader(train),
             self.make_eval_loader(val, self.config.validation.batch_size),
             self.make_eval_loader(test, self.config.testing.batch_size),
         )
+        return self.loaders  # close() stops their worker processes
 
     # --- the loop ------------------------------------------------------------------------------
 

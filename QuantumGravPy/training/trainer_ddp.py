@@ -25,7 +25,7 @@ from torch.utils.data import Dataset, Subset
 from torch_geometric.loader import DataLoader
 
 from ..config import Config
-from ..data import dataset_from_config
+from ..data import SHARED_BUILD_MIN, dataset_from_config
 from ..errors import ConfigError
 from ..logs import LOGGER_NAME, configure_logging
 from ..parallel import distributed, shm_comm
@@ -192,12 +192,23 @@ class TrainerDDP(Trainer):
     def load_dataset(self) -> Dataset | list:
         if self.config.data.dataset is not None:
             return super().load_dataset()
-        # The first process on each node builds the cache; the others wait, then read it.
+        # The first process on each machine builds a missing cache, with as many processes as
+        # the job has there when the work pays for starting them; the others wait, then read it.
         first = self.local_rank == 0
+        local = distributed.get_local_world_size()
         dataset = self._everywhere(
-            lambda: dataset_from_config(self.config.data, progress=self.is_main), run_here=first
+            lambda: dataset_from_config(
+                self.config.data,
+                progress=self.is_main,
+                world_size=local,
+                processes=local,
+                min_per_process=SHARED_BUILD_MIN,
+            ),
+            run_here=first,
         )
-        return dataset if first else dataset_from_config(self.config.data, progress=False)
+        if first:
+            return dataset
+        return dataset_from_config(self.config.data, progress=False, processes=local)
 
     def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:
         if self.config.validation.mode == "sharded":

@@ -1,0 +1,300 @@
+"""Datasets larger than memory: graphs in an SQLite table, read a batch at a time.
+
+``data.storage: disk`` keeps the processed graphs in torch_geometric's on-disk store
+(:class:`~torch_geometric.data.OnDiskDataset` over an SQLite table) instead of one tensor file
+loaded whole. A loader reads only the graphs its sampler asks for, one query per batch, so a
+dataset many times the size of memory trains with the memory of a few batches, and each DDP rank
+reads only its own share.
+
+What samplers and tasks read of every graph (labels, weights, per-element targets: every
+attribute of at most one dimension except edge attributes) is kept beside the table in a small
+file, so class counts, balancing weights and target statistics never scan the table.
+
+Graphs are stored in a compact binary form (a small header, then each tensor's raw bytes), which
+reads several times faster than pickling each graph. The cache is named by the same digest as the
+in-memory one, built under a temporary name and renamed when complete, with several processes
+each writing a contiguous range that is then joined in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch_geometric.data import Data, InMemoryDataset, OnDiskDataset, SQLiteDatabase
+
+from ..errors import DataError
+from ..parallel import spawn
+from .cache import digest
+from .sharding import DistributedRangeSplitter
+
+log = logging.getLogger(__name__)
+
+_TABLE = "graphs"
+_INSERT_EVERY = 128  # graphs written per transaction: bounds memory while building
+_ALIGN = 8
+
+
+class GraphSource(Protocol):
+    """Where a cache's graphs come from: generated causal sets or the user's files."""
+
+    prefix: str  # the cache file's name starts with it
+    params: dict[str, Any]  # everything the graphs depend on (hashed into the name)
+    total: int  # samples before any filter
+
+    def graphs(self, start: int, end: int, *, progress: bool) -> Iterator[Data]:
+        """Samples ``start`` to ``end - 1`` as graphs, in order (filtered ones left out)."""
+        ...
+
+    def rejected_all(self) -> str:
+        """The error when a filter left no graph at all."""
+        ...
+
+
+# --- one graph as bytes ---------------------------------------------------------------------
+
+
+def pack(graph: Data) -> bytes:
+    """A graph as bytes: a pickled header (names, dtypes, shapes, non-tensor attributes), then
+    each tensor's raw bytes, aligned so that they can be viewed in place when read."""
+    specs, other, chunks, offset = [], {}, [], 0
+    for key, value in graph.items():
+        if not isinstance(value, torch.Tensor):
+            other[key] = value
+            continue
+        raw = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        pad = -len(raw) % _ALIGN
+        specs.append((key, str(value.dtype).removeprefix("torch."), tuple(value.shape), offset))
+        chunks.append(raw + bytes(pad))
+        offset += len(raw) + pad
+    header = pickle.dumps((specs, other), protocol=pickle.HIGHEST_PROTOCOL)
+    head = len(header).to_bytes(8, "little") + header
+    return head + bytes(-len(head) % _ALIGN) + b"".join(chunks)
+
+
+def unpack(blob: bytes) -> Data:
+    """The graph :func:`pack` made; its tensors are views of ``blob``, which nothing else
+    holds (a fresh row from the table), so no byte is copied."""
+    buffer = blob
+    size = int.from_bytes(buffer[:8], "little")
+    specs, other = pickle.loads(buffer[8 : 8 + size])
+    start = 8 + size + (-(8 + size) % _ALIGN)
+    attributes = dict(other)
+    for key, dtype_name, shape, offset in specs:
+        dtype = getattr(torch, dtype_name)
+        count = 1
+        for s in shape:
+            count *= s
+        nbytes = count * torch.empty((), dtype=dtype).element_size()
+        if nbytes == 0:
+            attributes[key] = torch.empty(shape, dtype=dtype)
+            continue
+        # (bytes are read-only to Python, not to torch: _Table silences torch's warning)
+        raw = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=start + offset)
+        attributes[key] = raw.view(dtype).view(shape)
+    return Data(**attributes)
+
+
+def _light(graph: Data) -> Data:
+    """What is kept beside the table: tensors of at most one dimension, edges' aside."""
+    return Data(
+        **{
+            key: value
+            for key, value in graph.items()
+            if isinstance(value, torch.Tensor)
+            and value.dim() <= 1
+            and key not in ("x", "edge_index", "pos")
+            and not key.startswith("edge_")
+        }
+    )
+
+
+# --- the table ------------------------------------------------------------------------------
+
+
+class _Table(SQLiteDatabase):
+    """torch_geometric's SQLite store holding :func:`pack`'s bytes as they are."""
+
+    def __init__(self, path: str):
+        super().__init__(path, name=_TABLE, schema=object)
+
+    def connect(self) -> None:
+        super().connect()
+        # Large pages: a graph of a megabyte spans 16 pages, not 256 (set before the table is
+        # made; no effect on a table that exists).
+        self.cursor.execute("PRAGMA page_size = 65536")
+
+    def multi_get(self, indices: Any, batch_size: int | None = None) -> list[Any]:
+        # One lookup by key per graph: faster than torch_geometric's join through a temporary
+        # table (which also writes), and nothing to clean up.
+        if isinstance(indices, torch.Tensor):
+            indices = indices.tolist()
+        return [self.get(int(i)) for i in indices]
+
+    def _serialize(self, row: Any) -> list[Any]:
+        return [row]
+
+    def _deserialize(self, row: tuple[Any, ...]) -> Any:
+        return row[0]
+
+
+def _write_range(source: GraphSource, start: int, end: int, path: str, progress: bool):
+    """Write samples ``start`` to ``end - 1`` into a new table at ``path``; return what is kept
+    beside it, one light graph per stored graph."""
+    table = _Table(path)
+    light: list[Data] = []
+    pending: list[bytes] = []
+    try:
+        for graph in source.graphs(start, end, progress=progress):
+            light.append(_light(graph))
+            pending.append(pack(graph))
+            if len(pending) == _INSERT_EVERY:
+                table.multi_insert(range(len(light) - len(pending), len(light)), pending)
+                pending = []
+        if pending:
+            table.multi_insert(range(len(light) - len(pending), len(light)), pending)
+    finally:
+        table.close()
+    return light
+
+
+def _write_part(rank: int, world_size: int, source: GraphSource, path: str, progress: bool):
+    start, end = DistributedRangeSplitter(source.total, world_size).get_rank_range(rank)
+    return _write_range(source, start, end, f"{path}.part{rank}", progress and rank == 0)
+
+
+def _join(parts: list[str], counts: list[int], path: str) -> None:
+    """Append the tables ``parts`` (holding ``counts`` graphs) to the table at ``path`` in order,
+    numbering on from the graphs before them, without unpacking a graph."""
+    connection = sqlite3.connect(path)
+    try:
+        offset = 0
+        for part, count in zip(parts, counts, strict=True):
+            connection.execute("ATTACH DATABASE ? AS part", (part,))
+            connection.execute(
+                f"INSERT INTO main.{_TABLE} SELECT id + ?, COL_0 FROM part.{_TABLE} ORDER BY id",
+                (offset,),
+            )
+            connection.commit()
+            connection.execute("DETACH DATABASE part")
+            offset += count
+    finally:
+        connection.close()
+
+
+def build_table(source: GraphSource, path: str, *, world_size: int = 1, progress: bool = True):
+    """Write every graph of ``source`` into a table at ``path`` (with ``world_size`` processes,
+    each a contiguous range); return the light graphs kept beside it, in order."""
+    if world_size > 1:
+        parts = [f"{path}.part{rank}" for rank in range(world_size)]
+        try:
+            lights = spawn(_write_part, world_size, source, path, progress, backend="gloo")
+            _Table(path).close()
+            _join(parts, [len(light) for light in lights], path)
+        finally:
+            for part in parts:
+                Path(part).unlink(missing_ok=True)
+        return [g for light in lights for g in light]
+    return _write_range(source, 0, source.total, path, progress)
+
+
+class DiskDataset(OnDiskDataset):
+    """The graphs of ``source`` in an SQLite table under ``root/processed``, read per batch.
+
+    Built on first use (by ``world_size`` processes) and named by a digest of the source's
+    parameters like the in-memory cache, with ``.db`` for the table and ``.labels.pt`` for the
+    attributes kept in memory. ``transform`` is applied each time a graph is read.
+    """
+
+    def __init__(
+        self,
+        source: GraphSource,
+        root: str,
+        *,
+        transform: Callable | None = None,
+        progress: bool = True,
+        world_size: int = 1,
+    ):
+        self.source = source
+        self.progress = progress
+        self.world_size = world_size
+        self._pid: int | None = None
+        super().__init__(root, transform=transform, log=False)
+        values, slices = torch.load(self.processed_paths[1], weights_only=False)
+        self._labels, self._slices = values, slices
+        self._numel = next(iter(slices.values())).numel() - 1 if slices else self._count()
+
+    @property
+    def processed_file_names(self) -> list[str]:
+        name = f"{self.source.prefix}_{digest(self.source.params)}"
+        return [f"{name}.db", f"{name}.labels.pt"]
+
+    @property
+    def raw_file_names(self) -> list[str]:
+        return []
+
+    def download(self) -> None:  # nothing to fetch: the graphs are built locally
+        pass
+
+    @property
+    def db(self) -> _Table:
+        # A connection must not cross a fork: a data-loader worker opens its own.
+        if self._db is None or self._pid != os.getpid():
+            self._db = _Table(self.processed_paths[0])
+            self._pid = os.getpid()
+        return self._db
+
+    def _count(self) -> int:
+        return len(self.db)
+
+    def serialize(self, data: Data) -> bytes:
+        return pack(data)
+
+    def deserialize(self, data: bytes) -> Data:
+        return unpack(data)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_db"] = None  # reopened where it is unpickled (spawned workers)
+        return state
+
+    def process(self) -> None:
+        db, labels = self.processed_paths
+        tmp = f"{db}.tmp{os.getpid()}"
+        log.info(
+            "processing %d samples into %s with %d process(es)",
+            self.source.total,
+            db,
+            self.world_size,
+        )
+        try:
+            light = build_table(
+                self.source, tmp, world_size=self.world_size, progress=self.progress
+            )
+            if not light:
+                raise DataError(self.source.rejected_all())
+            torch.save(InMemoryDataset.collate(light), f"{labels}.tmp{os.getpid()}")
+            os.replace(f"{labels}.tmp{os.getpid()}", labels)
+            os.replace(tmp, db)  # last: a table exists only with its labels beside it
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+            Path(f"{labels}.tmp{os.getpid()}").unlink(missing_ok=True)
+
+    # --- what samplers and tasks read without touching the table ----------------------------
+
+    def stored_values(self, name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Attribute ``name`` of every graph, concatenated, and where each graph's values start
+        (``bounds[i]:bounds[i + 1]``); None if it is not kept in memory."""
+        if name not in self._labels:
+            return None
+        return self._labels[name], self._slices[name]
+
+    def num_classes_of(self, name: str) -> int | None:
+        classes = getattr(self.source, "num_classes_of", None)
+        return classes(name) if callable(classes) else None
