@@ -267,3 +267,20 @@ def test_an_epoch_from_disk_stays_within_a_memory_limit_four_times_smaller_than_
     ((epochs, added),) = run_ranks(1, train_one_epoch_measured, cfg, timeout_s=120)
     assert epochs == 1
     assert added < LIMIT, f"one epoch added {added / 2**20:.0f} MiB to the resident memory"
+
+
+def test_a_job_shares_a_missing_build_only_when_each_process_gets_enough(
+    make_config, files, tmp_path, monkeypatch
+):
+    import QuantumGravPy.data.disk as disk
+
+    used = []
+    real = disk.in_parallel
+    monkeypatch.setattr(disk, "in_parallel", lambda fn, w, *a: used.append(w) or real(fn, w, *a))
+    few = config(make_config, files, "disk", f"data.root={tmp_path / 'few'}")
+    dataset_from_config(few.data, progress=False, world_size=2, min_per_process=50)
+    assert used == []  # 80 causal sets: one process builds them
+    many = config(make_config, files, "disk", f"data.root={tmp_path / 'many'}")
+    shared = dataset_from_config(many.data, progress=False, world_size=2, min_per_process=40)
+    assert used == [2]
+    assert_same(shared, dataset_from_config(few.data, progress=False))

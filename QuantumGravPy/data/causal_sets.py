@@ -14,10 +14,9 @@ import torch
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
-from ..parallel import spawn
 from ..physics import causal_structure, check_sprinkle_arguments, diamond_coordinates, node_features
 from .cache import DigestCachedDataset
-from .sharding import DistributedRangeSplitter
+from .sharding import DistributedRangeSplitter, in_parallel
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +195,7 @@ class CausalSetDataset(DigestCachedDataset):
         if self.world_size > 1:
             # Each process generates its contiguous range; graph i depends on (seed, i) only,
             # so the result is the same as one process's.
-            parts = spawn(_generate_range, self.world_size, p, backend="gloo")
+            parts = in_parallel(_generate_range, self.world_size, p)
             graphs = [g for part in parts for g in part]
         else:
             graphs = _generate_range(0, 1, p, progress=self.progress)

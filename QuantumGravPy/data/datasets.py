@@ -67,7 +67,10 @@ def dataset_from_config(
     transform = (
         None if data_cfg.transform is None else resolve(data_cfg.transform, key="data.transform")
     )
-    if choose_storage(data_cfg, source, processes=processes) == "disk":
+    storage = choose_storage(data_cfg, source, processes=processes)
+    if min_per_process and world_size > 1 and not _cached(data_cfg, source, storage):
+        world_size = min(world_size, max(1, source.total // min_per_process))
+    if storage == "disk":
         return DiskDataset(
             source, data_cfg.root, transform=transform, progress=progress, world_size=world_size
         )

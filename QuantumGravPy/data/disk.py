@@ -30,9 +30,8 @@ import torch
 from torch_geometric.data import Data, InMemoryDataset, OnDiskDataset, SQLiteDatabase
 
 from ..errors import DataError
-from ..parallel import spawn
 from .cache import digest
-from .sharding import DistributedRangeSplitter
+from .sharding import DistributedRangeSplitter, in_parallel
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +193,7 @@ def build_table(source: GraphSource, path: str, *, world_size: int = 1, progress
     if world_size > 1:
         parts = [f"{path}.part{rank}" for rank in range(world_size)]
         try:
-            lights = spawn(_write_part, world_size, source, path, progress, backend="gloo")
+            lights = in_parallel(_write_part, world_size, source, path, progress)
             _Table(path).close()
             _join(parts, [len(light) for light in lights], path)
         finally:

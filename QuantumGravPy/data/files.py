@@ -35,7 +35,6 @@ from tqdm.auto import tqdm
 
 from ..config import resolve
 from ..errors import DataError
-from ..parallel import spawn
 from ..physics import (
     is_naturally_labelled,
     natural_labelling,
@@ -45,7 +44,7 @@ from ..physics import (
     transitive_reduction,
 )
 from .cache import DigestCachedDataset
-from .sharding import DistributedRangeSplitter
+from .sharding import DistributedRangeSplitter, in_parallel
 from .stores import Samples, find_files, fingerprint, open_store
 
 log = logging.getLogger(__name__)
@@ -184,7 +183,7 @@ def read_files(data_cfg: Any, *, progress: bool = True, world_size: int = 1) -> 
     counts = file_counts(data_cfg)
     total = sum(counts)
     if world_size > 1:
-        parts = spawn(_read_part, world_size, data_cfg, counts, progress, backend="gloo")
+        parts = in_parallel(_read_part, world_size, data_cfg, counts, progress)
         graphs = [g for part in parts for g in part]
     else:
         graphs = list(iter_range(data_cfg, counts, 0, total, progress=progress))
