@@ -336,3 +336,39 @@ def test_per_element_feature_matrices_follow_the_files_orientation(make_config, 
         cfg = make_config(f"data.files=[{tmp_path / name}]", "data.node_features=[features]")
         (graph,) = FileDataset(cfg.data, progress=False)
         assert torch.equal(graph.x, torch.from_numpy(features)), name
+
+
+def test_truncated_files_damaged_chunks_and_cyclic_links_are_named(make_config, tmp_path, capsys):
+    def refused(path, *overrides):
+        with pytest.raises(qg.DataError) as info:
+            FileDataset(make_config(f"data.files=[{path}]", *overrides).data, progress=False)
+        return str(info.value)
+
+    sets = np.stack([CHAIN] * 64)
+    with h5py.File(tmp_path / "cut.h5", "w") as f:
+        f.create_dataset("adj", data=sets, chunks=(1, 4, 4), compression="gzip")
+        f.create_dataset("cset_size", data=np.full(64, 4))
+    whole = (tmp_path / "cut.h5").read_bytes()
+    (tmp_path / "cut.h5").write_bytes(whole[: len(whole) * 3 // 4])  # a copy cut short
+    message = refused(tmp_path / "cut.h5")
+    assert str(tmp_path / "cut.h5") in message
+    assert "cannot be read" in message
+    root = zarr.open_group(str(tmp_path / "damaged.zarr"), mode="w")
+    root.create_group("cset_1").create_array("adj", data=CHAIN)
+    (chunk,) = [p for p in (tmp_path / "damaged.zarr" / "cset_1" / "adj").rglob("*") if p.is_file()
+                and p.name != "zarr.json"]  # fmt: skip
+    chunk.write_bytes(b"\x00garbage")
+    message = refused(tmp_path / "damaged.zarr")
+    assert "damaged.zarr: cset_1: 'adj' cannot be read" in message
+    cycle = np.zeros((3, 3), dtype=np.uint8)
+    cycle[0, 1] = cycle[1, 2] = cycle[2, 0] = 1
+    one_group(tmp_path / "cycle.h5", linkmat=cycle)
+    message = refused(tmp_path / "cycle.h5", "data.transpose=false")
+    assert "cset_1: 'linkmat' is not a strict partial order: the links close to a cycle" in message
+    # at the command line: one line, no traceback, a non-zero exit
+    config_file = tmp_path / "cut.yaml"
+    cfg = make_config(f"data.files=[{tmp_path / 'cut.h5'}]")
+    config_file.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    result = run_main(capsys, "generate", config_file)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "cannot be read" in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -157,6 +157,19 @@ class Samples:
 
     def read(self, index: int, name: str) -> np.ndarray:
         """Array ``name`` of sample ``index`` as stored (unpadded in the stacked layout)."""
+        try:
+            return self._read(index, name)
+        except DataError:
+            raise
+        except (OSError, ValueError, RuntimeError, KeyError, TypeError) as e:
+            # a truncated file or a damaged chunk: the read itself fails
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DataError(
+                f"{self.path}: {self.where(index)}: {name!r} cannot be read ({first}); the file "
+                "may be truncated or damaged"
+            ) from None
+
+    def _read(self, index: int, name: str) -> np.ndarray:
         if self.layout == "groups":
             group = self.store[self.groups[index]]
             if name not in group:
