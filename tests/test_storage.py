@@ -233,13 +233,16 @@ def resident() -> tuple[int, int]:
 
 
 def train_one_epoch_measured(rank, world_size, cfg):
-    """In a fresh process: reset the peak, build the trainer, train and validate one epoch;
-    the peak resident memory above where it started."""
+    """In a fresh process: build the trainer and its loaders, then reset the peak and train and
+    validate one epoch; the peak resident memory above where the epoch started."""
+    import matplotlib.pyplot  # noqa: F401  (the run's plots: a fixed cost, not the data's)
+
+    trainer = qg.Trainer(cfg)
+    loaders = trainer.prepare_dataloaders()
     start, _ = resident()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # the kernel's peak (VmHWM) starts again from now
-    trainer = qg.Trainer(cfg)
-    history = trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    history = trainer.run_training(*loaders[:2])
     trainer.close()
     return len(history), resident()[1] - start
 
