@@ -24,6 +24,7 @@ from .schema import (
     OptimizerConfig,
     ParallelConfig,
     SchedulerConfig,
+    TrackingConfig,
     TrainingConfig,
     ValidationConfig,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "ParallelConfig",
     "SchedulerConfig",
     "TaskConfig",
+    "TrackingConfig",
     "TrainingConfig",
     "ValidationConfig",
     "apply_overrides",

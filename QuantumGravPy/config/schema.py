@@ -286,6 +286,13 @@ class EarlyStoppingConfig:
 
 
 @dataclass(frozen=True)
+class TrackingConfig:
+    # write every history column, the learning rate, the hyperparameters and the test
+    # metrics as TensorBoard events under RUN_DIR/tensorboard/ (rank 0; the tracking extra)
+    tensorboard: bool = False
+
+
+@dataclass(frozen=True)
 class Config:
     name: str = "qg"  # the run's name; the run directory defaults to runs/<name>
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"  # on rank 0; others: WARNING
@@ -303,6 +310,7 @@ class Config:
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     augmentation: AugmentationSection = field(default_factory=AugmentationSection)  # training only
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)  # watching runs live
 
     def validate(self) -> None:
         validate_tasks(self)

@@ -22,7 +22,8 @@ CHECKPOINTS = "checkpoints"
 LAST = "last.pt"  # the checkpoint a resumed run continues from
 PREDICTIONS = "test_predictions.npz"  # each task's test predictions and targets
 # Anything a run writes; one of them present means the directory holds a run.
-RUN_FILES = (CONFIG, HISTORY, SUMMARY, LOG, ENVIRONMENT, CHECKPOINTS, PREDICTIONS)
+TENSORBOARD = "tensorboard"  # tracking.tensorboard's event files
+RUN_FILES = (CONFIG, HISTORY, SUMMARY, LOG, ENVIRONMENT, CHECKPOINTS, PREDICTIONS, TENSORBOARD)
 
 
 def check_run_dir(path: Path, *, overwrite: bool) -> None:

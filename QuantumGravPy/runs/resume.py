@@ -40,6 +40,7 @@ RESUMABLE_KEYS = (
     "early_stopping.patience",
     "early_stopping.grace_period",
     "parallel",
+    "tracking",  # watching a run does not change it
 )
 
 

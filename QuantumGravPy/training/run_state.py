@@ -28,6 +28,7 @@ from ..runs import reproducibility as rs
 from ..runs.checkpoint import load_model_state, save_checkpoint
 from ..runs.reproducibility import seed_everything
 from ..runs.resume import config_digest, read_resume_state
+from ..runs.tracking import TensorBoardTracker
 from .early_stopping import MetricStopping
 from .ema import EMA
 from .tasks import Task, scalings
@@ -61,6 +62,7 @@ class RunStateMixin:
     def init_run_state(self) -> None:
         """A run at its start: no epoch done, nothing recorded."""
         self.epoch = 0  # completed epochs
+        self.tracker: TensorBoardTracker | None = None  # rank 0, with tracking.tensorboard
         self.global_step = 0  # optimizer steps
         self.history: list[dict[str, Any]] = []
         self.stopped_early = False
@@ -92,6 +94,8 @@ class RunStateMixin:
             self.save_checkpoint(f"epoch_{self.epoch:04d}.pt")
         if improved:
             self.save_checkpoint("best.pt")
+        if self.tracker is not None:
+            self.tracker.log_epoch(row)
         self.save_checkpoint("last.pt")
         if self.is_main:
             rd.write_history(self.run_dir, self.history)
@@ -132,6 +136,8 @@ class RunStateMixin:
                 },
             )
             self._log_handler = add_file_handler(self.run_dir / rd.LOG, prefix=self.log_prefix)
+            if self.config.tracking.tensorboard:
+                self.tracker = TensorBoardTracker(self.run_dir, first_epoch=self.epoch + 1)
             if self.resumed_from is not None:
                 rd.write_history(self.run_dir, self.history)
                 self.logger.info(
@@ -149,6 +155,9 @@ class RunStateMixin:
         ``prepare_dataloaders`` made (the trainer stays usable for evaluation)."""
         for loader in getattr(self, "loaders", ()):
             release_workers(loader)
+        if self.tracker is not None:
+            self.tracker.close()
+            self.tracker = None
         handler = self._log_handler
         if handler is not None:
             self.logger.removeHandler(handler)
@@ -170,6 +179,8 @@ class RunStateMixin:
         rd.write_summary(self.run_dir, summary)
         if test_metrics is not None and self.test_predictions is not None:
             rd.write_predictions(self.run_dir, self.test_predictions)
+        if test_metrics is not None and self.tracker is not None:
+            self.tracker.log_results(config_to_dict(self.config), test_metrics, self.epoch)
         self.write_plots()
 
     def write_plots(self) -> None:

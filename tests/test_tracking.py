@@ -1,0 +1,73 @@
+"""Tracking from rank 0: TensorBoard event files hold every epoch's columns once, also after a
+job killed mid-run is resumed, and the hyperparameters and test metrics at the end."""
+
+import signal
+
+import pytest
+import yaml
+from conftest import train
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from test_resume import kill_config, start_job
+
+from QuantumGravPy.runs import directory as rd
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def events(run):
+    accumulator = EventAccumulator(str(run / "tensorboard"))
+    accumulator.Reload()
+    return accumulator
+
+
+def steps(accumulator, tag):
+    return [(e.step, round(e.value, 6)) for e in accumulator.Scalars(tag)]
+
+
+def test_every_column_of_every_epoch_and_the_results_reach_tensorboard(make_config, tmp_path):
+    cfg = make_config(
+        "tracking.tensorboard=true", "training.num_epochs=3", f"training.path={tmp_path}/run"
+    )
+    _, history, metrics = train(cfg)
+    found = events(tmp_path / "run")
+    for column in ("train_loss", "val_loss", "val_accuracy", "lr"):
+        assert steps(found, column) == [(r["epoch"], round(r[column], 6)) for r in history]
+    assert steps(found, "test_accuracy") == [(3, round(metrics["test_accuracy"], 6))]
+    assert found.PluginTagToContent("hparams")  # the config's keys, for the HParams tab
+
+
+def test_a_run_without_the_key_writes_no_events(make_config, tmp_path):
+    train(make_config("training.num_epochs=1", f"training.path={tmp_path}/run"))
+    assert not (tmp_path / "run" / "tensorboard").exists()
+
+
+def test_a_killed_and_resumed_job_has_each_epoch_once(tmp_path, data_root):
+    path = kill_config(tmp_path, data_root, "cut", 1)
+    raw = yaml.safe_load(path.read_text())
+    raw["tracking"] = {"tensorboard": True}
+    path.write_text(yaml.safe_dump(raw))
+    run = tmp_path / "cut"
+    # killed while writing the third last.pt: epoch 3's events are written, its checkpoint not
+    job = start_job(path, QG_TEST_KILL_IN_WRITE="3")
+    job.communicate(timeout=120)
+    assert job.returncode == -signal.SIGKILL
+    assert [s for s, _ in steps(events(run), "val_loss")] == [1, 2, 3]
+    job = start_job(path, "--resume")
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    history = rd.read_history(run)
+    assert steps(events(run), "val_loss") == [
+        (r["epoch"], round(r["val_loss"], 6)) for r in history
+    ]
+    assert [s for s, _ in steps(events(run), "val_loss")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_without_tensorboard_the_error_names_the_extra(make_config, tmp_path, monkeypatch):
+    import sys
+
+    import QuantumGravPy as qg
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if not installed
+    cfg = make_config("tracking.tensorboard=true", f"training.path={tmp_path}/run")
+    with pytest.raises(qg.ConfigError, match=r"the 'tracking' extra: pip install"):
+        train(cfg)
