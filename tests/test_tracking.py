@@ -5,10 +5,11 @@ import signal
 
 import pytest
 import yaml
-from conftest import train
+from conftest import run_ranks, train
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from test_resume import kill_config, start_job
 
+import QuantumGravPy as qg
 from QuantumGravPy.runs import directory as rd
 
 pytestmark = pytest.mark.timeout(240)
@@ -65,9 +66,25 @@ def test_a_killed_and_resumed_job_has_each_epoch_once(tmp_path, data_root):
 def test_without_tensorboard_the_error_names_the_extra(make_config, tmp_path, monkeypatch):
     import sys
 
-    import QuantumGravPy as qg
-
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if not installed
     cfg = make_config("tracking.tensorboard=true", f"training.path={tmp_path}/run")
     with pytest.raises(qg.ConfigError, match=r"the 'tracking' extra: pip install"):
         train(cfg)
+
+
+def train_ranks(rank, world_size, cfg):
+    trainer = qg.TrainerDDP(rank, cfg)
+    history = trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    trainer.close()
+    return history
+
+
+def test_under_ddp_rank_0_alone_writes_the_events(make_config, tmp_path):
+    cfg = make_config(
+        "tracking.tensorboard=true", "training.num_epochs=2", f"training.path={tmp_path}/run"
+    )
+    history, _ = run_ranks(2, train_ranks, cfg)
+    assert len(list((tmp_path / "run" / "tensorboard").glob("events.*"))) == 1  # one writer
+    assert steps(events(tmp_path / "run"), "val_loss") == [
+        (r["epoch"], round(r["val_loss"], 6)) for r in history
+    ]
