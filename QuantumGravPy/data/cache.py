@@ -1,19 +1,44 @@
-"""Datasets processed once and cached in one file named by a digest of what they depend on.
+"""Datasets processed once and cached in files named by a digest of what they depend on.
 
-Both the generated causal sets and those read from files are such a cache: a change to any
-parameter names another file, so a stale cache is never reused, and the file is written under a
-temporary name and renamed, so an interrupted build leaves nothing a later run would load.
+A cache is built from a :class:`GraphSource` (the generated causal sets, or the user's files):
+a change to any of its parameters names another file, so a stale cache is never reused, and
+files are written under a temporary name and renamed, so an interrupted build leaves nothing a
+later run would load. :class:`DigestCachedDataset` holds the graphs in memory (one ``.pt``
+file); :mod:`.disk` keeps them in a table read per batch. Either is built by one process or by
+several, each a contiguous range of the samples, joined in order.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 from torch_geometric.data import Data, InMemoryDataset
+
+from ..errors import DataError
+from .sharding import DistributedRangeSplitter, in_parallel
+
+log = logging.getLogger(__name__)
+
+
+class GraphSource(Protocol):
+    """Where a cache's graphs come from: generated causal sets or the user's files."""
+
+    prefix: str  # the cache file's name starts with it
+    params: dict[str, Any]  # everything the graphs depend on (hashed into the name)
+    total: int  # samples before any filter
+
+    def graphs(self, start: int, end: int, *, progress: bool) -> Iterator[Data]:
+        """Samples ``start`` to ``end - 1`` as graphs, in order (filtered ones left out)."""
+        ...
+
+    def rejected_all(self) -> str:
+        """The error when a filter left no graph at all."""
+        ...
 
 
 def digest(params: dict[str, Any]) -> str:
@@ -21,20 +46,48 @@ def digest(params: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def cache_name(source: GraphSource) -> str:
+    """``<prefix>_<digest>``: the name of the source's cache files, without the suffix."""
+    return f"{source.prefix}_{digest(source.params)}"
+
+
+def collect(source: GraphSource, *, world_size: int = 1, progress: bool = True) -> list[Data]:
+    """Every graph of ``source``, in order; with ``world_size`` > 1 that many processes make
+    contiguous ranges, joined in order: the same graphs as one process makes."""
+    if world_size > 1:
+        parts = in_parallel(_collect_part, world_size, source, progress)
+        graphs = [g for part in parts for g in part]
+    else:
+        graphs = list(source.graphs(0, source.total, progress=progress))
+    if not graphs:
+        raise DataError(source.rejected_all())
+    return graphs
+
+
+def _collect_part(rank: int, world_size: int, source: GraphSource, progress: bool) -> list[Data]:
+    start, end = DistributedRangeSplitter(source.total, world_size).get_rank_range(rank)
+    return list(source.graphs(start, end, progress=progress and rank == 0))
+
+
 class DigestCachedDataset(InMemoryDataset):
-    """An ``InMemoryDataset`` whose ``root/processed/<prefix>_<digest>.pt`` holds the graphs
-    :meth:`build` returns; ``digest`` hashes ``params`` (plain JSON values)."""
+    """The graphs of ``source`` in memory, cached in ``root/processed/<prefix>_<digest>.pt``
+    and built on first use by ``world_size`` processes."""
 
-    prefix = "graphs"
-
-    def __init__(self, root: str, params: dict[str, Any], *, transform: Callable | None = None):
-        self.params = params
+    def __init__(
+        self,
+        root: str,
+        source: GraphSource,
+        *,
+        transform: Callable | None = None,
+        progress: bool = True,
+        world_size: int = 1,
+    ):
+        self.source = source
+        self.params = source.params
+        self.progress = progress
+        self.world_size = world_size  # processes that build a missing cache
         super().__init__(root, transform=transform, log=False)
         self.load(self.processed_paths[0])
-
-    @property
-    def digest(self) -> str:
-        return digest(self.params)
 
     @property
     def raw_file_names(self) -> list[str]:
@@ -42,17 +95,24 @@ class DigestCachedDataset(InMemoryDataset):
 
     @property
     def processed_file_names(self) -> list[str]:
-        return [f"{self.prefix}_{self.digest}.pt"]
+        return [f"{cache_name(self.source)}.pt"]
 
     def download(self) -> None:  # nothing to fetch: the graphs are built locally
         pass
 
-    def build(self) -> list[Data]:
-        """The graphs to cache (subclasses)."""
-        raise NotImplementedError
-
     def process(self) -> None:
-        graphs = self.build()
+        log.info(
+            "processing %d samples into %s with %d process(es)",
+            self.source.total,
+            self.processed_paths[0],
+            self.world_size,
+        )
+        graphs = collect(self.source, world_size=self.world_size, progress=self.progress)
         tmp = self.processed_paths[0] + f".tmp{os.getpid()}"
         self.save(graphs, tmp)
         os.replace(tmp, self.processed_paths[0])
+
+    def num_classes_of(self, name: str) -> int | None:
+        """The classes of a label when the source knows them without reading the graphs."""
+        classes = getattr(self.source, "num_classes_of", None)
+        return classes(name) if callable(classes) else None

@@ -18,9 +18,9 @@ from torch_geometric.data import Data, InMemoryDataset
 from ..config import resolve
 from ..errors import DataError
 from ..physics import NUM_FEATURES
-from .cache import digest
+from .cache import GraphSource, cache_name
 from .causal_sets import CausalSetDataset, GeneratedSource
-from .disk import DiskDataset, GraphSource
+from .disk import DiskDataset
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +113,8 @@ def choose_storage(data_cfg: Any, source: GraphSource, *, processes: int = 1) ->
 
 
 def _cached(data_cfg: Any, source: GraphSource, storage: str) -> bool:
-    name = f"{source.prefix}_{digest(source.params)}.{'pt' if storage == 'memory' else 'db'}"
-    return (Path(data_cfg.root) / "processed" / name).exists()
+    suffix = "pt" if storage == "memory" else "db"
+    return (Path(data_cfg.root) / "processed" / f"{cache_name(source)}.{suffix}").exists()
 
 
 def graph_bytes(graph: Data) -> int:

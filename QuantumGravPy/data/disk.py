@@ -19,18 +19,19 @@ each writing a contiguous range that is then joined in order.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch_geometric.data import Data, InMemoryDataset, OnDiskDataset, SQLiteDatabase
 
 from ..errors import DataError
-from .cache import digest
+from .cache import GraphSource, cache_name
 from .sharding import DistributedRangeSplitter, in_parallel
 
 log = logging.getLogger(__name__)
@@ -38,22 +39,6 @@ log = logging.getLogger(__name__)
 _TABLE = "graphs"
 _INSERT_EVERY = 128  # graphs written per transaction: bounds memory while building
 _ALIGN = 8
-
-
-class GraphSource(Protocol):
-    """Where a cache's graphs come from: generated causal sets or the user's files."""
-
-    prefix: str  # the cache file's name starts with it
-    params: dict[str, Any]  # everything the graphs depend on (hashed into the name)
-    total: int  # samples before any filter
-
-    def graphs(self, start: int, end: int, *, progress: bool) -> Iterator[Data]:
-        """Samples ``start`` to ``end - 1`` as graphs, in order (filtered ones left out)."""
-        ...
-
-    def rejected_all(self) -> str:
-        """The error when a filter left no graph at all."""
-        ...
 
 
 # --- one graph as bytes ---------------------------------------------------------------------
@@ -80,22 +65,18 @@ def pack(graph: Data) -> bytes:
 def unpack(blob: bytes) -> Data:
     """The graph :func:`pack` made; its tensors are views of ``blob``, which nothing else
     holds (a fresh row from the table), so no byte is copied."""
-    buffer = blob
-    size = int.from_bytes(buffer[:8], "little")
-    specs, other = pickle.loads(buffer[8 : 8 + size])
+    size = int.from_bytes(blob[:8], "little")
+    specs, other = pickle.loads(blob[8 : 8 + size])
     start = 8 + size + (-(8 + size) % _ALIGN)
     attributes = dict(other)
     for key, dtype_name, shape, offset in specs:
         dtype = getattr(torch, dtype_name)
-        count = 1
-        for s in shape:
-            count *= s
-        nbytes = count * torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * dtype.itemsize
         if nbytes == 0:
             attributes[key] = torch.empty(shape, dtype=dtype)
             continue
         # (bytes are read-only to Python, not to torch: _Table silences torch's warning)
-        raw = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=start + offset)
+        raw = torch.frombuffer(blob, dtype=torch.uint8, count=nbytes, offset=start + offset)
         attributes[key] = raw.view(dtype).view(shape)
     return Data(**attributes)
 
@@ -227,11 +208,11 @@ class DiskDataset(OnDiskDataset):
         super().__init__(root, transform=transform, log=False)
         values, slices = torch.load(self.processed_paths[1], weights_only=False)
         self._labels, self._slices = values, slices
-        self._numel = next(iter(slices.values())).numel() - 1 if slices else self._count()
+        self._numel = next(iter(slices.values())).numel() - 1 if slices else len(self.db)
 
     @property
     def processed_file_names(self) -> list[str]:
-        name = f"{self.source.prefix}_{digest(self.source.params)}"
+        name = cache_name(self.source)
         return [f"{name}.db", f"{name}.labels.pt"]
 
     @property
@@ -248,9 +229,6 @@ class DiskDataset(OnDiskDataset):
             self._db = _Table(self.processed_paths[0])
             self._pid = os.getpid()
         return self._db
-
-    def _count(self) -> int:
-        return len(self.db)
 
     def serialize(self, data: Data) -> bytes:
         return pack(data)

@@ -43,8 +43,7 @@ from ..physics import (
     transitive_closure,
     transitive_reduction,
 )
-from .cache import DigestCachedDataset
-from .sharding import DistributedRangeSplitter, in_parallel
+from .cache import DigestCachedDataset, collect
 from .stores import Samples, find_files, fingerprint, open_store
 
 log = logging.getLogger(__name__)
@@ -171,7 +170,10 @@ class FileSource:
         return iter_range(self.data_cfg, self.counts, start, end, progress=progress)
 
     def rejected_all(self) -> str:
-        return _rejected_all(self.data_cfg, self.total)
+        return (
+            f"data.pre_filter: {self.data_cfg.pre_filter} rejected all {self.total} causal sets "
+            f"of data.files ({', '.join(map(str, find_files(self.data_cfg.files)))})"
+        )
 
 
 def read_files(data_cfg: Any, *, progress: bool = True, world_size: int = 1) -> list[Data]:
@@ -180,28 +182,7 @@ def read_files(data_cfg: Any, *, progress: bool = True, world_size: int = 1) -> 
     With ``world_size`` > 1 that many processes read contiguous ranges of the samples (over
     all files) and the parts are joined in order: the same graphs as one process reads.
     """
-    counts = file_counts(data_cfg)
-    total = sum(counts)
-    if world_size > 1:
-        parts = in_parallel(_read_part, world_size, data_cfg, counts, progress)
-        graphs = [g for part in parts for g in part]
-    else:
-        graphs = list(iter_range(data_cfg, counts, 0, total, progress=progress))
-    if not graphs:
-        raise DataError(_rejected_all(data_cfg, total))
-    return graphs
-
-
-def _rejected_all(data_cfg: Any, total: int) -> str:
-    return (
-        f"data.pre_filter: {data_cfg.pre_filter} rejected all {total} causal sets of "
-        f"data.files ({', '.join(map(str, find_files(data_cfg.files)))})"
-    )
-
-
-def _read_part(rank: int, world_size: int, data_cfg: Any, counts: list[int], progress: bool):
-    start, end = DistributedRangeSplitter(sum(counts), world_size).get_rank_range(rank)
-    return list(iter_range(data_cfg, counts, start, end, progress=progress and rank == 0))
+    return collect(FileSource(data_cfg), world_size=world_size, progress=progress)
 
 
 def iter_range(
@@ -293,19 +274,11 @@ class FileDataset(DigestCachedDataset):
     any of them builds a new one. ``data.transform`` is applied each time a graph is read.
     """
 
-    prefix = "files"
-
     def __init__(self, data_cfg: Any, *, progress: bool = True, world_size: int = 1):
-        self.data_cfg = data_cfg
-        self.progress = progress
-        self.world_size = world_size  # processes that build a missing cache
-        transform = _hook(data_cfg.transform, "data.transform")
-        super().__init__(data_cfg.root, cache_params(data_cfg), transform=transform)
-
-    def build(self) -> list[Data]:
-        log.info(
-            "processing data.files into %s with %d process(es)",
-            self.processed_paths[0],
-            self.world_size,
+        super().__init__(
+            data_cfg.root,
+            FileSource(data_cfg),
+            transform=_hook(data_cfg.transform, "data.transform"),
+            progress=progress,
+            world_size=world_size,
         )
-        return read_files(self.data_cfg, progress=self.progress, world_size=self.world_size)
