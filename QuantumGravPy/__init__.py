@@ -5,6 +5,7 @@
 The package is built in layers, each importing only from the ones below it (a test checks it):
 
     cli.py        the command line
+    tune/         hyperparameter search with Optuna: studies of trials, pruning, best config
     training/     Trainer, TrainerDDP, evaluation, early stopping, EMA, launch()
     data/         datasets, split and loaders, samplers, augmentation, range splitting
     models/       GNNModel
@@ -60,6 +61,7 @@ from .training import (
     launch,
     prepare_run,
 )
+from .tune import tune
 
 __version__ = "0.1.0"
 
@@ -111,4 +113,5 @@ __all__ = [
     "split_dataset",
     "sprinkle",
     "stream_distributed_augmentation_chain",
+    "tune",
 ]

@@ -1,4 +1,4 @@
-"""The command line: ``qg train | test | generate | plot`` (also ``python -m QuantumGravPy``).
+"""The command line: ``qg train | test | tune | generate | plot`` (``python -m QuantumGravPy``).
 
 A mistake in what the user passed (config, override, path, checkpoint) prints one line starting
 with ``error:`` and exits with status 2; ``--debug`` shows the traceback as well.
@@ -53,6 +53,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     test = command("test", "evaluate a checkpoint on the test split; prints JSON")
     test.add_argument("--checkpoint", required=True, metavar="PATH", help="checkpoint file")
+    tune = sub.add_parser(
+        "tune",
+        help="search hyperparameters with Optuna: trials of a search space, best.yaml",
+        description="Run a study of TRIALS trials around CONFIG, varying the keys of SPACE. The "
+        "study lives in training.path: one run per trial (trial_NNNN/), trials.csv, best.yaml, "
+        "plots, and (by default) the study file study.journal.",
+    )
+    tune.add_argument("config", metavar="CONFIG", help="YAML config file: the base of every trial")
+    tune.add_argument("space", metavar="SPACE", help="YAML search space file")
+    tune.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="override config keys of the base, e.g. training.path=studies/lr",
+    )
+    tune.add_argument(
+        "--trials", type=int, required=True, metavar="N", help="trials in the study, in all"
+    )
+    tune.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="K",
+        help="run K trials at once on this machine (the cores are shared between them)",
+    )
+    tune.add_argument(
+        "--storage",
+        metavar="URL",
+        help="where the study lives: a journal file path (default training.path/study.journal) "
+        "or a database URL such as postgresql://user@host/db, for many jobs at once",
+    )
+    tune.add_argument(
+        "--study", metavar="NAME", help="the study's name (default: the config's name)"
+    )
+    tune.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the study: finished trials are kept, trials a killed job left running "
+        "are run again, until it has N trials",
+    )
+    tune.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     plot = sub.add_parser(
         "plot",
         help="draw the curves of one run, or of several runs in one picture",
@@ -211,6 +252,29 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tune(args: argparse.Namespace) -> int:
+    from .tune import tune
+    from .tune.outputs import BEST_YAML, TRIALS_CSV
+
+    study = tune(
+        args.config,
+        args.space,
+        trials=args.trials,
+        parallel=args.parallel,
+        storage=args.storage,
+        study=args.study,
+        resume=args.resume,
+        overrides=args.overrides,
+    )
+    states = {}
+    for t in study.get_trials(deepcopy=False):
+        states[t.state.name.lower()] = states.get(t.state.name.lower(), 0) + 1
+    folder = study.user_attrs.get("directory") or ""
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+    print(f"study {study.study_name}: {counts}; {TRIALS_CSV} and {BEST_YAML} in {folder}")
+    return 0
+
+
 def _plot(args: argparse.Namespace) -> int:
     from .config import headline_columns
     from .runs import plots
@@ -228,4 +292,10 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": _train, "test": _test, "generate": _generate, "plot": _plot}
+COMMANDS = {
+    "train": _train,
+    "test": _test,
+    "tune": _tune,
+    "generate": _generate,
+    "plot": _plot,
+}

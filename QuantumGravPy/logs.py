@@ -34,3 +34,9 @@ def add_file_handler(path: Path, *, prefix: str = "") -> logging.Handler:
     handler.setFormatter(logging.Formatter(_FORMAT.format(prefix=prefix), "%Y-%m-%d %H:%M:%S"))
     get_logger().addHandler(handler)
     return handler
+
+
+def set_terminal_level(level: str | int) -> None:
+    """Show only records of ``level`` and above on stderr (files keep the logger's level)."""
+    if _STDERR_HANDLER is not None:
+        _STDERR_HANDLER.setLevel(level)

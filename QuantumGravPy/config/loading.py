@@ -85,18 +85,23 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[st
             value = yaml.safe_load(text)
         except yaml.YAMLError:
             raise ConfigError(f"{key}: override value {text!r} is not valid YAML") from None
-        node = result
-        parts = key.split(".")
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                where = ".".join(parts[: i + 1])
-                raise ConfigError(f"{key}: {where} is {_kind(child)}, not a section")
-            node = child
-        node[parts[-1]] = value
+        set_key(result, key, value)
     return result
+
+
+def set_key(raw: dict[str, Any], key: str, value: Any) -> None:
+    """Set the dotted ``key`` of the nested dict ``raw`` to ``value``, making sections as needed."""
+    node = raw
+    parts = key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            where = ".".join(parts[: i + 1])
+            raise ConfigError(f"{key}: {where} is {_kind(child)}, not a section")
+        node = child
+    node[parts[-1]] = value
 
 
 # --- the schema walker ---------------------------------------------------------------------------

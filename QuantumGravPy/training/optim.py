@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -34,3 +34,16 @@ def build_scheduler(section: SchedulerConfig | None, optimizer: torch.optim.Opti
         raise ConfigError(
             f"training.lr_scheduler.kwargs: {section.type} rejected them: {e}"
         ) from None
+
+
+def step_groups(batches: Iterable, size: int) -> Iterator[list]:
+    """The batches of each optimizer step: consecutive lists of ``size`` (the last may be
+    shorter), for ``training.accumulate_grad_batches``."""
+    group = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == size:
+            yield group
+            group = []
+    if group:
+        yield group

@@ -58,6 +58,7 @@ class RunStateMixin:
     overwrite: bool
     logger: logging.Logger
     log_prefix: str
+    judge: Any
 
     def init_run_state(self) -> None:
         """A run at its start: no epoch done, nothing recorded."""
@@ -66,6 +67,7 @@ class RunStateMixin:
         self.global_step = 0  # optimizer steps
         self.history: list[dict[str, Any]] = []
         self.stopped_early = False
+        self.pruned = False  # stopped by the judge (a tuning trial's pruner)
         self.best_state: dict[str, torch.Tensor] | None = None  # weights of the best epoch, on CPU
         self.resuming = False
         self.resumed_from: Path | None = None  # the checkpoint this run continued from
@@ -175,6 +177,8 @@ class RunStateMixin:
             "stopped_early": self.stopped_early,
             "world_size": self.world_size,
         }
+        if self.judge is not None:
+            summary["pruned"] = self.pruned
         summary.update(test_metrics or {})
         rd.write_summary(self.run_dir, summary)
         if test_metrics is not None and self.test_predictions is not None:

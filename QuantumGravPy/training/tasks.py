@@ -194,3 +194,10 @@ def make_criterion(dotted: str) -> Callable[[Tensor, Any], Tensor]:
         loss = obj()
         return lambda outputs, batch: loss(outputs, batch.y)
     return obj
+
+
+def total_loss(tasks: list[Task], losses: list[torch.Tensor]) -> torch.Tensor:
+    """The tasks' losses weighted as they say; one task of weight 1 adds no operation."""
+    if len(tasks) == 1 and tasks[0].weight == 1.0:
+        return losses[0]
+    return sum(task.weight * x for task, x in zip(tasks, losses, strict=True))

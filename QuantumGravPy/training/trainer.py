@@ -13,7 +13,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +42,9 @@ from .devices import PRECISIONS, select_device
 from .early_stopping import MetricStopping
 from .ema import EMA
 from .evaluation import Tester, Validator, to_device
-from .optim import build_optimizer, build_scheduler
+from .optim import build_optimizer, build_scheduler, step_groups
 from .run_state import RunStateMixin
-from .tasks import Task, build_tasks, fit_scaling, select_outputs, train_columns
+from .tasks import Task, build_tasks, fit_scaling, select_outputs, total_loss, train_columns
 
 
 class TrainingDivergedError(QGError):
@@ -65,6 +65,9 @@ class Trainer(RunStateMixin):
 
     world_size = 1
     rank = 0
+    # Asked after each epoch with its history row (on rank 0 only, under DDP); True stops the
+    # run as pruned. A tuning trial sets it to its pruner (QuantumGravPy.tune).
+    judge: Callable[[dict[str, Any]], bool] | None = None
 
     def __init__(
         self,
@@ -213,10 +216,17 @@ class Trainer(RunStateMixin):
     def validate(self, val_loader: DataLoader) -> dict[str, float]:  # hook
         return self.validator.evaluate(self.eval_model, val_loader)
 
-    def decide(self, row: dict[str, Any]) -> tuple[bool, bool]:
-        """(improved, stop) after an epoch; DDP decides on rank 0 and broadcasts (hook)."""
+    def decide(self, row: dict[str, Any]) -> tuple[bool, str | None]:
+        """(improved, why the run stops: "pruned", "early stopping" or None) after an epoch.
+
+        DDP decides on rank 0 and broadcasts (hook); the ``judge``, if any, is asked here.
+        """
         improved = self.early_stopping.step(row, row["epoch"])
-        return improved, self.config.early_stopping.enabled and self.early_stopping.should_stop
+        if self.judge is not None and self.judge(row):
+            return improved, "pruned"
+        if self.config.early_stopping.enabled and self.early_stopping.should_stop:
+            return improved, "early stopping"
+        return improved, None
 
     def select(self, outputs: Any, batch: Any) -> dict[str, torch.Tensor]:
         """Each task's output of a forward pass, checked: [graphs or nodes, outputs]."""
@@ -267,7 +277,7 @@ class Trainer(RunStateMixin):
         num_epochs = self.config.training.num_epochs
         self.on_train_start(train_loader)
         self.restore_rng()
-        while self.epoch < num_epochs and not self.stopped_early:
+        while self.epoch < num_epochs and not (self.stopped_early or self.pruned):
             self.on_epoch_start(train_loader)
             lr = self.optimizer.param_groups[0]["lr"]
             start = time.perf_counter()
@@ -277,7 +287,8 @@ class Trainer(RunStateMixin):
             row.update(lr=lr, epoch_seconds=seconds)
             self.epoch += 1
             self.history.append(row)
-            improved, self.stopped_early = self.decide(row)
+            improved, stop = self.decide(row)
+            self.stopped_early, self.pruned = stop == "early stopping", stop == "pruned"
             self.step_scheduler(row)
             self.end_epoch(row, improved)
         if self.stopped_early:
@@ -290,6 +301,8 @@ class Trainer(RunStateMixin):
                 self.early_stopping.best,
                 self.early_stopping.best_epoch,
             )
+        if self.pruned:
+            self.logger.info("pruned by the study after epoch %d", self.epoch)
         self.write_summary()
         self.on_train_end()
         return self.history
@@ -323,7 +336,7 @@ class Trainer(RunStateMixin):
             leave=False,
             disable=None if self.is_main else True,  # None: only on a terminal
         )
-        for group in _groups(bar, k):
+        for group in step_groups(bar, k):
             graphs = sum(batch.num_graphs for batch in group)
             self.optimizer.zero_grad(set_to_none=True)
             for i, batch in enumerate(group):
@@ -334,7 +347,7 @@ class Trainer(RunStateMixin):
                     with self.autocast():
                         outputs = self.select(model(batch), batch)
                         losses = [task.loss(outputs[task.name], batch) for task in tasks]
-                        loss = _weighted(tasks, losses)
+                        loss = total_loss(tasks, losses)
                     self.scaler.scale(loss * (batch.num_graphs / graphs)).backward()
                 for j, (task, x) in enumerate(zip(tasks, losses, strict=True)):
                     rows = task.rows(batch)
@@ -421,22 +434,3 @@ class Trainer(RunStateMixin):
         in the order of the test set."""
         accumulated = self.tester.accumulate(model, test_loader, tasks)
         return accumulated.compute(self.tester.prefix), accumulated.gathered_predictions()
-
-
-def _weighted(tasks: list[Task], losses: list[torch.Tensor]) -> torch.Tensor:
-    """The total loss; one task of weight 1 adds no operation to the graph."""
-    if len(tasks) == 1 and tasks[0].weight == 1.0:
-        return losses[0]
-    return sum(task.weight * x for task, x in zip(tasks, losses, strict=True))
-
-
-def _groups(batches: Iterable, size: int) -> Iterator[list]:
-    """Consecutive lists of ``size`` items (the last may be shorter)."""
-    group = []
-    for batch in batches:
-        group.append(batch)
-        if len(group) == size:
-            yield group
-            group = []
-    if group:
-        yield group

@@ -250,7 +250,9 @@ class TrainerDDP(Trainer):
 
     def on_train_end(self) -> None:
         self.rank_logger.info(
-            "finished: %d epochs%s", self.epoch, ", stopped early" if self.stopped_early else ""
+            "finished: %d epochs%s",
+            self.epoch,
+            ", stopped early" if self.stopped_early else ", pruned" if self.pruned else "",
         )
 
     def reduce_sums(self, sums: torch.Tensor) -> torch.Tensor:
@@ -287,8 +289,9 @@ class TrainerDDP(Trainer):
     def evaluate_test(self, model: torch.nn.Module, test_loader: DataLoader, tasks=None):
         return self._evaluate(self.tester, model, test_loader, predictions=True, tasks=tasks)
 
-    def decide(self, row: dict[str, Any]) -> tuple[bool, bool]:
-        """Rank 0 decides after a barrier; every rank gets its row, decision and stopper state."""
+    def decide(self, row: dict[str, Any]) -> tuple[bool, str | None]:
+        """Rank 0 decides after a barrier (early stopping, and the judge: a tuning trial's
+        pruner); every rank gets its row, decision and stopper state, so all stop together."""
 
         def decide_on_main():
             improved, stop = Trainer.decide(self, row)

@@ -1,0 +1,118 @@
+"""What a study leaves in its directory, redrawn after every trial: ``trials.csv``,
+``best.yaml`` (the best trial's complete config, ready for ``qg train``) and PNG plots."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config import config_from_dict
+from ..config.loading import set_key
+from ..logs import get_logger
+from ..runs.directory import write_atomic
+from .space import SearchSpace
+
+TRIALS_CSV = "trials.csv"
+BEST_YAML = "best.yaml"
+BEST_RUN = "best"  # best.yaml trains into STUDY_DIR/best
+PLOTS = {
+    "history": "optimization_history.png",
+    "importances": "param_importances.png",
+    "slice": "objective_vs_params.png",
+}
+
+
+def counted(trial: Any) -> bool:
+    """Whether a trial counts towards the study's total: not one whose job was killed (it is
+    run again) and not one waiting to run."""
+    state = trial.state.name
+    return state != "WAITING" and not (state == "FAIL" and trial.user_attrs.get("interrupted"))
+
+
+def write_outputs(study: Any, space: SearchSpace, study_dir: Path) -> None:
+    """trials.csv, best.yaml and the plots; a failing plot costs a warning, never the study."""
+    trials = [t for t in study.get_trials(deepcopy=False) if t.state.name != "WAITING"]
+    write_atomic(study_dir / TRIALS_CSV, trials_csv(trials, space))
+    best = best_trial(trials, space)
+    if best is not None:
+        write_atomic(study_dir / BEST_YAML, best_yaml(best, space, study_dir))
+    try:
+        draw_plots(study, study_dir, space.metric)
+    except Exception as e:
+        get_logger().warning("could not draw the study's plots: %s", e)
+
+
+def trials_csv(trials: list[Any], space: SearchSpace) -> str:
+    keys = [p.key for p in space.params]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["number", "state", *keys, "objective", "epochs", "run_dir", "error"])
+    for t in trials:
+        value = t.value if t.state.name == "COMPLETE" else None
+        if t.state.name == "PRUNED" and t.intermediate_values:
+            value = t.intermediate_values[max(t.intermediate_values)]  # where it was stopped
+        writer.writerow(
+            [
+                t.number,
+                t.state.name,
+                *(t.params.get(k, "") for k in keys),
+                "" if value is None else repr(float(value)),
+                t.user_attrs.get("epochs", ""),
+                t.user_attrs.get("run_dir", ""),
+                t.user_attrs.get("error", ""),
+            ]
+        )
+    return out.getvalue()
+
+
+def best_trial(trials: list[Any], space: SearchSpace) -> Any | None:
+    done = [t for t in trials if t.state.name == "COMPLETE" and not math.isnan(t.value)]
+    if not done:
+        return None
+    sign = 1 if space.direction == "minimize" else -1
+    return min(done, key=lambda t: (sign * t.value, t.number))
+
+
+def best_yaml(trial: Any, space: SearchSpace, study_dir: Path) -> str:
+    raw = copy.deepcopy(trial.user_attrs["config"])
+    set_key(raw, "training.path", str(study_dir / BEST_RUN))
+    config_from_dict(raw)  # still a valid config (the check qg train will make)
+    values = ", ".join(f"{k}={trial.params[k]!r}" for k in trial.params)
+    header = (
+        f"# The best trial of the study: trial {trial.number}, {space.metric} {trial.value:.6g} "
+        f"({space.direction}), run in {trial.user_attrs.get('run_dir')}\n"
+        f"# with {values}\n"
+        "# Train it again with: qg train best.yaml (it trains into training.path below)\n"
+    )
+    return header + yaml.safe_dump(raw, sort_keys=False)
+
+
+def draw_plots(study: Any, study_dir: Path, metric: str) -> None:
+    """The optimisation history, parameter importances and objective against each parameter
+    (each once it can be drawn: importances need two finished trials that differ)."""
+    import matplotlib.pyplot as plt  # Optuna draws with pyplot; each figure is closed here
+    import optuna.visualization.matplotlib as ov
+
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+    if not complete:
+        return
+    drawings = [("history", ov.plot_optimization_history), ("slice", ov.plot_slice)]
+    if len(complete) >= 2 and len({tuple(sorted(t.params.items())) for t in complete}) >= 2:
+        drawings.append(("importances", ov.plot_param_importances))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Optuna marks its matplotlib plots experimental
+        for name, draw in drawings:
+            axes = draw(study, target_name=metric)
+            first = axes.flat[0] if hasattr(axes, "flat") else axes
+            figure = first.figure
+            tmp = study_dir / f".{PLOTS[name]}.tmp"
+            figure.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+            tmp.replace(study_dir / PLOTS[name])
+            plt.close(figure)

@@ -1,0 +1,112 @@
+"""Where a study keeps its trials: a journal file by default, or any URL Optuna accepts.
+
+- a path (the default: ``STUDY_DIR/study.journal``): Optuna's journal file, appended to under
+  a lock; several processes on one machine, or jobs on a cluster file system, share it;
+- ``postgresql://...``, ``mysql://...``: a database server, for many jobs on a cluster;
+- ``redis://...``: Optuna's journal in Redis;
+- ``sqlite:///...``: a single file database. Its locking is unreliable on network file systems
+  (NFS, Lustre, GPFS, ...), so such a URL pointing into one gets a warning; use the journal
+  file there.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..logs import get_logger
+
+JOURNAL = "study.journal"
+# File systems whose byte-range locks SQLite cannot trust across machines.
+SHARED_FILESYSTEMS = (
+    "nfs",
+    "nfs4",
+    "lustre",
+    "gpfs",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "beegfs",
+    "ceph",
+    "fuse.sshfs",
+    "glusterfs",
+    "fuse.glusterfs",
+    "panfs",
+    "fuse.gcsfuse",
+)
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages."""
+    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
+
+
+def open_storage(spec: str) -> Any:
+    """The Optuna storage ``spec`` names (a journal file path or a URL); ConfigError naming it
+    when it cannot be opened or reached."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
+
+    shown = redact(spec)
+    try:
+        if "://" not in spec:
+            path = Path(spec)
+            if not path.parent.is_dir():
+                raise ConfigError(f"--storage {spec}: the folder {path.parent} does not exist")
+            return JournalStorage(JournalFileBackend(str(path)))
+        if spec.startswith("redis://"):
+            return JournalStorage(JournalRedisBackend(spec))
+        if spec.startswith("sqlite:"):
+            warn_if_shared(spec)
+        return optuna.storages.RDBStorage(spec)
+    except ConfigError:
+        raise
+    except ModuleNotFoundError as e:
+        raise ConfigError(
+            f"--storage {shown}: needs the Python package {e.name!r} (its database driver); "
+            f"pip install {e.name}"
+        ) from None
+    except Exception as e:  # SQLAlchemy, Redis and OS errors: the storage is not usable
+        detail = " ".join(str(e).split("\n")[0].split()) or type(e).__name__
+        raise ConfigError(f"--storage {shown}: cannot open the study storage: {detail}") from None
+
+
+def warn_if_shared(url: str, mounts: str | None = None) -> bool:
+    """Warn (and return True) when a ``sqlite:`` URL's file lies on a network file system."""
+    path = url.split(":///", 1)[1] if ":///" in url else ""
+    if not path or path.startswith(":memory:"):
+        return False
+    kind = filesystem_type(Path(path.split("?", 1)[0]), mounts)  # sqlite:////abs or :///rel
+    if kind in SHARED_FILESYSTEMS:
+        get_logger().warning(
+            "%s lies on a %s file system, where SQLite's locks are unreliable and a study can "
+            "be corrupted by several jobs at once; use the default journal file (--storage "
+            "PATH.journal) or a database server instead",
+            redact(url),
+            kind,
+        )
+        return True
+    return False
+
+
+def filesystem_type(path: Path, mounts: str | None = None) -> str | None:
+    """The type of the file system holding ``path``, from /proc/mounts (None elsewhere)."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text()
+        except OSError:
+            return None
+    path = Path(path).absolute()
+    best, kind = -1, None
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = path == Path(point) or Path(point) in path.parents
+        if inside and len(point) > best:
+            best, kind = len(point), fields[2]
+    return kind

@@ -1,0 +1,386 @@
+"""A study: N trials of a search space, K at a time, each an ordinary run in its own processes.
+
+This process alone asks the study for trials and tells it their results (Optuna's ask-and-tell
+interface); a trial's rank 0 only reports its epochs and reads the pruner's answer. So trials
+are counted in one place: the study ends with exactly N trials that finished (completed,
+pruned or failed on their own account), whatever was killed on the way.
+
+A trial whose job died (SIGKILL, preemption, a lost node) stays "running" in the storage. Each
+running trial names its owner (host, process id and that process's start time) and carries a
+heartbeat the owner renews; ``--resume`` marks a trial failed, as interrupted, when its owner
+on this machine is gone or its heartbeat is older than ``STALE_AFTER_S``, and puts its
+parameters back in the queue, so it is run again under a new number and the total stays N.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ..config import Config, config_to_dict
+from ..data import dataset_from_config
+from ..errors import ConfigError, QGError
+from ..logs import add_file_handler, configure_logging
+from ..parallel import spawn
+from ..parallel.distributed import available_cores
+from ..parallel.spawn import resolve_backend
+from ..runs import directory as rd
+from .outputs import counted, write_outputs
+from .space import SearchSpace, trial_config
+from .storage import JOURNAL, open_storage, redact
+from .trial import TrialLink, trial_worker
+
+HEARTBEAT_S = 30.0
+STALE_AFTER_S = 300.0  # a running trial without a heartbeat for this long was abandoned
+LOG = "tune.log"
+OWNER, HEARTBEAT = "qg_owner", "qg_heartbeat"
+
+
+def run_study(
+    base: Config,
+    space: SearchSpace,
+    *,
+    trials: int,
+    parallel: int = 1,
+    storage: str | None = None,
+    study_name: str | None = None,
+    resume: bool = False,
+) -> Any:
+    """Run the study to ``trials`` trials; returns the Optuna study."""
+    return Tuner(
+        base,
+        space,
+        trials=trials,
+        parallel=parallel,
+        storage=storage,
+        study_name=study_name,
+        resume=resume,
+    ).run()
+
+
+class Tuner:
+    def __init__(
+        self,
+        base: Config,
+        space: SearchSpace,
+        *,
+        trials: int,
+        parallel: int = 1,
+        storage: str | None = None,
+        study_name: str | None = None,
+        resume: bool = False,
+    ):
+        for name, value in (("--trials", trials), ("--parallel", parallel)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}: expected a positive number, found {value!r}")
+        self.base, self.space, self.total, self.parallel = base, space, trials, parallel
+        self.dir = base.run_dir
+        self.name = study_name or base.name
+        if any((self.dir / name).exists() for name in (rd.CONFIG, rd.CHECKPOINTS)):
+            raise ConfigError(
+                f"training.path: {self.dir} holds a training run, not a study; give the study "
+                "a folder of its own (training.path=...)"
+            )
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.storage_spec = storage or str(self.dir / JOURNAL)
+        self.storage = open_storage(self.storage_spec)
+        self.study = self._open_study(resume)
+        self.study.set_user_attr("directory", str(self.dir.absolute()))
+        self.lock = threading.Lock()  # asking, telling and the output files
+        self.running: dict[int, Any] = {}  # trial id -> trial, of this process
+        self.stopping = False
+        self.owner = _owner()
+
+    # --- the study in its storage ---------------------------------------------------------------
+
+    def _open_study(self, resume: bool) -> Any:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        sampler = self.space.make_sampler(parallel=self.parallel)
+        pruner = self.space.make_pruner()
+        shown = redact(self.storage_spec)
+        names = [s.study_name for s in optuna.get_all_study_summaries(self.storage)]
+        if self.name in names:
+            study = optuna.load_study(
+                study_name=self.name, storage=self.storage, sampler=sampler, pruner=pruner
+            )
+            if study.trials and not resume:
+                raise ConfigError(
+                    f"study {self.name!r} in {shown} already has {len(study.trials)} trials: "
+                    "continue it with --resume, or give another --study or training.path"
+                )
+            if study.direction.name.lower() != self.space.direction:
+                raise ConfigError(
+                    f"objective.direction: study {self.name!r} was created to "
+                    f"{study.direction.name.lower()}, found {self.space.direction!r}"
+                )
+            return study
+        leftovers = sorted(self.dir.glob("trial_[0-9]*"))
+        if leftovers:
+            raise ConfigError(
+                f"training.path: {self.dir} holds trial folders ({leftovers[0].name}, ...) of a "
+                f"study that {shown} does not have; move them, or give another training.path"
+            )
+        return optuna.create_study(
+            study_name=self.name,
+            storage=self.storage,
+            sampler=sampler,
+            pruner=pruner,
+            direction=self.space.direction,
+        )
+
+    def fail_abandoned(self) -> list[int]:
+        """Mark running trials whose job is gone as failed (interrupted) and queue their
+        parameters again; returns their numbers."""
+        from optuna.trial import TrialState
+
+        now = time.time()
+        abandoned = []
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if _abandoned(t, now):
+                if self._interrupt(t, "interrupted: the job running it ended"):
+                    abandoned.append(t.number)
+        return abandoned
+
+    def _interrupt(self, trial: Any, why: str) -> bool:
+        """Fail ``trial`` as interrupted and queue its parameters; False if it had ended."""
+        from optuna.exceptions import UpdateFinishedTrialError
+        from optuna.trial import TrialState
+
+        trial_id = trial._trial_id
+        try:
+            self.storage.set_trial_user_attr(trial_id, "error", why)
+            self.storage.set_trial_user_attr(trial_id, "interrupted", True)
+            self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        except UpdateFinishedTrialError:
+            return False  # another job saw it first
+        params = self.storage.get_trial(trial_id).params
+        self.study.enqueue_trial(params, user_attrs={"rerun_of": trial.number})
+        return True
+
+    def _finished(self) -> int:
+        """Trials that count towards the total, this process's running ones included."""
+        return sum(counted(t) for t in self.study.get_trials(deepcopy=False))
+
+    # --- running ------------------------------------------------------------------------------
+
+    def run(self) -> Any:
+        logger = configure_logging(self.base.log_level)
+        handler = add_file_handler(self.dir / LOG)
+        try:
+            rerun = self.fail_abandoned()
+            if rerun:
+                logger.info(
+                    "trial(s) %s were left running by a job that ended: failed, to run again",
+                    ", ".join(map(str, rerun)),
+                )
+            done = self._finished()
+            logger.info(
+                "study %r in %s: %d of %d trials done, %d at a time, %s %s",
+                self.name,
+                redact(self.storage_spec),
+                done,
+                self.total,
+                self.parallel,
+                self.space.direction,
+                self.space.metric,
+            )
+            if self.base.data.dataset is None and done < self.total:
+                dataset_from_config(self.base.data)  # built once, not by every trial at once
+            self.bar = tqdm(total=self.total, initial=min(done, self.total), unit="trial")
+            with self.bar, self._heartbeat():
+                self._run_slots()
+            with self.lock:
+                write_outputs(self.study, self.space, self.dir)
+            self._log_best(logger)
+        finally:
+            logger.removeHandler(handler)
+            handler.close()
+        return self.study
+
+    def _run_slots(self) -> None:
+        if self.parallel == 1:
+            while self._one_trial():
+                pass
+            return
+        errors: list[BaseException] = []
+
+        def slot() -> None:
+            try:
+                while not self.stopping and self._one_trial():
+                    pass
+            except BaseException as e:  # re-raised in the main thread
+                errors.append(e)
+                self.stopping = True
+
+        threads = [threading.Thread(target=slot, daemon=True) for _ in range(self.parallel)]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.5)
+        except KeyboardInterrupt:
+            # Ctrl-C reached every process of the group: the trials end, their slots record
+            # them as interrupted, and the study can be resumed.
+            self.stopping = True
+            for t in threads:
+                t.join()
+            raise
+        if errors:
+            raise errors[0]
+
+    def _one_trial(self) -> bool:
+        """Ask for a trial, run it and tell its result; False when the study is complete."""
+        with self.lock:
+            if self.stopping or self._finished() >= self.total:
+                return False
+            trial = self.study.ask()
+            trial_id = trial._trial_id
+            self.storage.set_trial_system_attr(trial_id, OWNER, self.owner)
+            self.storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
+            self.running[trial_id] = trial
+            values = self.space.suggest(trial)
+        run_dir = self.dir / f"trial_{trial.number:04d}"
+        trial.set_user_attr("run_dir", str(run_dir))
+        try:
+            state, value, attrs = self._train(trial, values, run_dir)
+        except KeyboardInterrupt:
+            self._interrupt(trial, "interrupted by Ctrl-C")
+            raise
+        finally:
+            self.running.pop(trial_id, None)
+        for key, attr in attrs.items():
+            trial.set_user_attr(key, attr)
+        with self.lock:
+            self.study.tell(trial, value, state=state)
+            self._log_trial(trial.number, state, value, attrs, values)
+            self.bar.update(1)
+            write_outputs(self.study, self.space, self.dir)
+        return True
+
+    def _train(self, trial: Any, values: dict[str, Any], run_dir: Path):
+        """(state, value, user attributes) of one trial."""
+        from optuna.trial import TrialState
+
+        try:
+            config = trial_config(self.base, values, run_dir)
+        except ConfigError as e:
+            return TrialState.FAIL, None, {"error": f"impossible config: {e}"}
+        trial.set_user_attr("config", config_to_dict(config))
+        link = TrialLink(self.storage_spec, self.name, trial._trial_id, trial.number, self.space)
+        world_size = config.parallel.world_size
+        threads = max(1, available_cores() // (self.parallel * world_size))
+        try:
+            results = spawn(
+                trial_worker,
+                world_size,
+                config,
+                link,
+                threads,
+                master_addr=config.parallel.master_addr,  # a free port for each trial
+                backend=resolve_backend(config),
+                timeout_s=config.parallel.timeout_s,
+                start_method="forkserver",
+            )
+        except QGError as e:
+            if self.stopping:
+                raise KeyboardInterrupt from None  # its processes ended with the study's
+            return TrialState.FAIL, None, {"error": str(e)}
+        result = results[0]
+        history = result["history"]
+        if any(len(r["history"]) != len(history) for r in results):  # the broadcast failed
+            ends = [len(r["history"]) for r in results]
+            return TrialState.FAIL, None, {"error": f"the ranks stopped at epochs {ends}"}
+        attrs = {"epochs": len(history)}
+        if result["pruned"]:
+            return TrialState.PRUNED, None, attrs
+        value = self.space.best([float(row[self.space.metric]) for row in history])
+        if value != value:  # NaN in every epoch
+            return TrialState.FAIL, None, {**attrs, "error": f"{self.space.metric} was NaN"}
+        return TrialState.COMPLETE, value, attrs
+
+    @contextlib.contextmanager
+    def _heartbeat(self):
+        """Renew the heartbeat of this process's running trials while the study runs."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(HEARTBEAT_S):
+                for trial_id in list(self.running):
+                    with contextlib.suppress(Exception):  # it may have just ended
+                        self.storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
+
+        thread = threading.Thread(target=beat, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    # --- the log --------------------------------------------------------------------------------
+
+    def _log_trial(self, number, state, value, attrs, values) -> None:
+        from ..logs import get_logger
+
+        shown = ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()
+        )
+        if state.name == "COMPLETE":
+            what = f"{self.space.metric} {value:.4f} in {attrs['epochs']} epochs"
+        elif state.name == "PRUNED":
+            what = f"pruned after epoch {attrs['epochs']}"
+        else:
+            what = f"failed: {attrs.get('error')}"
+        get_logger().info("trial %d (%s): %s", number, shown, what)
+
+    def _log_best(self, logger) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                best = self.study.best_trial
+            except ValueError:
+                logger.warning("no trial of study %r completed", self.name)
+                return
+        logger.info(
+            "best: trial %d, %s %.4f; its config: %s",
+            best.number,
+            self.space.metric,
+            best.value,
+            self.dir / "best.yaml",
+        )
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    """When process ``pid`` started (clock ticks since boot), so a reused id is told apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _abandoned(trial: Any, now: float) -> bool:
+    owner = trial.system_attrs.get(OWNER)
+    if owner is not None:
+        host, pid, started = owner.rsplit(":", 2)
+        if host == socket.gethostname() and started:
+            return _start_time(int(pid)) != started
+    beat = trial.system_attrs.get(HEARTBEAT)
+    if beat is None:
+        beat = trial.datetime_start.timestamp() if trial.datetime_start else 0.0
+    return now - beat > STALE_AFTER_S

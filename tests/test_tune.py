@@ -1,0 +1,353 @@
+"""qg tune: real studies on tiny data, with pruning, DDP trials, parallel trials, a killed and
+resumed study, and every bad input refused in one line."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, TESTS, run_cli, run_main, small_raw_config
+
+import QuantumGravPy as qg
+from QuantumGravPy.tune.storage import filesystem_type, redact, warn_if_shared
+
+optuna = pytest.importorskip("optuna")
+
+LR = {"type": "float", "low": 1.0e-5, "high": 3.0e-2, "log": True}
+
+
+def write_study_files(tmp_path, data_root, space: dict, **training) -> tuple[Path, Path, Path]:
+    """(config file, space file, study folder)."""
+    raw = small_raw_config(tmp_path, data_root)
+    study = tmp_path / "study"
+    raw["training"].update(path=str(study), **training)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(yaml.safe_dump(space))
+    return config, space_file, study
+
+
+def read_trials(study: Path) -> list[dict[str, str]]:
+    with open(study / "trials.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def stored_trials(study: Path, name: str = "test") -> list:
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(study / "study.journal"))
+    )
+    return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+
+
+def test_a_study_prunes_and_its_best_config_trains(tmp_path, data_root, capsys):
+    space = {
+        "training.optimizer.kwargs.lr": LR,
+        "model.hidden_channels": {"type": "int", "low": 8, "high": 24, "step": 8},
+        "objective": {"metric": "val_loss", "direction": "minimize"},
+        "pruner": {"type": "median", "n_startup_trials": 2},
+        "sampler": {"type": "random", "seed": 0},
+    }
+    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=4)
+    done = run_main(capsys, "tune", config, space_file, "--trials", "6")
+    assert done.returncode == 0, done.stderr
+    rows = read_trials(study)
+    assert [int(r["number"]) for r in rows] == list(range(6))
+    states = [r["state"] for r in rows]
+    assert states.count("PRUNED") >= 1 and states.count("COMPLETE") >= 2, rows
+    for row, trial in zip(rows, stored_trials(study), strict=True):
+        run = Path(row["run_dir"])
+        assert run == study / f"trial_{trial.number:04d}"
+        history = qg.runs.directory.read_history(run)
+        # every epoch reported once, at its number; a pruned trial stopped before the end
+        assert sorted(trial.intermediate_values) == [h["epoch"] for h in history]
+        assert int(row["epochs"]) == len(history)
+        if trial.state.name == "PRUNED":
+            assert len(history) < 4
+            assert not (run / "test_predictions.npz").exists()
+        else:
+            assert len(history) == 4
+            best = min(h["val_loss"] for h in history)
+            assert float(row["objective"]) == pytest.approx(best)
+            assert trial.value == pytest.approx(best)
+        assert float(row["training.optimizer.kwargs.lr"]) == pytest.approx(
+            trial.params["training.optimizer.kwargs.lr"]
+        )
+    for name in ("optimization_history.png", "param_importances.png", "objective_vs_params.png"):
+        assert (study / name).stat().st_size > 1000
+    complete = [r for r in rows if r["state"] == "COMPLETE"]
+    best_row = min(complete, key=lambda r: float(r["objective"]))
+    best = qg.load_config(study / "best.yaml")
+    assert best.training.path == str(study / "best")
+    assert best.training.optimizer.kwargs["lr"] == pytest.approx(
+        float(best_row["training.optimizer.kwargs.lr"])
+    )
+    assert best.model.hidden_channels == int(best_row["model.hidden_channels"])
+    trained = run_main(capsys, "train", study / "best.yaml", "training.num_epochs=1")
+    assert trained.returncode == 0, trained.stderr
+    assert (study / "best" / "summary.json").exists()
+
+
+def test_impossible_trials_are_recorded_as_failed_and_the_study_goes_on(
+    tmp_path, data_root, capsys
+):
+    # AdamW takes no momentum: a config the schema accepts, refused when the trial builds it.
+    space = {
+        "training.optimizer.type": {
+            "type": "categorical",
+            "choices": ["torch.optim.AdamW", "torch.optim.SGD"],
+        },
+        "training.optimizer.kwargs.momentum": {"type": "float", "low": 0.5, "high": 0.9},
+        "objective": {"metric": "val_accuracy"},
+        "pruner": {"type": "none"},
+        "sampler": {"type": "random", "seed": 3},
+    }
+    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=1)
+    done = run_main(capsys, "tune", config, space_file, "--trials", "4")
+    assert done.returncode == 0, done.stderr
+    rows = read_trials(study)
+    assert len(rows) == 4
+    for row in rows:
+        if row["training.optimizer.type"] == "torch.optim.AdamW":
+            assert row["state"] == "FAIL"
+            assert "training.optimizer.kwargs" in row["error"] and "momentum" in row["error"]
+        else:
+            assert row["state"] == "COMPLETE" and row["error"] == ""
+    assert {r["state"] for r in rows} == {"FAIL", "COMPLETE"}
+    # the objective was maximised: best.yaml holds the most accurate trial
+    best = max((r for r in rows if r["state"] == "COMPLETE"), key=lambda r: float(r["objective"]))
+    assert str(qg.load_config(study / "best.yaml").training.optimizer.kwargs["momentum"]) == str(
+        float(best["training.optimizer.kwargs.momentum"])
+    )
+
+
+@pytest.mark.timeout(240)
+def test_ddp_trials_are_pruned_on_every_rank_and_run_two_at_a_time(tmp_path, data_root):
+    space = {
+        "training.optimizer.kwargs.lr": LR,
+        "objective": {"metric": "val_loss"},
+        "pruner": {"type": "median", "n_startup_trials": 1},
+        "sampler": {"type": "random", "seed": 1},
+    }
+    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=4)
+    done = run_cli(
+        "tune", config, space_file, "--trials", "5", "--parallel", "2", "parallel.world_size=2"
+    )
+    assert done.returncode == 0, done.stderr
+    rows = read_trials(study)
+    assert [int(r["number"]) for r in rows] == list(range(5))
+    assert any(r["state"] == "PRUNED" for r in rows), rows
+    assert all(r["state"] in ("COMPLETE", "PRUNED") for r in rows), rows
+    trials = stored_trials(study)
+    for trial in trials:
+        summary = yaml.safe_load((study / f"trial_{trial.number:04d}" / "summary.json").read_text())
+        assert summary["world_size"] == 2 and summary["pruned"] == (trial.state.name == "PRUNED")
+    # two at a time: some trial started before another had finished
+    spans = sorted((t.datetime_start, t.datetime_complete) for t in trials)
+    assert any(b[0] < a[1] for a, b in itertools.pairwise(spans))
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, data_root):
+    space = {
+        "training.optimizer.kwargs.lr": LR,
+        "objective": {"metric": "val_loss"},
+        "pruner": {"type": "none"},
+        "sampler": {"type": "random", "seed": 2},
+    }
+    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=12)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
+    args = [sys.executable, "-m", "QuantumGravPy", "tune", str(config), str(space_file)]
+    job = subprocess.Popen(
+        [*args, "--trials", "3"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, killed as a scheduler would
+    )
+    try:
+        # kill while trial 1 is in the middle of its epochs, trial 0 finished
+        deadline = time.monotonic() + 180
+        while not (study / "trial_0001" / "history.csv").exists():
+            assert job.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    before = {t.number: t for t in stored_trials(study)}
+    assert before[0].state.name == "COMPLETE" and before[1].state.name == "RUNNING"
+
+    done = run_cli("tune", config, space_file, "--trials", "3", "--resume")
+    assert done.returncode == 0, done.stderr
+    after = stored_trials(study)
+    numbers = [t.number for t in after]
+    assert numbers == sorted(set(numbers))  # each number once
+    assert after[0].value == before[0].value and after[0].params == before[0].params
+    killed = after[1]
+    assert killed.state.name == "FAIL" and killed.user_attrs["interrupted"]
+    rerun = [t for t in after if t.user_attrs.get("rerun_of") == 1]
+    assert len(rerun) == 1 and rerun[0].params == killed.params
+    assert rerun[0].state.name == "COMPLETE"
+    # three trials count: 0, the rerun of 1, and 2
+    counted = [t for t in after if not t.user_attrs.get("interrupted")]
+    assert len(counted) == 3 and all(t.state.name == "COMPLETE" for t in counted)
+    rows = read_trials(study)
+    assert [r["state"] for r in rows] == [t.state.name for t in after]
+    assert "interrupted" in rows[1]["error"]
+
+    again = run_cli("tune", config, space_file, "--trials", "3", "--resume")
+    assert again.returncode == 0 and len(stored_trials(study)) == len(after)
+
+
+BAD_SPACES = [
+    (
+        {"trainig.batch_size": {"type": "int", "low": 8, "high": 16}},
+        "trainig.batch_size: unknown config key 'trainig'",
+    ),
+    (
+        {"model.hidden_channel": {"type": "int", "low": 8, "high": 16}},
+        "did you mean model.hidden_channels",
+    ),
+    (
+        {"model.hidden_channels": {"type": "int", "low": 16, "high": 16}},
+        "model.hidden_channels: low must be below high",
+    ),
+    (
+        {"training.optimizer.kwargs.lr": {"type": "float", "low": 0.0, "high": 0.1, "log": True}},
+        "training.optimizer.kwargs.lr: a log scale needs low > 0",
+    ),
+    (
+        {"model.dropout": {"type": "float", "low": 0.1, "high": 1.5}},
+        "model.dropout: the config refuses its high 1.5",
+    ),
+    (
+        {"model.norm": {"type": "categorical", "choices": ["graph", "bogus"]}},
+        "model.norm: the config refuses its choice 'bogus'",
+    ),
+    (
+        {"model.hidden_channels": {"type": "int", "low": 8, "high": 16, "stepp": 2}},
+        "model.hidden_channels.stepp: unknown key",
+    ),
+    ({"model": {"type": "categorical", "choices": [1]}}, "model: is a section"),
+    (
+        {"objective": {"metric": "val_los"}},
+        "objective.metric: 'val_los' is not a validation column",
+    ),
+    (
+        {"objective": {"metric": "train_loss"}},
+        "objective.metric: 'train_loss' is not a validation column",
+    ),
+    (
+        {"objective": {"metric": "val_loss", "direction": "maximize"}},
+        "objective.direction: val_loss improves towards min",
+    ),
+    ({"pruner": {"type": "medain"}}, "pruner.type: expected one of median"),
+    (
+        {"pruner": {"type": "median", "patience": 3}},
+        "pruner.patience: not an argument of the median pruner",
+    ),
+    ({"sampler": {"type": "tpe", "seed": "x"}}, None),
+]
+
+
+@pytest.mark.parametrize("change, message", BAD_SPACES)
+def test_a_bad_search_space_is_one_line_naming_the_key(
+    tmp_path, data_root, capsys, change, message
+):
+    space = {
+        "model.hidden_channels": {"type": "int", "low": 8, "high": 16},
+        "objective": {"metric": "val_loss"},
+    }
+    if not {"objective", "pruner", "sampler"} & set(change):
+        del space["model.hidden_channels"]  # the parameter under test instead
+    space.update(change)
+    config, space_file, study = write_study_files(tmp_path, data_root, space)
+    done = run_main(capsys, "tune", config, space_file, "--trials", "2")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {space_file}: "), done.stderr
+    if message is not None:
+        assert message in lines[0]
+    assert not any(study.glob("trial_*"))  # refused before any trial
+
+
+def test_bad_storage_trials_and_reuse_of_a_study_are_refused(tmp_path, data_root, capsys):
+    space = {
+        "model.hidden_channels": {"type": "int", "low": 8, "high": 16},
+        "objective": {"metric": "val_loss"},
+        "pruner": {"type": "none"},
+    }
+    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=1)
+    cases = [
+        (
+            ["--storage", "sqlite:////no/such/folder/study.db"],
+            "--storage sqlite:////no/such/folder/study.db: cannot open the study storage",
+        ),
+        (
+            ["--storage", "postgresql://user:secret@127.0.0.1:1/db"],
+            "--storage postgresql://user:***@127.0.0.1:1/db",
+        ),
+        (["--storage", str(tmp_path / "missing" / "study.journal")], "the folder"),
+        (["--parallel", "0"], "--parallel: expected a positive number, found 0"),
+        (["--trials", "0"], "--trials: expected a positive number, found 0"),
+    ]
+    for extra, message in cases:
+        args = ["tune", config, space_file, "--trials", "1", *extra]
+        done = run_main(capsys, *args)
+        assert done.returncode == 2, (extra, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (extra, done.stderr)
+        assert "secret" not in done.stderr
+    assert run_main(capsys, "tune", config, space_file, "--trials", "1").returncode == 0
+    again = run_main(capsys, "tune", config, space_file, "--trials", "1")
+    assert (
+        again.returncode == 2 and "already has 1 trials: continue it with --resume" in again.stderr
+    )
+    # a folder holding an ordinary run is not a study
+    run = run_main(
+        capsys, "tune", config, space_file, "--trials", "1", f"training.path={study / 'trial_0000'}"
+    )
+    assert run.returncode == 2 and "holds a training run, not a study" in run.stderr
+
+
+def test_the_command_line_shows_no_traceback(tmp_path, data_root):
+    space = {
+        "model.hidden_channels": {"type": "int", "low": 32, "high": 16},
+        "objective": {"metric": "val_loss"},
+    }
+    config, space_file, _ = write_study_files(tmp_path, data_root, space)
+    done = run_cli("tune", config, space_file, "--trials", "2")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: {space_file}: model.hidden_channels: low must be below high, found low 32, high 16"
+    ]
+
+
+def test_sqlite_on_a_network_file_system_is_warned_about(caplog):
+    mounts = "/dev/sda1 / ext4 rw 0 0\nserver:/home /home nfs4 rw 0 0\nfs /scratch lustre rw 0 0\n"
+    assert filesystem_type(Path("/home/alice/study.db"), mounts) == "nfs4"
+    assert filesystem_type(Path("/tmp/study.db"), mounts) == "ext4"
+    assert warn_if_shared("sqlite:////scratch/me/study.db", mounts)
+    assert "lustre" in caplog.text and "journal" in caplog.text
+    assert not warn_if_shared("sqlite:////tmp/study.db", mounts)
+    assert redact("postgresql://me:pw@host/db") == "postgresql://me:***@host/db"
+
+
+def test_without_optuna_the_error_names_the_extra(tmp_path, data_root, capsys, monkeypatch):
+    space = {"model.hidden_channels": {"type": "int", "low": 8, "high": 16}}
+    config, space_file, _ = write_study_files(tmp_path, data_root, space)
+    monkeypatch.setitem(sys.modules, "optuna", None)  # as if not installed
+    done = run_main(capsys, "tune", config, space_file, "--trials", "1")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "error: qg tune needs the 'tune' extra (Optuna): pip install 'QuantumGravPy[tune]'"
+    )
