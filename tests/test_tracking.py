@@ -1,5 +1,6 @@
-"""Tracking from rank 0: TensorBoard event files hold every epoch's columns once, also after a
-job killed mid-run is resumed, and the hyperparameters and test metrics at the end."""
+"""Tracking from rank 0: TensorBoard event files and a local MLflow store hold every epoch's
+columns once, also after a job killed mid-run is resumed, and the hyperparameters, test
+metrics (and for MLflow the run's files) at the end."""
 
 import signal
 
@@ -42,10 +43,62 @@ def test_a_run_without_the_key_writes_no_events(make_config, tmp_path):
     assert not (tmp_path / "run" / "tensorboard").exists()
 
 
+def mlflow_runs(uri, experiment="test"):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    return client, client.search_runs([found.experiment_id], order_by=["attributes.run_name"])
+
+
+def mlflow_steps(client, run_id, key):
+    return sorted((m.step, round(m.value, 6)) for m in client.get_metric_history(run_id, key))
+
+
+def test_a_run_reaches_a_local_mlflow_store_with_its_files(make_config, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cfg = make_config(f"tracking.mlflow={uri}", "training.num_epochs=3")
+    _, history, metrics = train(cfg)
+    client, runs = mlflow_runs(uri)
+    (run,) = runs
+    assert run.info.run_name == "run" and run.info.status == "FINISHED"
+    assert run.data.params["training.batch_size"] == "16"
+    assert run.data.params["model.hidden_channels"] == "16"
+    for column in ("train_loss", "val_loss", "val_accuracy", "lr"):
+        expected = [(r["epoch"], round(r[column], 6)) for r in history]
+        assert mlflow_steps(client, run.info.run_id, column) == expected
+    assert mlflow_steps(client, run.info.run_id, "test_accuracy") == [
+        (3, round(metrics["test_accuracy"], 6))
+    ]
+    files = {f.path for f in client.list_artifacts(run.info.run_id)}
+    assert {"curves.png", "summary.json", "history.csv", "config.yaml", "best.pt"} <= files
+    assert (tmp_path / "mlartifacts").is_dir()  # beside the store, not in the working folder
+    assert yaml.safe_load((tmp_path / "run" / "mlflow.json").read_text())["run_id"] == (
+        run.info.run_id
+    )
+
+
+def test_a_bad_mlflow_uri_or_a_missing_extra_is_one_clear_error(make_config, tmp_path, monkeypatch):
+    import sys
+
+    cfg = make_config(f"tracking.mlflow={tmp_path}/mlruns", f"training.path={tmp_path}/run")
+    with pytest.raises(
+        qg.ConfigError, match=rf"^tracking.mlflow: cannot log to {tmp_path}/mlruns: "
+    ):
+        train(cfg)
+    assert list((tmp_path / "run").iterdir()) == []  # no half-started run to refuse next time
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "mlflow.tracking", None)
+    cfg = make_config(f"tracking.mlflow=sqlite:///{tmp_path}/m.db", f"training.path={tmp_path}/r2")
+    with pytest.raises(qg.ConfigError, match=r"the 'mlflow' extra: pip install"):
+        train(cfg)
+
+
 def test_a_killed_and_resumed_job_has_each_epoch_once(tmp_path, data_root):
     path = kill_config(tmp_path, data_root, "cut", 1)
     raw = yaml.safe_load(path.read_text())
-    raw["tracking"] = {"tensorboard": True}
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    raw["tracking"] = {"tensorboard": True, "mlflow": uri}
     path.write_text(yaml.safe_dump(raw))
     run = tmp_path / "cut"
     # killed while writing the third last.pt: epoch 3's events are written, its checkpoint not
@@ -61,6 +114,12 @@ def test_a_killed_and_resumed_job_has_each_epoch_once(tmp_path, data_root):
         (r["epoch"], round(r["val_loss"], 6)) for r in history
     ]
     assert [s for s, _ in steps(events(run), "val_loss")] == [1, 2, 3, 4, 5, 6]
+    client, runs = mlflow_runs(uri, raw["name"])
+    (mlrun,) = runs  # the resumed job went on with the killed job's MLflow run
+    assert mlflow_steps(client, mlrun.info.run_id, "val_loss") == [
+        (r["epoch"], round(r["val_loss"], 6)) for r in history
+    ]
+    assert mlrun.info.status == "FINISHED"
 
 
 def test_without_tensorboard_the_error_names_the_extra(make_config, tmp_path, monkeypatch):

@@ -111,10 +111,21 @@ def test_impossible_trials_are_recorded_as_failed_and_the_study_goes_on(
         "sampler": {"type": "random", "seed": 3},
     }
     config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=1)
-    done = run_main(capsys, "tune", config, space_file, "--trials", "4")
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    done = run_main(capsys, "tune", config, space_file, "--trials", "4", f"tracking.mlflow={uri}")
     assert done.returncode == 0, done.stderr
     rows = read_trials(study)
     assert len(rows) == 4
+    # each trial that trained is a run of its own in MLflow, tagged with its number
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("test").experiment_id
+    runs = client.search_runs([experiment])
+    trained = [r for r in rows if r["state"] == "COMPLETE"]
+    assert sorted(r.data.tags["trial"] for r in runs) == sorted(r["number"] for r in trained)
+    assert {r.data.tags["study"] for r in runs} == {"test"}
+    assert {r.info.run_name for r in runs} == {Path(r["run_dir"]).name for r in trained}
     for row in rows:
         if row["training.optimizer.type"] == "torch.optim.AdamW":
             assert row["state"] == "FAIL"

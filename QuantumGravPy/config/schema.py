@@ -290,6 +290,10 @@ class TrackingConfig:
     # write every history column, the learning rate, the hyperparameters and the test
     # metrics as TensorBoard events under RUN_DIR/tensorboard/ (rank 0; the tracking extra)
     tensorboard: bool = False
+    # an MLflow tracking URI (http://host:5000, sqlite:///mlflow.db, ...): the same, plus the
+    # run's plots, summary and best checkpoint, in the experiment named by name (the mlflow
+    # extra); null: none
+    mlflow: str | None = None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,18 @@ LAST = "last.pt"  # the checkpoint a resumed run continues from
 PREDICTIONS = "test_predictions.npz"  # each task's test predictions and targets
 # Anything a run writes; one of them present means the directory holds a run.
 TENSORBOARD = "tensorboard"  # tracking.tensorboard's event files
-RUN_FILES = (CONFIG, HISTORY, SUMMARY, LOG, ENVIRONMENT, CHECKPOINTS, PREDICTIONS, TENSORBOARD)
+MLFLOW = "mlflow.json"  # tracking.mlflow: the run's id, for a resumed run to continue it
+RUN_FILES = (
+    CONFIG,
+    HISTORY,
+    SUMMARY,
+    LOG,
+    ENVIRONMENT,
+    CHECKPOINTS,
+    PREDICTIONS,
+    TENSORBOARD,
+    MLFLOW,
+)
 
 
 def check_run_dir(path: Path, *, overwrite: bool) -> None:
@@ -46,13 +57,18 @@ def prepare_run_dir(path: Path, *, overwrite: bool) -> None:
     Only the files a run writes are removed; anything else a user put there stays.
     """
     check_run_dir(path, overwrite=overwrite)
+    remove_run_files(path)
+    (path / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
+
+
+def remove_run_files(path: Path) -> None:
+    """Remove the files a run writes (and only those) from ``path``."""
     for name in RUN_FILES:
         target = path / name
         if target.is_dir():
             shutil.rmtree(target)
         elif target.exists():
             target.unlink()
-    (path / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
 
 
 def check_startable(path: Path) -> None:

@@ -28,7 +28,7 @@ from ..runs import reproducibility as rs
 from ..runs.checkpoint import load_model_state, save_checkpoint
 from ..runs.reproducibility import seed_everything
 from ..runs.resume import config_digest, read_resume_state
-from ..runs.tracking import TensorBoardTracker
+from ..runs.tracking import MLflowTracker, TensorBoardTracker
 from .early_stopping import MetricStopping
 from .ema import EMA
 from .tasks import Task, scalings
@@ -63,7 +63,8 @@ class RunStateMixin:
     def init_run_state(self) -> None:
         """A run at its start: no epoch done, nothing recorded."""
         self.epoch = 0  # completed epochs
-        self.tracker: TensorBoardTracker | None = None  # rank 0, with tracking.tensorboard
+        self.trackers: list[Any] = []  # rank 0's TensorBoard and MLflow writers (tracking:)
+        self.run_tags: dict[str, str] = {}  # for MLflow: a tuning trial's study and number
         self.global_step = 0  # optimizer steps
         self.history: list[dict[str, Any]] = []
         self.stopped_early = False
@@ -96,8 +97,8 @@ class RunStateMixin:
             self.save_checkpoint(f"epoch_{self.epoch:04d}.pt")
         if improved:
             self.save_checkpoint("best.pt")
-        if self.tracker is not None:
-            self.tracker.log_epoch(row)
+        for tracker in self.trackers:
+            tracker.log_epoch(row)
         self.save_checkpoint("last.pt")
         if self.is_main:
             rd.write_history(self.run_dir, self.history)
@@ -129,6 +130,12 @@ class RunStateMixin:
                 rd.remove_partial_writes(self.run_dir)
             else:
                 rd.prepare_run_dir(self.run_dir, overwrite=self.overwrite)
+            try:
+                self.open_trackers()
+            except Exception:
+                if not self.resuming:  # a run that could not start leaves no run behind
+                    rd.remove_run_files(self.run_dir)
+                raise
             (self.run_dir / rd.CONFIG).write_text(dump_config(self.config), encoding="utf-8")
             rd.record_environment(
                 self.run_dir,
@@ -138,8 +145,6 @@ class RunStateMixin:
                 },
             )
             self._log_handler = add_file_handler(self.run_dir / rd.LOG, prefix=self.log_prefix)
-            if self.config.tracking.tensorboard:
-                self.tracker = TensorBoardTracker(self.run_dir, first_epoch=self.epoch + 1)
             if self.resumed_from is not None:
                 rd.write_history(self.run_dir, self.history)
                 self.logger.info(
@@ -152,14 +157,33 @@ class RunStateMixin:
                     self.logger.log(level, "%s", notice)
         self._run_open = True
 
+    def open_trackers(self) -> None:
+        """``tracking:``'s writers, on the main process (from open_run)."""
+        tracking = self.config.tracking
+        if tracking.tensorboard:
+            self.trackers.append(TensorBoardTracker(self.run_dir, first_epoch=self.epoch + 1))
+        if tracking.mlflow is not None:
+            self.trackers.append(
+                MLflowTracker(
+                    tracking.mlflow,
+                    self.run_dir,
+                    experiment=self.config.name,
+                    params=config_to_dict(self.config),
+                    tags=self.run_tags,
+                )
+            )
+
     def close(self) -> None:
         """Detach this run's log file and stop the worker processes of the loaders
         ``prepare_dataloaders`` made (the trainer stays usable for evaluation)."""
         for loader in getattr(self, "loaders", ()):
             release_workers(loader)
-        if self.tracker is not None:
-            self.tracker.close()
-            self.tracker = None
+        complete = (
+            self.stopped_early or self.pruned or self.epoch >= self.config.training.num_epochs
+        )
+        for tracker in self.trackers:
+            tracker.close(complete)
+        self.trackers = []
         handler = self._log_handler
         if handler is not None:
             self.logger.removeHandler(handler)
@@ -183,9 +207,10 @@ class RunStateMixin:
         rd.write_summary(self.run_dir, summary)
         if test_metrics is not None and self.test_predictions is not None:
             rd.write_predictions(self.run_dir, self.test_predictions)
-        if test_metrics is not None and self.tracker is not None:
-            self.tracker.log_results(config_to_dict(self.config), test_metrics, self.epoch)
         self.write_plots()
+        if test_metrics is not None:
+            for tracker in self.trackers:
+                tracker.log_results(config_to_dict(self.config), test_metrics, self.epoch)
 
     def write_plots(self) -> None:
         """curves.png and each task's pictures; a failure here costs a warning, never the run."""

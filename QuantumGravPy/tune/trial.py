@@ -75,6 +75,7 @@ def trial_worker(
     set_terminal_level("WARNING")
     if rank == 0:
         trainer.judge = PruningJudge(link)
+        trainer.run_tags = {"study": link.study_name, "trial": str(link.number)}
     try:
         train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
         history = trainer.run_training(train_loader, val_loader)
