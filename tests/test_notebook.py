@@ -27,6 +27,7 @@ def test_the_tutorial_runs_in_a_fresh_kernel(tmp_path, monkeypatch):
     text = "".join(out.get("text", "") for out in outputs if out.output_type == "stream")
     assert "rank 3:" in text and "exact accuracy from summed counts: 0.7000" in text
     assert "2 processes, test accuracy" in text
+    assert "best: trial" in text and "number,state," in text  # the tiny study and trials.csv
     images = [out for out in outputs if "image/png" in out.get("data", {})]
-    assert len(images) >= 2  # the curves drawn in the notebook, and the saved confusion matrix
+    assert len(images) >= 3  # the curves, the confusion matrix and the study's history
     assert (tmp_path / "two-processes" / "curves.png").is_file()
