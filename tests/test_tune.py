@@ -362,3 +362,13 @@ def test_without_optuna_the_error_names_the_extra(tmp_path, data_root, capsys, m
     assert done.stderr.strip() == (
         "error: qg tune needs the 'tune' extra (Optuna): pip install 'QuantumGravPy[tune]'"
     )
+
+
+def test_the_shipped_search_space_fits_the_shipped_configs():
+    from QuantumGravPy.tune import load_space
+
+    for name in ("train.yaml", "train_ddp.yaml"):
+        config = qg.load_config(ROOT / "configs" / name)
+        space = load_space(ROOT / "configs" / "search_space.yaml", config)
+        assert "model.hidden_channels" in [p.key for p in space.params]
+        assert (space.metric, space.direction) == ("val_loss", "minimize")
