@@ -167,7 +167,7 @@ def test_ddp_trials_are_pruned_on_every_rank_and_run_two_at_a_time(tmp_path, dat
 
 
 @pytest.mark.timeout(240)
-def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, data_root):
+def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, data_root, capsys):
     space = {
         "training.optimizer.kwargs.lr": LR,
         "objective": {"metric": "val_loss"},
@@ -196,7 +196,7 @@ def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, dat
     before = {t.number: t for t in stored_trials(study)}
     assert before[0].state.name == "COMPLETE" and before[1].state.name == "RUNNING"
 
-    done = run_cli("tune", config, space_file, "--trials", "3", "--resume")
+    done = run_main(capsys, "tune", config, space_file, "--trials", "3", "--resume")
     assert done.returncode == 0, done.stderr
     after = stored_trials(study)
     numbers = [t.number for t in after]
@@ -214,8 +214,49 @@ def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, dat
     assert [r["state"] for r in rows] == [t.state.name for t in after]
     assert "interrupted" in rows[1]["error"]
 
-    again = run_cli("tune", config, space_file, "--trials", "3", "--resume")
+    again = run_main(capsys, "tune", config, space_file, "--trials", "3", "--resume")
     assert again.returncode == 0 and len(stored_trials(study)) == len(after)
+
+
+@pytest.mark.timeout(240)
+def test_ctrl_c_stops_parallel_trials_and_resume_runs_them_again(tmp_path, data_root, capsys):
+    space = {
+        "training.optimizer.kwargs.lr": LR,
+        "objective": {"metric": "val_loss"},
+        "pruner": {"type": "none"},
+    }
+    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=200)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
+    args = [sys.executable, "-m", "QuantumGravPy", "tune", str(config), str(space_file)]
+    job = subprocess.Popen(
+        [*args, "--trials", "2", "--parallel", "2"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 180
+    while not all((study / f"trial_000{i}" / "history.csv").exists() for i in (0, 1)):
+        assert job.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(job.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 130 and err.strip().endswith("interrupted"), err
+    stopped = stored_trials(study)
+    assert [t.state.name for t in stopped] == ["FAIL", "FAIL", "WAITING", "WAITING"]
+    assert all(t.user_attrs["interrupted"] for t in stopped[:2])
+    assert [r["state"] for r in read_trials(study)] == ["FAIL", "FAIL"]
+
+    done = run_main(
+        capsys, "tune", config, space_file, "--trials", "2", "--resume", "training.num_epochs=2"
+    )
+    assert done.returncode == 0, done.stderr
+    after = stored_trials(study)
+    assert [t.state.name for t in after] == ["FAIL", "FAIL", "COMPLETE", "COMPLETE"]
+    assert {t.user_attrs["rerun_of"]: t.params for t in after[2:]} == {
+        t.number: t.params for t in after[:2]
+    }
 
 
 BAD_SPACES = [

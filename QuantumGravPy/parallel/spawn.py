@@ -162,9 +162,13 @@ def _spawn_once(
             raise _failure(out, e.error_index, f"it ended with {how}", context, timeout_s) from None
         finally:
             _terminate(context)  # Ctrl-C, or anything else unexpected: no rank is left behind
-        return [
-            pickle.loads((out / f"result{rank}.pkl").read_bytes()) for rank in range(world_size)
-        ]
+        results = []
+        for rank in range(world_size):
+            path = out / f"result{rank}.pkl"
+            if not path.exists():  # torch's wrapper ends a rank hit by Ctrl-C with status 0
+                raise WorkerError(f"rank {rank} ended without a result (interrupted)", rank=rank)
+            results.append(pickle.loads(path.read_bytes()))
+        return results
 
 
 def _failure(out: Path, rank: int, detail: str, context, timeout_s: float) -> Exception:

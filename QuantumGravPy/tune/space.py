@@ -24,6 +24,7 @@ import inspect
 import math
 import types
 import typing
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -120,8 +121,12 @@ class SearchSpace:
         kind, kwargs = _split(self.pruner)
         return _pruners()[kind](**kwargs)
 
-    def make_sampler(self, *, parallel: int = 1) -> Any:
+    def make_sampler(self, *, parallel: int = 1, salt: str | None = None) -> Any:
+        """The sampler; with ``salt`` (a study continued by this process), its seed is mixed
+        with it, so a resumed study or a second worker does not repeat the first suggestions."""
         kind, kwargs = _split(self.sampler)
+        if salt is not None and kwargs.get("seed") is not None:
+            kwargs["seed"] = (kwargs["seed"] + zlib.crc32(salt.encode())) % 2**32
         if kind == "tpe" and parallel > 1:
             # Trials running at once are assumed to score badly until they report, so parallel
             # workers do not all sample the same promising point.

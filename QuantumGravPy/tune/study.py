@@ -92,12 +92,12 @@ class Tuner:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.storage_spec = storage or str(self.dir / JOURNAL)
         self.storage = open_storage(self.storage_spec)
+        self.owner = _owner()
         self.study = self._open_study(resume)
         self.study.set_user_attr("directory", str(self.dir.absolute()))
         self.lock = threading.Lock()  # asking, telling and the output files
         self.running: dict[int, Any] = {}  # trial id -> trial, of this process
         self.stopping = False
-        self.owner = _owner()
 
     # --- the study in its storage ---------------------------------------------------------------
 
@@ -110,6 +110,8 @@ class Tuner:
         shown = redact(self.storage_spec)
         names = [s.study_name for s in optuna.get_all_study_summaries(self.storage)]
         if self.name in names:
+            # a seeded sampler would suggest again what the study's first job suggested
+            sampler = self.space.make_sampler(parallel=self.parallel, salt=self.owner)
             study = optuna.load_study(
                 study_name=self.name, storage=self.storage, sampler=sampler, pruner=pruner
             )
@@ -197,10 +199,12 @@ class Tuner:
             if self.base.data.dataset is None and done < self.total:
                 dataset_from_config(self.base.data)  # built once, not by every trial at once
             self.bar = tqdm(total=self.total, initial=min(done, self.total), unit="trial")
-            with self.bar, self._heartbeat():
-                self._run_slots()
-            with self.lock:
-                write_outputs(self.study, self.space, self.dir)
+            try:
+                with self.bar, self._heartbeat():
+                    self._run_slots()
+            finally:  # also when stopped: the files show what the study holds
+                with self.lock:
+                    write_outputs(self.study, self.space, self.dir)
             self._log_best(logger)
         finally:
             logger.removeHandler(handler)
@@ -242,7 +246,11 @@ class Tuner:
     def _one_trial(self) -> bool:
         """Ask for a trial, run it and tell its result; False when the study is complete."""
         with self.lock:
-            if self.stopping or self._finished() >= self.total:
+            if self.stopping:
+                return False
+            # a job that died meanwhile (another worker of a cluster study) frees its trial
+            self.fail_abandoned()
+            if self._finished() >= self.total:
                 return False
             trial = self.study.ask()
             trial_id = trial._trial_id
@@ -254,8 +262,9 @@ class Tuner:
         trial.set_user_attr("run_dir", str(run_dir))
         try:
             state, value, attrs = self._train(trial, values, run_dir)
-        except KeyboardInterrupt:
-            self._interrupt(trial, "interrupted by Ctrl-C")
+        except BaseException as e:  # Ctrl-C, or a failure of the study itself: run it again
+            why = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
+            self._interrupt(trial, f"interrupted: the study stopped ({why})")
             raise
         finally:
             self.running.pop(trial_id, None)
