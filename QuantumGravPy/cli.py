@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     tune = sub.add_parser(
         "tune",
         help="search hyperparameters with Optuna: trials of a search space, best.yaml",
-        description="Run a study of TRIALS trials around CONFIG, varying the keys of SPACE. The "
+        description="Run a study of N trials around CONFIG, varying the keys of SPACE. The "
         "study lives in training.path: one run per trial (trial_NNNN/), trials.csv, best.yaml, "
         "plots, and (by default) the study file study.journal.",
     )
