@@ -48,7 +48,18 @@ from .parallel import (
     run_distributed,
     spawn,
 )
-from .physics import CausalSet, myrheim_meyer_dimension, ordering_fraction_expectation, sprinkle
+from .physics import (
+    CausalSet,
+    conformal_sprinkling,
+    destroyed_sprinkling,
+    kleitman_rothschild_order,
+    myrheim_meyer_dimension,
+    observables,
+    ordering_fraction_expectation,
+    random_order,
+    sprinkle,
+    transitive_percolation,
+)
 from .runs import load_checkpoint
 from .training import (
     EMA,
@@ -98,20 +109,26 @@ __all__ = [
     "WorkerError",
     "apply_augmentation",
     "cleanup_ddp",
+    "conformal_sprinkling",
+    "destroyed_sprinkling",
     "gen_augmentation_params",
     "gen_distributed_augmentation_params",
     "get_preset",
     "initialize_ddp",
+    "kleitman_rothschild_order",
     "launch",
     "load_checkpoint",
     "load_config",
     "myrheim_meyer_dimension",
+    "observables",
     "ordering_fraction_expectation",
     "prepare_run",
+    "random_order",
     "run_distributed",
     "spawn",
     "split_dataset",
     "sprinkle",
     "stream_distributed_augmentation_chain",
+    "transitive_percolation",
     "tune",
 ]

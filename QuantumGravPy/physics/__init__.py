@@ -2,20 +2,33 @@
 
 - :mod:`.causal_set`: :class:`CausalSet`, a partial order as relation and link matrices;
 - :mod:`.orders`: closing, reducing, checking and labelling partial orders given as matrices;
-- :mod:`.sprinkling`: Poisson sprinklings into a causal diamond of Minkowski space;
-- :mod:`.observables`: per-element features, chain lengths, the Myrheim-Meyer estimator.
+- :mod:`.sprinkling`: sprinklings into a causal diamond of Minkowski, de Sitter, anti-de Sitter
+  space, or a 2D spacetime with a random conformal factor (:mod:`.curved`: the factors and
+  their Ricci scalars);
+- :mod:`.random_orders`: random d-orders, Kleitman-Rothschild orders, transitive percolation,
+  destroyed sprinklings: causal sets that are not manifold-like;
+- :mod:`.observables`: counts (ordering fraction, links, interval abundances), chains, the
+  Benincasa-Dowker action, dimension estimators, per-element features.
 
 It knows nothing of training and imports nothing else of the package: the lowest floor above
 ``errors`` and ``logs``, usable on its own (``from QuantumGravPy.physics import sprinkle``).
 """
 
+from . import observables
 from .causal_set import CausalSet
+from .curved import SPACETIMES, curvature_radius, h_for_proper_height, proper_height
 from .observables import (
     FEATURE_NAMES,
     NUM_FEATURES,
+    benincasa_dowker_action,
+    interval_abundances,
+    link_count,
+    longest_chain,
     longest_chains,
+    midpoint_dimension,
     myrheim_meyer_dimension,
     node_features,
+    ordering_fraction,
     ordering_fraction_expectation,
 )
 from .orders import (
@@ -25,13 +38,21 @@ from .orders import (
     transitive_closure,
     transitive_reduction,
 )
+from .random_orders import (
+    destroyed_sprinkling,
+    kleitman_rothschild_order,
+    random_order,
+    transitive_percolation,
+)
 from .sprinkling import (
     MAX_DIMENSION,
     MIN_DIMENSION,
     causal_structure,
     check_sprinkle_arguments,
+    conformal_sprinkling,
     diamond_coordinates,
     sprinkle,
+    uniform_diamond,
 )
 
 __all__ = [
@@ -39,18 +60,35 @@ __all__ = [
     "MAX_DIMENSION",
     "MIN_DIMENSION",
     "NUM_FEATURES",
+    "SPACETIMES",
     "CausalSet",
+    "benincasa_dowker_action",
     "causal_structure",
     "check_sprinkle_arguments",
+    "conformal_sprinkling",
+    "curvature_radius",
+    "destroyed_sprinkling",
     "diamond_coordinates",
+    "h_for_proper_height",
+    "interval_abundances",
     "is_naturally_labelled",
+    "kleitman_rothschild_order",
+    "link_count",
+    "longest_chain",
     "longest_chains",
+    "midpoint_dimension",
     "myrheim_meyer_dimension",
     "natural_labelling",
     "node_features",
+    "observables",
     "order_violation",
+    "ordering_fraction",
     "ordering_fraction_expectation",
+    "proper_height",
+    "random_order",
     "sprinkle",
     "transitive_closure",
+    "transitive_percolation",
     "transitive_reduction",
+    "uniform_diamond",
 ]

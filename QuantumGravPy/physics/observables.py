@@ -1,8 +1,18 @@
-"""Observables of causal sets: per-element features, chain lengths and the dimension estimator.
+"""Observables of causal sets: counts, chains, actions and dimension estimators.
 
-They take the relations (and links) as boolean matrices, [B, N, N] for a batch of causal sets of
-one size, with elements in a natural labelling (every relation points to a later index), so
-that one sweep in index order is exact.
+They take the relations (and links) as boolean matrices, [N, N] for one causal set or
+[B, N, N] for a batch of one size, with elements in a natural labelling (every relation points
+to a later index), and return one value per causal set. Counts are exact integers: the number
+of elements between two others is an entry of the matrix product C C, computed in float32,
+exact below 2**24 elements.
+
+- :func:`ordering_fraction`, :func:`link_count`, :func:`interval_abundances` (N_k: related
+  pairs with exactly k elements between them), :func:`longest_chain`;
+- :func:`benincasa_dowker_action` in 2 and 4 dimensions (unsmeared, in units of the
+  discreteness scale);
+- dimension estimators: :func:`myrheim_meyer_dimension` (from the ordering fraction) and
+  :func:`midpoint_dimension` (from the size of the largest half-interval);
+- :func:`node_features`: the per-element features of the embedded graphs.
 """
 
 from __future__ import annotations
@@ -25,17 +35,26 @@ NUM_FEATURES = len(FEATURE_NAMES)
 
 
 def longest_chains(relations: Tensor) -> Tensor:
-    """Longest chain (in links) ending at each element, for a batch [B, N, N] of sorted relations.
+    """Longest chain (in links) ending at each element, for a batch [B, N, N] of relations.
 
-    One sweep in time order is exact: every predecessor of j comes before j.
+    Peels the minimal elements off again and again: an element leaves in round k exactly when
+    the longest chain ending at it has k links. As many rounds as the longest chain has
+    elements, each one matrix-vector product, instead of a Python step per element.
     """
     b, n, _ = relations.shape
     height = torch.zeros(b, n, dtype=torch.float32)
     r = relations.float()
-    for j in range(1, n):
-        # -1 where unrelated so that an element with no past keeps height 0
-        height[:, j] = (r[:, :j, j] * (height[:, :j] + 1) - (1 - r[:, :j, j])).amax(1).clamp(min=0)
-    return height
+    waiting = r.sum(1)  # predecessors not yet peeled off
+    left = torch.ones(b, n, dtype=torch.bool)
+    level = 0
+    while True:
+        minimal = left & (waiting == 0)
+        if not minimal.any():
+            return height
+        height[minimal] = level
+        left &= ~minimal
+        waiting -= torch.bmm(minimal.float()[:, None, :], r)[:, 0]
+        level += 1
 
 
 def node_features(relations: Tensor, links: Tensor) -> Tensor:
@@ -77,3 +96,98 @@ def myrheim_meyer_dimension(ordering_fraction: float) -> float:
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+# --- counts ---------------------------------------------------------------------------------
+
+
+def _batch(relations: Tensor) -> tuple[Tensor, bool]:
+    relations = torch.as_tensor(relations).bool()
+    single = relations.dim() == 2
+    return (relations[None] if single else relations), single
+
+
+def _out(values: Tensor, single: bool) -> Tensor:
+    return values[0] if single else values
+
+
+def between_counts(relations: Tensor) -> Tensor:
+    """``[.., i, j]``: the number of elements strictly between i and j (for related pairs; any
+    other pair's entry counts common elements of i's future and j's past, which is 0)."""
+    r = relations.float()
+    return torch.matmul(r, r)
+
+
+def ordering_fraction(relations: Tensor) -> Tensor:
+    """Related pairs divided by all pairs (float64), one value per causal set."""
+    r, single = _batch(relations)
+    n = r.shape[-1]
+    pairs = n * (n - 1) / 2
+    values = r.sum((1, 2)).double() / pairs if n > 1 else torch.zeros(len(r), dtype=torch.float64)
+    return _out(values, single)
+
+
+def link_count(relations: Tensor) -> Tensor:
+    """Links (relations with nothing in between), int64, one per causal set."""
+    return interval_abundances(relations, 0)[..., 0]
+
+
+def interval_abundances(relations: Tensor, max_size: int) -> Tensor:
+    """``N_k`` for k = 0 .. ``max_size``: related pairs with exactly k elements between them
+    (N_0 is the number of links). int64, [max_size + 1] or [B, max_size + 1]."""
+    r, single = _batch(relations)
+    between = between_counts(r).long()
+    b = len(r)
+    keep = r & (between <= max_size)
+    batch_index = torch.arange(b)[:, None, None].expand_as(r)[keep]
+    flat = batch_index * (max_size + 1) + between[keep]
+    counts = torch.bincount(flat, minlength=b * (max_size + 1)).view(b, max_size + 1)
+    return _out(counts, single)
+
+
+def longest_chain(relations: Tensor) -> Tensor:
+    """Elements in the longest chain, int64, one per causal set (0 for an empty set)."""
+    r, single = _batch(relations)
+    if r.shape[-1] == 0:
+        return _out(torch.zeros(len(r), dtype=torch.long), single)
+    return _out(longest_chains(r).amax(1).long() + 1, single)
+
+
+# --- actions and dimension estimators -------------------------------------------------------
+
+#: Coefficients (c, c_0, c_1, ...) of the unsmeared Benincasa-Dowker action
+#: ``S = prefactor * (c N + sum_k c_k N_k)`` in 2 and 4 dimensions.
+BD_COEFFICIENTS = {
+    2: (2.0, (1.0, -2.0, 4.0, -2.0)),
+    4: (4.0 / math.sqrt(6.0), (1.0, -1.0, 9.0, -16.0, 8.0)),
+}
+
+
+def benincasa_dowker_action(relations: Tensor, dimension: int) -> Tensor:
+    """The Benincasa-Dowker action (float64; the discreteness length and hbar are 1).
+
+    d = 2: ``2 (N - 2 N_0 + 4 N_1 - 2 N_2)``; d = 4: ``(4 / sqrt 6)(N - N_0 + 9 N_1 - 16 N_2 +
+    8 N_3)``, with N_k the :func:`interval_abundances`. For sprinklings into a flat 2D diamond
+    its mean is 2 for every N (the boundary term of the diamond).
+    """
+    if dimension not in BD_COEFFICIENTS:
+        raise ValueError(f"the action is defined here for dimension 2 or 4, got {dimension!r}")
+    prefactor, (c, *ck) = BD_COEFFICIENTS[dimension]
+    r, single = _batch(relations)
+    counts = interval_abundances(r, len(ck) - 1).double()
+    values = prefactor * (c * r.shape[-1] + counts @ torch.tensor(ck, dtype=torch.float64))
+    return _out(values, single)
+
+
+def midpoint_dimension(relations: Tensor) -> Tensor:
+    """The midpoint-scaling dimension estimate, float64, one per causal set.
+
+    The element whose smaller side (past or future) is largest splits the set most evenly;
+    in a d-dimensional diamond of N elements each side of that midpoint is a diamond of half
+    the height, so it holds about N / 2**d elements: ``d = log2(N / that size)``.
+    """
+    r, single = _batch(relations)
+    n = r.shape[-1]
+    sides = torch.minimum(r.sum(1), r.sum(2)).amax(1).double()
+    values = torch.log2(n / sides.clamp(min=1))
+    return _out(values, single)

@@ -1,4 +1,4 @@
-"""Causal sets sprinkled into a causal diamond of Minkowski space.
+"""Causal sets sprinkled into a causal diamond of Minkowski space or a conformally flat one.
 
 A sprinkling places points uniformly (with respect to the spacetime volume) into a region; the
 causal set is the set of points with the causal order they inherit. We use the causal diamond
@@ -16,6 +16,13 @@ import torch
 from torch import Tensor
 
 from .causal_set import CausalSet
+from .curved import (
+    PolynomialFactor,
+    check_h,
+    conformal_coordinates,
+    log_conformal_factor,
+    ricci_scalar,
+)
 
 MIN_DIMENSION = 2
 MAX_DIMENSION = 6
@@ -35,21 +42,64 @@ def check_sprinkle_arguments(num_points: int, dimension: int) -> None:
         )
 
 
-def sprinkle(num_points: int, dimension: int, seed: int) -> CausalSet:
-    """Sprinkle ``num_points`` points into the causal diamond of ``dimension``-dim Minkowski space.
+def sprinkle(
+    num_points: int, dimension: int, seed: int, spacetime: str = "minkowski", h: float = 0.0
+) -> CausalSet:
+    """Sprinkle ``num_points`` points into the causal diamond of a ``dimension``-dim spacetime.
 
-    The same arguments always give the same causal set.
+    ``spacetime``: ``minkowski``, ``de_sitter`` or ``anti_de_sitter`` with ``0 <= h < 1``
+    (see :mod:`.curved`; ``h = 0`` is flat). The diamond is ``|t| + |x| <= 1`` in conformal
+    coordinates, where the causal order is Minkowski's. The causal set carries its coordinates
+    and the Ricci scalar at every element. The same arguments always give the same causal set.
     """
     check_sprinkle_arguments(num_points, dimension)
-    coords = torch.from_numpy(
-        diamond_coordinates(num_points, dimension, np.random.default_rng(seed))
+    check_h(spacetime, h)
+    rng = np.random.default_rng(seed)
+    if h == 0:
+        coords = diamond_coordinates(num_points, dimension, rng)
+    else:
+        log_omega = log_conformal_factor(spacetime, h)
+        coords = conformal_coordinates(num_points, dimension, rng, log_omega, 0.0, uniform_diamond)
+    ricci = torch.full((num_points,), ricci_scalar(spacetime, h, dimension), dtype=torch.float64)
+    return _causal_set(coords, ricci)
+
+
+def conformal_sprinkling(
+    num_points: int, seed: int, *, amplitude: float = 0.3, degree: int = 3
+) -> CausalSet:
+    """A sprinkling into the 2D diamond of ``Omega**2 eta`` with a random smooth ``Omega``.
+
+    ``ln Omega`` is a polynomial in t and x of the given degree, with coefficients drawn from
+    a normal distribution of standard deviation ``amplitude`` (``Omega = 1`` at the centre).
+    The causal set carries the exact Ricci scalar at every element (``.ricci``).
+    """
+    check_sprinkle_arguments(num_points, 2)
+    if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
+        raise ValueError(f"degree must be a positive integer, got {degree!r}")
+    if not amplitude >= 0:
+        raise ValueError(f"amplitude must be >= 0, got {amplitude!r}")
+    rng = np.random.default_rng(seed)
+    factor = PolynomialFactor.random(rng, amplitude, degree)
+    coords = conformal_coordinates(
+        num_points, 2, rng, factor.log_omega, factor.upper_bound(), uniform_diamond
     )
-    relations, links = causal_structure(coords[None])
-    return CausalSet(coordinates=coords, relations=relations[0], links=links[0])
+    return _causal_set(coords, torch.from_numpy(factor.ricci(coords)))
+
+
+def _causal_set(coords: np.ndarray, ricci: Tensor) -> CausalSet:
+    points = torch.from_numpy(coords)
+    relations, links = causal_structure(points[None])
+    return CausalSet(relations=relations[0], links=links[0], coordinates=points, ricci=ricci)
 
 
 def diamond_coordinates(num_points: int, dimension: int, rng: np.random.Generator) -> np.ndarray:
-    """Uniform points in the diamond ``|t| + |x| <= 1``, sorted by time. Shape [N, d].
+    """Uniform points in the diamond ``|t| + |x| <= 1``, sorted by time. Shape [N, d]."""
+    coords = uniform_diamond(num_points, dimension, rng)
+    return coords[np.argsort(coords[:, 0], kind="stable")]
+
+
+def uniform_diamond(num_points: int, dimension: int, rng: np.random.Generator) -> np.ndarray:
+    """Uniform points in the diamond ``|t| + |x| <= 1``, in the order drawn. Shape [N, d].
 
     Sampled directly, without rejection: the spatial slice at time t is a ball of radius
     ``r = 1 - |t|``, so ``r`` has density proportional to ``r**(d-1)`` on [0, 1], i.e.
@@ -65,7 +115,7 @@ def diamond_coordinates(num_points: int, dimension: int, rng: np.random.Generato
     coords = np.empty((num_points, d))
     coords[:, 0] = t
     coords[:, 1:] = direction * r[:, None]
-    return coords[np.argsort(t, kind="stable")]
+    return coords
 
 
 def causal_structure(coords: Tensor) -> tuple[Tensor, Tensor]:
