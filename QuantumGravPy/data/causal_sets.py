@@ -18,8 +18,14 @@ from .cache import DigestCachedDataset
 
 # Bump when the generated graphs change for the same parameters, so old caches are not reused.
 GENERATOR_VERSION = 3  # 2: graphs carry their coordinates as pos; 3: dimension and time
-# Graphs of one size processed together; bounds the [B, N, N, d] intermediates to ~100 MB.
+# Graphs of one size processed together: at most 512, and few enough that a batch's [B, N, N]
+# matrices stay near 64 M entries (a few hundred MB as floats) for large causal sets.
 _CHUNK = 512
+_CHUNK_ENTRIES = 1 << 26
+
+
+def _chunk(n: int) -> int:
+    return max(1, min(_CHUNK, _CHUNK_ENTRIES // (n * n)))
 # Graphs generated at a time when streaming into a cache on disk.
 _BLOCK = 4096
 
@@ -58,7 +64,9 @@ def generate_causal_set_graphs(
 
     graphs: dict[int, Data] = {}
     chunks = [
-        group[k : k + _CHUNK] for group in by_size.values() for k in range(0, len(group), _CHUNK)
+        group[k : k + _chunk(n)]
+        for n, group in by_size.items()
+        for k in range(0, len(group), _chunk(n))
     ]
     for chunk in tqdm(
         chunks, desc="causal sets", unit="chunk", disable=None if progress else True, leave=False

@@ -12,9 +12,36 @@ from torch import Tensor
 
 
 def _compose(a: Tensor, b: Tensor) -> Tensor:
-    """Boolean matrix product: ``[i, j]`` true when some k has a[i, k] and b[k, j]."""
-    dtype = torch.float32 if a.shape[-1] < 1 << 24 else torch.float64  # exact counts
+    """Boolean matrix product: ``[i, j]`` true when some k has a[i, k] and b[k, j].
+
+    A sum of products of 0 and 1 is positive exactly when one product is, and never rounds to
+    0, so the fastest type the hardware multiplies in answers it exactly.
+    """
+    dtype = count_dtype(a.device)
     return torch.matmul(a.to(dtype), b.to(dtype)) > 0
+
+
+def count_dtype(device: torch.device) -> torch.dtype:
+    """bfloat16 where matrix products in it are fast (CUDA; CPUs with AVX512-BF16 or AMX),
+    else float32: for 0/1 matrices, whether an entry of the product is 0 is the same in both."""
+    if device.type == "cuda" or (device.type == "cpu" and _cpu_has_bf16()):
+        return torch.bfloat16
+    return torch.float32
+
+
+_BF16: bool | None = None
+
+
+def _cpu_has_bf16() -> bool:
+    global _BF16
+    if _BF16 is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                flags = f.read()
+            _BF16 = "avx512_bf16" in flags or "amx_bf16" in flags
+        except OSError:
+            _BF16 = False
+    return _BF16
 
 
 def transitive_closure(links: Tensor) -> Tensor:
@@ -28,7 +55,8 @@ def transitive_closure(links: Tensor) -> Tensor:
 
 
 def transitive_reduction(relations: Tensor) -> Tensor:
-    """The links of a transitively closed ``relations``: relations with nothing in between."""
+    """The links of a transitively closed ``relations`` ([N, N] or [B, N, N], bool): related
+    pairs with nothing in between (the count of elements between i and j is (C C)[i, j])."""
     relations = relations.bool()
     return relations & ~_compose(relations, relations)
 

@@ -23,6 +23,7 @@ from .curved import (
     log_conformal_factor,
     ricci_scalar,
 )
+from .orders import transitive_reduction
 
 MIN_DIMENSION = 2
 MAX_DIMENSION = 6
@@ -122,14 +123,23 @@ def causal_structure(coords: Tensor) -> tuple[Tensor, Tensor]:
     """Relations and links of a batch of time-sorted point sets. ``coords``: [B, N, d].
 
     Returns two bool tensors [B, N, N]: ``relations[b, i, j]`` iff i precedes j (timelike
-    separated and earlier), and ``links``, the relations with no element in between.
+    separated and earlier), and ``links``, the relations with no element in between (one
+    matrix product: the count of elements between i and j is ``(C C)[i, j]``).
     """
-    dt = coords[:, None, :, 0] - coords[:, :, None, 0]  # [B, i, j] = t_j - t_i
-    dx2 = (coords[:, None, :, 1:] - coords[:, :, None, 1:]).square().sum(-1)
-    relations = (dt > 0) & (dt.square() > dx2)
+    b, n, d = coords.shape
+    relations = torch.empty(b, n, n, dtype=torch.bool)
+    # Rows in blocks of about 4 MB of float64, so the separations stay in cache; in float64,
+    # so points close to each other's light cone are ordered as their coordinates say.
+    rows = max(1, (1 << 19) // max(1, b * n))
+    t = coords[..., 0]
+    for start in range(0, n, rows):
+        block = slice(start, min(n, start + rows))
+        dt = t[:, None, :] - t[:, block, None]  # [B, rows, N] = t_j - t_i
+        interval = dt * dt
+        for k in range(1, d):
+            dx = coords[:, None, :, k] - coords[:, block, None, k]
+            interval -= dx.mul_(dx)
+        relations[:, block] = (dt > 0) & (interval > 0)
     # Sorting by time makes every relation point forwards; the triangle mask only guards ties.
-    relations &= torch.ones_like(relations[0]).triu(1)
-    r = relations.float()
-    between = torch.bmm(r, r)  # [b, i, j] = number of k with i < k < j
-    links = relations & (between == 0)
-    return relations, links
+    relations &= torch.ones(n, n, dtype=torch.bool).triu(1)
+    return relations, transitive_reduction(relations)
