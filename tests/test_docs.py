@@ -39,7 +39,15 @@ def schema_keys(tree, keys, prefix=""):
 def test_every_key_of_the_shipped_configs_is_documented():
     keys = {key for key, *_ in reference_rows()}
     sections = {key.split(".")[0] for key in keys}
-    for name in ("train.yaml", "train_ddp.yaml", "multitask.yaml"):
+    for name in (
+        "train.yaml",
+        "train_ddp.yaml",
+        "multitask.yaml",
+        "curvature.yaml",
+        "manifold_like.yaml",
+        "cset_type.yaml",
+        "ricci.yaml",
+    ):
         raw = yaml.safe_load((ROOT / "configs" / name).read_text())
         for key in schema_keys(raw, keys):
             assert key in keys or key in sections, f"{name}: {key} is not in the reference"

@@ -34,6 +34,14 @@ class DataConfig:
     num_graphs: int = field(default=3000, metadata=_POSITIVE)  # causal sets to generate
     num_points: tuple[int, int] = (32, 64)  # [min, max] elements per causal set
     dimensions: tuple[int, ...] = (2, 3, 4)  # spacetime dimensions; y is the index in this list
+    # the embedded data: dimension (y: the index in dimensions), curvature (flat, de Sitter,
+    # anti-de Sitter at h), manifold_like (sprinklings against percolations of the same
+    # ordering fraction), cset_type (one class per generator) or ricci (2D, random conformal
+    # factor; the Ricci scalar per element). See "The embedded data" in the README
+    kind: Literal["dimension", "curvature", "manifold_like", "cset_type", "ricci"] = "dimension"
+    # curvature: h of the de Sitter and anti-de Sitter classes, in [0, 1) (0.6: the de
+    # Sitter diamond is 1.4 radii high), or [low, high] to draw each set's h from
+    h: float | tuple[float, float] = 0.6
     seed: int = 0  # generation and the train/val/test split
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)  # train, validation, test
     dataset: DottedPath | None = None  # a function returning your own Dataset or list of Data
@@ -96,6 +104,11 @@ class DataConfig:
             raise ConfigError(
                 f"data.dimensions: expected a non-empty list of distinct dimensions, "
                 f"found {list(self.dimensions)}"
+            )
+        low, high = (self.h, self.h) if isinstance(self.h, float) else self.h
+        if not 0 <= low <= high < 1:
+            raise ConfigError(
+                f"data.h: expected a number in [0, 1) or [low, high] within it, found {self.h!r}"
             )
         bad = [d for d in self.dimensions if not 2 <= d <= 6]
         if bad:

@@ -187,6 +187,11 @@ def validate_tasks(config: Config) -> None:
         task.check(f"tasks[{i}]")
         if name in names[:i]:
             raise ConfigError(f"tasks[{i}].name: {name!r} names two tasks")
+    if config.data.kind == "ricci" and not tasks and not config.data.files:
+        raise ConfigError(
+            "tasks: data.kind ricci has no classes to learn; give a task, e.g. "
+            "{name: ricci, type: regression, level: node} (see configs/ricci.yaml)"
+        )
     if tasks and config.criterion != "torch.nn.CrossEntropyLoss":
         raise ConfigError(
             "criterion: only for configs without tasks:; give each task its loss "

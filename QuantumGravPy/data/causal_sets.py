@@ -1,7 +1,9 @@
-"""The embedded dataset: causal sets sprinkled into diamonds of several dimensions, as graphs.
+"""The embedded dataset: generated causal sets as graphs, of the kind ``data.kind`` names.
 
 Generated on first use and cached, so the main job needs no download. Graph i is a pure
 function of (seed, i), which lets any number of processes generate disjoint ranges of it.
+The default kind, ``dimension`` (sprinklings into diamonds of several dimensions), is made a
+batch of one size at a time; the others (:mod:`.kinds`) one causal set at a time.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from ..physics import causal_structure, check_sprinkle_arguments, diamond_coordinates, node_features
+from . import kinds
 from .cache import DigestCachedDataset
 
 # Bump when the generated graphs change for the same parameters, so old caches are not reused.
-GENERATOR_VERSION = 3  # 2: graphs carry their coordinates as pos; 3: dimension and time
+# 2: graphs carry their coordinates as pos; 3: dimension and time; 4: every kind's labels
+GENERATOR_VERSION = 4
 # Graphs of one size processed together: at most 512, and few enough that a batch's [B, N, N]
 # matrices stay near 64 M entries (a few hundred MB as floats) for large causal sets.
 _CHUNK = 512
@@ -26,6 +30,8 @@ _CHUNK_ENTRIES = 1 << 26
 
 def _chunk(n: int) -> int:
     return max(1, min(_CHUNK, _CHUNK_ENTRIES // (n * n)))
+
+
 # Graphs generated at a time when streaming into a cache on disk.
 _BLOCK = 4096
 
@@ -50,9 +56,23 @@ def generate_causal_set_graphs(
     dimensions: Sequence[int],
     seed: int,
     progress: bool = True,
+    kind: str = "dimension",
+    h: Sequence[float] = (0.0, 0.0),
 ) -> list[Data]:
     """Graphs ``start`` to ``end - 1`` of the causal-set dataset with these parameters."""
     max_dim = max(dimensions)
+    if kind != "dimension":
+        drawn = []
+        for i in tqdm(
+            range(start, end),
+            desc=kind,
+            unit="set",
+            disable=None if progress else True,
+            leave=False,
+        ):
+            rng, n, _ = graph_parameters(i, num_points, dimensions, seed)
+            drawn.append(kinds.draw(kind, rng, n, dimensions, h))
+        return kinds.graphs_of(kind, drawn, max_dim)
     by_size: dict[int, list[tuple[int, int, np.ndarray]]] = {}
     for i in range(start, end):
         rng, n, label = graph_parameters(i, num_points, dimensions, seed)
@@ -81,6 +101,12 @@ def generate_causal_set_graphs(
                 edge_index=torch.cat([edges, edges.flip(0)], dim=1),
                 y=torch.tensor([label]),
                 dimension=torch.tensor([float(dimensions[label])]),  # d, as a regression target
+                # the other kinds' labels, so that every graph has all of them (kinds.py)
+                spacetime=torch.tensor([0]),
+                h=torch.tensor([0.0]),
+                manifold_like=torch.tensor([1]),
+                cset_type=torch.tensor([0]),
+                ricci=torch.zeros(coords.shape[1]),
                 time=coords[b, :, 0].float(),  # each element's time coordinate, in (-1, 1)
                 pos=coords[b],  # float64, time first, zero-padded: for exact sub-sprinklings
             )
@@ -102,7 +128,14 @@ class GeneratedSource:
         num_points: Sequence[int] = (32, 64),
         dimensions: Sequence[int] = (2, 3, 4),
         seed: int = 0,
+        kind: str = "dimension",
+        h: float | Sequence[float] = 0.6,
     ):
+        if kind not in kinds.KINDS:
+            raise ValueError(f"kind must be one of {', '.join(kinds.KINDS)}, got {kind!r}")
+        low, high = (h, h) if isinstance(h, (int, float)) else (float(h[0]), float(h[1]))
+        if not 0.0 <= low <= high < 1.0:
+            raise ValueError(f"h must be in [0, 1), or [low, high] within it; got {h!r}")
         if num_graphs < 1:
             raise ValueError(f"num_graphs must be positive, got {num_graphs}")
         lo, hi = num_points
@@ -118,7 +151,10 @@ class GeneratedSource:
             "dimensions": [int(d) for d in dimensions],
             "seed": int(seed),
             "version": GENERATOR_VERSION,
+            "kind": kind,
         }
+        if kind == "curvature":
+            self.params["h"] = [low, high]
         self.total = int(num_graphs)
 
     def graphs(self, start: int, end: int, *, progress: bool = True) -> Iterator[Data]:
@@ -138,23 +174,28 @@ class GeneratedSource:
                 dimensions=p["dimensions"],
                 seed=p["seed"],
                 progress=progress and end - start <= _BLOCK,
+                kind=p["kind"],
+                h=p.get("h", (0.0, 0.0)),
             )
 
     def num_classes_of(self, name: str) -> int | None:
-        """The classes of a label, known without reading the graphs: ``y`` has one per
-        dimension, whether or not every dimension was drawn."""
-        return len(self.params["dimensions"]) if name == "y" else None
+        """The classes of a label, known without reading the graphs (``y`` of the dimension
+        kind has one per dimension, whether or not every dimension was drawn)."""
+        return kinds.num_classes(self.params["kind"], name, self.params["dimensions"])
 
     def rejected_all(self) -> str:  # nothing filters generated graphs
         return "no causal set was generated"
 
 
 class CausalSetDataset(DigestCachedDataset):
-    """Sprinklings into causal diamonds of several dimensions.
+    """Generated causal sets of a ``kind`` (:mod:`.kinds`); by default sprinklings into causal
+    diamonds of several dimensions.
 
-    Every graph carries ``y`` (the index of its dimension in ``dimensions``), ``dimension``
-    (the dimension itself, a float, for regression) and per element ``time`` (its time
-    coordinate in the diamond, in (-1, 1), for node-level tasks) besides ``pos``.
+    Every graph carries ``y`` (for the default kind the index of its dimension in
+    ``dimensions``), ``dimension`` (a float, for regression), the other kinds' labels
+    (``spacetime``, ``h``, ``manifold_like``, ``cset_type``, per element ``ricci``) and, for
+    sprinklings, per element ``time`` (its time coordinate in the diamond, in (-1, 1)) and
+    ``pos``.
 
     Cached under ``root/processed`` in a file named by a digest of every generation parameter,
     so changing any of them generates a new cache instead of reusing a stale one. With
@@ -170,12 +211,19 @@ class CausalSetDataset(DigestCachedDataset):
         num_points: Sequence[int] = (32, 64),
         dimensions: Sequence[int] = (2, 3, 4),
         seed: int = 0,
+        kind: str = "dimension",
+        h: float | Sequence[float] = 0.6,
         transform: Callable | None = None,
         progress: bool = True,
         world_size: int = 1,
     ):
         source = GeneratedSource(
-            num_graphs=num_graphs, num_points=num_points, dimensions=dimensions, seed=seed
+            num_graphs=num_graphs,
+            num_points=num_points,
+            dimensions=dimensions,
+            seed=seed,
+            kind=kind,
+            h=h,
         )
         super().__init__(
             root, source, transform=transform, progress=progress, world_size=world_size

@@ -63,6 +63,8 @@ def dataset_from_config(
             num_points=data_cfg.num_points,
             dimensions=data_cfg.dimensions,
             seed=data_cfg.seed,
+            kind=data_cfg.kind,
+            h=data_cfg.h,
         )
     transform = (
         None if data_cfg.transform is None else resolve(data_cfg.transform, key="data.transform")
@@ -82,6 +84,8 @@ def dataset_from_config(
         num_points=data_cfg.num_points,
         dimensions=data_cfg.dimensions,
         seed=data_cfg.seed,
+        kind=data_cfg.kind,
+        h=data_cfg.h,
         progress=progress,
         world_size=world_size,
     )

@@ -39,8 +39,10 @@ from .orders import (
     transitive_reduction,
 )
 from .random_orders import (
+    CSET_TYPES,
     destroyed_sprinkling,
     kleitman_rothschild_order,
+    percolation_like,
     random_order,
     transitive_percolation,
 )
@@ -56,6 +58,7 @@ from .sprinkling import (
 )
 
 __all__ = [
+    "CSET_TYPES",
     "FEATURE_NAMES",
     "MAX_DIMENSION",
     "MIN_DIMENSION",
@@ -84,6 +87,7 @@ __all__ = [
     "order_violation",
     "ordering_fraction",
     "ordering_fraction_expectation",
+    "percolation_like",
     "proper_height",
     "random_order",
     "sprinkle",

@@ -12,7 +12,8 @@ the same one for the same arguments.
 - :func:`transitive_percolation`: each pair i < j of a fixed labelling linked with probability
   p, then closed transitively.
 - :func:`destroyed_sprinkling`: a sprinkling with a fraction of its pairs flipped (related to
-  unrelated and back), then closed transitively.
+  unrelated and back), then closed transitively;
+- :func:`percolation_like`: transitive percolation tuned to a given ordering fraction.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from torch import Tensor
 from .causal_set import CausalSet
 from .orders import transitive_closure, transitive_reduction
 from .sprinkling import check_sprinkle_arguments, sprinkle
+
+#: The generators of causal sets, as the cset_type classes of the embedded data name them.
+CSET_TYPES = ("sprinkling", "random_order", "kleitman_rothschild", "percolation", "destroyed")
 
 
 def _count(value, name: str, minimum: int) -> int:
@@ -92,3 +96,34 @@ def destroyed_sprinkling(num_points: int, dimension: int, seed: int, fraction: f
     flips = torch.from_numpy(np.triu(rng.random((num_points, num_points)) < fraction, k=1))
     relations = transitive_closure(base.relations ^ flips)
     return _from_relations(relations, base.coordinates)
+
+
+def percolation_like(num_points: int, ordering_fraction: float, seed: int) -> CausalSet:
+    """Transitive percolation whose ordering fraction is as close to ``ordering_fraction`` as
+    its size allows: the bond probability is found by bisection with the same random numbers,
+    under which the ordering fraction only grows with p (a non-manifold-like set that the
+    ordering fraction, and so the Myrheim-Meyer estimator, cannot tell from a sprinkling)."""
+    n = _count(num_points, "num_points", 1)
+    target = _probability(ordering_fraction, "ordering_fraction")
+    uniforms = torch.from_numpy(np.triu(np.random.default_rng(seed).random((n, n)), k=1))
+    upper = torch.ones(n, n, dtype=torch.bool).triu(1)
+    pairs = max(n * (n - 1) / 2, 1)
+
+    def closed(p: float) -> Tensor:
+        return transitive_closure((uniforms < p) & upper)
+
+    lo, hi = 0.0, 1.0
+    best, best_gap = closed(0.0), abs(target)
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        relations = closed(mid)
+        fraction = float(relations.sum()) / pairs
+        if abs(fraction - target) < best_gap:
+            best, best_gap = relations, abs(fraction - target)
+        if fraction < target:
+            lo = mid
+        else:
+            hi = mid
+        if best_gap * pairs < 0.5:  # as close as a whole number of relations gets
+            break
+    return _from_relations(best)

@@ -251,6 +251,14 @@ def write_run_plots(path: str | Path, config: Config | None = None) -> list[Path
 
 def class_names_of(config: Any) -> list[str] | None:
     """Class names of ``y`` for the embedded causal-set data ("d = 2", ...); None otherwise."""
-    if config.data.dataset is None:
-        return [f"d = {d}" for d in config.data.dimensions]
-    return None
+    from ..physics import CSET_TYPES
+
+    data = config.data
+    if data.dataset is not None or data.files:
+        return None
+    return {
+        "dimension": [f"d = {d}" for d in data.dimensions],
+        "curvature": ["flat", "de Sitter", "anti-de Sitter"],
+        "manifold_like": ["not manifold-like", "manifold-like"],
+        "cset_type": [name.replace("_", " ") for name in CSET_TYPES],
+    }.get(data.kind)
