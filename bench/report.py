@@ -32,7 +32,7 @@ SCRIPTS = (
     ("invariance.py", "World-size invariance and the cost of full-state checkpoints"),
     ("generation.py", "Causal-set generation throughput"),
     ("data_files.py", "Your data on disk: preprocessing Zarr files, disk storage, memory"),
-    ("baseline.py", "The analytic baseline: Myrheim-Meyer dimension estimator"),
+    ("baselines.py", "Analytic baselines: the best classical method on each embedded kind"),
 )
 
 
