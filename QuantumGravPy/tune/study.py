@@ -235,10 +235,13 @@ class Tuner:
                     t.join(0.5)
         except KeyboardInterrupt:
             # Ctrl-C reached every process of the group: the trials end, their slots record
-            # them as interrupted, and the study can be resumed.
+            # them as interrupted, and the study can be resumed. Every slot is waited for,
+            # through further interrupts too, so the files written next see all of them.
             self.stopping = True
-            for t in threads:
-                t.join()
+            while any(t.is_alive() for t in threads):
+                with contextlib.suppress(KeyboardInterrupt):
+                    for t in threads:
+                        t.join()
             raise
         if errors:
             raise errors[0]
