@@ -141,20 +141,19 @@ def test_impossible_trials_are_recorded_as_failed_and_the_study_goes_on(
 
 
 @pytest.mark.timeout(240)
-def test_ddp_trials_are_pruned_on_every_rank_and_run_two_at_a_time(tmp_path, data_root):
+def test_ddp_trials_are_pruned_on_every_rank_and_run_two_at_a_time(tmp_path, data_root, capsys):
     space = {
         "training.optimizer.kwargs.lr": LR,
         "objective": {"metric": "val_loss"},
         "pruner": {"type": "median", "n_startup_trials": 1},
         "sampler": {"type": "random", "seed": 1},
     }
-    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=4)
-    done = run_cli(
-        "tune", config, space_file, "--trials", "5", "--parallel", "2", "parallel.world_size=2"
-    )
+    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=3)
+    args = ["--trials", "4", "--parallel", "2", "parallel.world_size=2"]
+    done = run_main(capsys, "tune", config, space_file, *args)
     assert done.returncode == 0, done.stderr
     rows = read_trials(study)
-    assert [int(r["number"]) for r in rows] == list(range(5))
+    assert [int(r["number"]) for r in rows] == list(range(4))
     assert any(r["state"] == "PRUNED" for r in rows), rows
     assert all(r["state"] in ("COMPLETE", "PRUNED") for r in rows), rows
     trials = stored_trials(study)
