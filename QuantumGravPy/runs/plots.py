@@ -124,7 +124,9 @@ def plot_confusion(
         for j, count in enumerate(row):
             color = "white" if count > largest / 2 else "black"
             ax.text(j, i, str(count), ha="center", va="center", color=color)
-    ax.set_xticks(range(n), names)
+    long = max((len(name) for name in names), default=0) > 6
+    # long names (de Sitter, kleitman rothschild) slant so that neighbours do not overlap
+    ax.set_xticks(range(n), names, rotation=30 if long else 0, ha="right" if long else "center")
     ax.set_yticks(range(n), names)
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
@@ -133,7 +135,7 @@ def plot_confusion(
     ax.set_title(f"{title}: {correct}/{total} correct")
     fig.colorbar(image, ax=ax, shrink=0.8)
     output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=100)
+    fig.savefig(output, dpi=100, bbox_inches="tight")
     return output
 
 
