@@ -58,14 +58,7 @@ def dataset_from_config(
 
         source = FileSource(data_cfg)
     else:
-        source = GeneratedSource(
-            num_graphs=data_cfg.num_graphs,
-            num_points=data_cfg.num_points,
-            dimensions=data_cfg.dimensions,
-            seed=data_cfg.seed,
-            kind=data_cfg.kind,
-            h=data_cfg.h,
-        )
+        source = GeneratedSource(**generation_parameters(data_cfg))
     transform = (
         None if data_cfg.transform is None else resolve(data_cfg.transform, key="data.transform")
     )
@@ -79,16 +72,14 @@ def dataset_from_config(
     if data_cfg.files:
         return FileDataset(data_cfg, progress=progress, world_size=world_size)
     return CausalSetDataset(
-        data_cfg.root,
-        num_graphs=data_cfg.num_graphs,
-        num_points=data_cfg.num_points,
-        dimensions=data_cfg.dimensions,
-        seed=data_cfg.seed,
-        kind=data_cfg.kind,
-        h=data_cfg.h,
-        progress=progress,
-        world_size=world_size,
+        data_cfg.root, **generation_parameters(data_cfg), progress=progress, world_size=world_size
     )
+
+
+def generation_parameters(data_cfg: Any) -> dict[str, Any]:
+    """The keys of ``data:`` that the embedded causal sets are generated from."""
+    keys = ("num_graphs", "num_points", "dimensions", "seed", "kind", "h")
+    return {key: getattr(data_cfg, key) for key in keys}
 
 
 def choose_storage(data_cfg: Any, source: GraphSource, *, processes: int = 1) -> str:

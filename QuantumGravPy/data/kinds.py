@@ -66,8 +66,8 @@ def draw(
     seed = int(rng.integers(2**62))
     d_index = int(rng.integers(len(dimensions)))
     d = int(dimensions[d_index])
-    labels = {"y": 0, "dimension": float(d), "spacetime": 0, "h": 0.0, "manifold_like": 1}
-    labels["cset_type"] = 0
+    labels = {"y": 0, "dimension": float(d), "spacetime": 0, "h": 0.0}
+    labels.update(manifold_like=1, cset_type=0)  # a flat sprinkling's, until told otherwise
     if kind == "curvature":
         spacetime = int(rng.integers(len(SPACETIMES)))
         value = 0.0 if spacetime == 0 else float(rng.uniform(h[0], h[1]) if h[0] < h[1] else h[0])

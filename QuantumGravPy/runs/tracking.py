@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import numbers
+import time
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +194,4 @@ def _artifact_location(uri: str) -> str | None:
 
 
 def _now_ms() -> int:
-    import time
-
     return int(time.time() * 1000)

@@ -17,10 +17,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, load_config
-from ..config.loading import apply_overrides, config_from_dict, config_to_dict
+from ..config import Config, apply_overrides, config_from_dict, config_to_dict, load_config
 from .space import SearchSpace, load_space, trial_config
-from .study import run_study
+from .study import Tuner
 from .trial import PruningJudge
 
 __all__ = ["PruningJudge", "SearchSpace", "load_space", "trial_config", "tune"]
@@ -50,7 +49,7 @@ def tune(
     else:
         base = load_config(config, overrides)
     search = load_space(space, base)
-    return run_study(
+    return Tuner(
         base,
         search,
         trials=trials,
@@ -58,4 +57,4 @@ def tune(
         storage=storage,
         study_name=study,
         resume=resume,
-    )
+    ).run()

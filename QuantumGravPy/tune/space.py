@@ -24,6 +24,7 @@ import inspect
 import math
 import types
 import typing
+import warnings
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -235,7 +236,7 @@ def _check_key(key: str) -> None:
     tp = _unwrap(tp)
     if dataclasses.is_dataclass(tp):
         raise ConfigError(f"{key}: is a section; search one of its keys instead")
-    if typing.get_origin(tp) is tuple and tp is not None and _holds_sections(tp):
+    if typing.get_origin(tp) is tuple and _holds_sections(tp):
         raise ConfigError(f"{key}: is a list of sections, which a search space cannot vary")
 
 
@@ -359,8 +360,6 @@ def _section(section: Any, name: str, kinds: dict[str, Any], default: str) -> di
                 f"(known: {', '.join(accepted) or 'none'})"
             )
     try:
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # experimental-feature notices
             cls(**kwargs)

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from ..config import Config, config_to_dict
 from ..data import dataset_from_config
 from ..errors import ConfigError, QGError
-from ..logs import add_file_handler, configure_logging
+from ..logs import add_file_handler, configure_logging, get_logger
 from ..parallel import spawn
 from ..parallel.distributed import available_cores
 from ..parallel.spawn import resolve_backend
@@ -44,29 +44,9 @@ LOG = "tune.log"
 OWNER, HEARTBEAT = "qg_owner", "qg_heartbeat"
 
 
-def run_study(
-    base: Config,
-    space: SearchSpace,
-    *,
-    trials: int,
-    parallel: int = 1,
-    storage: str | None = None,
-    study_name: str | None = None,
-    resume: bool = False,
-) -> Any:
-    """Run the study to ``trials`` trials; returns the Optuna study."""
-    return Tuner(
-        base,
-        space,
-        trials=trials,
-        parallel=parallel,
-        storage=storage,
-        study_name=study_name,
-        resume=resume,
-    ).run()
-
-
 class Tuner:
+    """A study run to ``trials`` trials (:meth:`run` returns the Optuna study)."""
+
     def __init__(
         self,
         base: Config,
@@ -343,8 +323,6 @@ class Tuner:
     # --- the log --------------------------------------------------------------------------------
 
     def _log_trial(self, number, state, value, attrs, values) -> None:
-        from ..logs import get_logger
-
         shown = ", ".join(
             f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()
         )

@@ -37,11 +37,20 @@ class TrialLink:
 
 
 class PruningJudge:
-    """Reports each epoch's objective to the study and says whether to prune (rank 0 only)."""
+    """Reports each epoch's objective to the study and says whether to prune (rank 0 only).
+
+    It opens the storage at its first call, which is inside the decision TrainerDDP makes on
+    rank 0 and broadcasts: a storage that cannot be reached fails every rank at once.
+    """
 
     def __init__(self, link: TrialLink):
+        self.link = link
+        self.trial: Any = None
+
+    def _connect(self) -> Any:
         import optuna
 
+        link = self.link
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # experimental-feature notices
             study = optuna.load_study(
@@ -50,13 +59,14 @@ class PruningJudge:
                 pruner=link.space.make_pruner(),
                 sampler=link.space.make_sampler(),
             )
-        self.trial = optuna.trial.Trial(study, link.trial_id)
-        self.metric = link.space.metric
+        return optuna.trial.Trial(study, link.trial_id)
 
     def __call__(self, row: dict[str, Any]) -> bool:
-        value = float(row[self.metric])
+        value = float(row[self.link.space.metric])
         if math.isnan(value):
             return False  # nothing to compare; a NaN objective fails the trial at its end
+        if self.trial is None:
+            self.trial = self._connect()
         self.trial.report(value, int(row["epoch"]))
         return self.trial.should_prune()
 
