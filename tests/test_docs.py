@@ -39,15 +39,11 @@ def schema_keys(tree, keys, prefix=""):
 def test_every_key_of_the_shipped_configs_is_documented():
     keys = {key for key, *_ in reference_rows()}
     sections = {key.split(".")[0] for key in keys}
-    for name in (
-        "train.yaml",
-        "train_ddp.yaml",
-        "multitask.yaml",
-        "curvature.yaml",
-        "manifold_like.yaml",
-        "cset_type.yaml",
-        "ricci.yaml",
-    ):
+    configs = sorted(p.name for p in (ROOT / "configs").glob("*.yaml"))
+    assert {"train.yaml", "curvature.yaml", "ricci.yaml"} <= set(configs)
+    for name in configs:
+        if name == "search_space.yaml":  # a search space for qg tune, not a config
+            continue
         raw = yaml.safe_load((ROOT / "configs" / name).read_text())
         for key in schema_keys(raw, keys):
             assert key in keys or key in sections, f"{name}: {key} is not in the reference"

@@ -105,7 +105,9 @@ def test_bad_kind_settings_are_refused_naming_the_key(make_config):
         make_config("data.kind=ricci")
 
 
-@pytest.mark.parametrize("name", ["curvature", "manifold_like", "cset_type", "ricci"])
+@pytest.mark.parametrize(
+    "name", ["curvature", "curvature_h", "manifold_like", "cset_type", "ricci"]
+)
 def test_the_shipped_config_of_each_kind_trains(name, tmp_path, data_root, capsys):
     done = run_main(
         capsys,
@@ -122,5 +124,8 @@ def test_the_shipped_config_of_each_kind_trains(name, tmp_path, data_root, capsy
     assert "could not write the plots" not in done.stderr
     summary = json.loads((tmp_path / name / "summary.json").read_text())
     assert summary["epochs_run"] == 2 and summary["test_loss"] is not None
-    if name != "ricci":
+    if name == "curvature_h":  # two tasks: per-task pictures, and h regressed
+        assert (tmp_path / name / "confusion_matrix_spacetime.png").exists()
+        assert summary["test_h_r2"] is not None
+    elif name != "ricci":
         assert (tmp_path / name / "confusion_matrix.png").exists()
