@@ -37,6 +37,26 @@ def test_every_graph_carries_every_label_and_is_a_function_of_seed_and_index(kin
         assert torch.equal(a.edge_index, b.edge_index) and torch.equal(a.y, b.y)
 
 
+def test_large_sets_are_turned_into_graphs_a_bounded_batch_at_a_time(monkeypatch):
+    from QuantumGravPy.data import causal_sets, kinds
+
+    whole = make("cset_type", end=40)
+    batches, graphs_of = [], kinds.graphs_of
+
+    def recording(kind, drawn, max_dimension):
+        batches.append(sum(cset.num_points**2 for cset, _ in drawn))
+        return graphs_of(kind, drawn, max_dimension)
+
+    # 1,500 entries: two or three sets of 16-24 elements at a time
+    monkeypatch.setattr(causal_sets, "_CHUNK_ENTRIES", 1500)
+    monkeypatch.setattr(kinds, "graphs_of", recording)
+    batched = make("cset_type", end=40)
+    assert len(batches) > 10 and max(batches) <= 1500
+    for a, b in zip(whole, batched, strict=True):  # the same graphs either way
+        assert torch.equal(a.edge_index, b.edge_index) and torch.equal(a.x, b.x)
+        assert torch.equal(a.y, b.y)
+
+
 def test_curvature_labels_follow_the_spacetime():
     graphs = make("curvature", dims=(4,))
     assert {int(g.y) for g in graphs} == {0, 1, 2}

@@ -62,7 +62,10 @@ def generate_causal_set_graphs(
     """Graphs ``start`` to ``end - 1`` of the causal-set dataset with these parameters."""
     max_dim = max(dimensions)
     if kind != "dimension":
-        drawn = []
+        # The drawn sets' matrices are turned into graphs, and freed, every _CHUNK_ENTRIES
+        # entries: 4,000 sets of 1,024 elements at once would need tens of GB.
+        out: list[Data] = []
+        drawn, entries = [], 0
         for i in tqdm(
             range(start, end),
             desc=kind,
@@ -71,8 +74,12 @@ def generate_causal_set_graphs(
             leave=False,
         ):
             rng, n, _ = graph_parameters(i, num_points, dimensions, seed)
+            if drawn and entries + n * n > _CHUNK_ENTRIES:
+                out += kinds.graphs_of(kind, drawn, max_dim)
+                drawn, entries = [], 0
             drawn.append(kinds.draw(kind, rng, n, dimensions, h))
-        return kinds.graphs_of(kind, drawn, max_dim)
+            entries += n * n
+        return out + kinds.graphs_of(kind, drawn, max_dim)
     by_size: dict[int, list[tuple[int, int, np.ndarray]]] = {}
     for i in range(start, end):
         rng, n, label = graph_parameters(i, num_points, dimensions, seed)
