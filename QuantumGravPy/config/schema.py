@@ -137,7 +137,8 @@ class ModelConfig:
     residual: bool = True  # add each block's input to its output
     # graph: GraphNorm, statistics of each graph alone; layer: per node; batch: BatchNorm
     norm: Literal["graph", "layer", "batch", "none"] = "graph"
-    pooling: tuple[Literal["mean", "max", "add"], ...] = ("mean", "max", "add")  # concatenated
+    # concatenated; add grows with the number of elements: leave it out for sets of hundreds
+    pooling: tuple[Literal["mean", "max", "add"], ...] = ("mean", "max", "add")
     head_channels: tuple[int, ...] = (64,)  # hidden layers of the MLP head
     # graph-level Data attributes (a number or a vector per graph) concatenated to the pooled
     # node embeddings before the head, e.g. [num_elements]; built-in model only
