@@ -102,20 +102,9 @@ def generate_causal_set_graphs(
         relations, links = causal_structure(coords)
         features = node_features(relations, links)
         for b, (i, label, _) in enumerate(chunk):
-            edges = links[b].nonzero().t()
-            graphs[i] = Data(
-                x=features[b],
-                edge_index=torch.cat([edges, edges.flip(0)], dim=1),
-                y=torch.tensor([label]),
-                dimension=torch.tensor([float(dimensions[label])]),  # d, as a regression target
-                # the other kinds' labels, so that every graph has all of them (kinds.py)
-                spacetime=torch.tensor([0]),
-                h=torch.tensor([0.0]),
-                manifold_like=torch.tensor([1]),
-                cset_type=torch.tensor([0]),
-                ricci=torch.zeros(coords.shape[1]),
-                time=coords[b, :, 0].float(),  # each element's time coordinate, in (-1, 1)
-                pos=coords[b],  # float64, time first, zero-padded: for exact sub-sprinklings
+            labels = {**kinds.flat_sprinkling_labels(dimensions[label]), "y": label}
+            graphs[i] = kinds.to_graph(
+                features[b], links[b], labels, coordinates=coords[b], max_dimension=max_dim
             )
     return [graphs[i] for i in range(start, end)]
 

@@ -45,6 +45,51 @@ CONFORMAL_AMPLITUDE, CONFORMAL_DEGREE = 0.3, 3  # of the ricci kind's random ln 
 WITH_COORDINATES = ("dimension", "curvature", "ricci")
 
 
+def flat_sprinkling_labels(dimension: int) -> dict[str, Any]:
+    """The labels of a flat sprinkling; the kinds change those where their sets differ."""
+    return {
+        "y": 0,
+        "dimension": float(dimension),
+        "spacetime": 0,
+        "h": 0.0,
+        "manifold_like": 1,
+        "cset_type": 0,
+    }
+
+
+def to_graph(
+    x: torch.Tensor,
+    links: torch.Tensor,
+    labels: dict[str, Any],
+    *,
+    ricci: torch.Tensor | None = None,
+    coordinates: torch.Tensor | None = None,
+    max_dimension: int = 0,
+) -> Data:
+    """One graph of the embedded data: features ``x``, the links as edges (both directions),
+    every label, per element ``ricci`` (0 where unknown) and, given ``coordinates``, ``pos``
+    (float64, zero-padded to ``max_dimension`` columns) and ``time``."""
+    n = links.shape[0]
+    edges = links.nonzero().t()
+    graph = Data(
+        x=x,
+        edge_index=torch.cat([edges, edges.flip(0)], dim=1),
+        y=torch.tensor([labels["y"]]),
+        dimension=torch.tensor([labels["dimension"]]),  # d, as a regression target
+        spacetime=torch.tensor([labels["spacetime"]]),
+        h=torch.tensor([labels["h"]]),
+        manifold_like=torch.tensor([labels["manifold_like"]]),
+        cset_type=torch.tensor([labels["cset_type"]]),
+        ricci=torch.zeros(n) if ricci is None else ricci.float(),
+    )
+    if coordinates is not None:
+        pos = torch.zeros(n, max(max_dimension, coordinates.shape[1]), dtype=torch.float64)
+        pos[:, : coordinates.shape[1]] = coordinates
+        graph.pos = pos  # time first: for exact sub-sprinklings
+        graph.time = coordinates[:, 0].float()  # each element's time coordinate, in (-1, 1)
+    return graph
+
+
 def num_classes(kind: str, name: str, dimensions: Sequence[int]) -> int | None:
     """Classes of the label ``name`` of a kind, known without generating anything."""
     per_label = {"spacetime": len(SPACETIMES), "manifold_like": 2, "cset_type": len(CSET_TYPES)}
@@ -66,8 +111,7 @@ def draw(
     seed = int(rng.integers(2**62))
     d_index = int(rng.integers(len(dimensions)))
     d = int(dimensions[d_index])
-    labels = {"y": 0, "dimension": float(d), "spacetime": 0, "h": 0.0}
-    labels.update(manifold_like=1, cset_type=0)  # a flat sprinkling's, until told otherwise
+    labels = flat_sprinkling_labels(d)  # until told otherwise
     if kind == "curvature":
         spacetime = int(rng.integers(len(SPACETIMES)))
         value = 0.0 if spacetime == 0 else float(rng.uniform(h[0], h[1]) if h[0] < h[1] else h[0])
@@ -116,25 +160,14 @@ def graphs_of(
         links = torch.stack([drawn[i][0].links for i in members])
         for i, x in zip(members, node_features(relations, links), strict=True):
             features[i] = x
-    out = []
-    for i, (cset, labels) in enumerate(drawn):
-        edges = cset.links.nonzero().t()
-        ricci = cset.ricci if cset.ricci is not None else torch.zeros(cset.num_points)
-        graph = Data(
-            x=features[i],
-            edge_index=torch.cat([edges, edges.flip(0)], dim=1),
-            y=torch.tensor([labels["y"]]),
-            dimension=torch.tensor([labels["dimension"]]),
-            spacetime=torch.tensor([labels["spacetime"]]),
-            h=torch.tensor([labels["h"]]),
-            manifold_like=torch.tensor([labels["manifold_like"]]),
-            cset_type=torch.tensor([labels["cset_type"]]),
-            ricci=ricci.float(),
+    return [
+        to_graph(
+            features[i],
+            cset.links,
+            labels,
+            ricci=cset.ricci,
+            coordinates=cset.coordinates if kind in WITH_COORDINATES else None,
+            max_dimension=max_dimension,
         )
-        if kind in WITH_COORDINATES:
-            pos = torch.zeros(cset.num_points, max_dimension, dtype=torch.float64)
-            pos[:, : cset.dimension] = cset.coordinates
-            graph.pos = pos
-            graph.time = cset.coordinates[:, 0].float()
-        out.append(graph)
-    return out
+        for i, (cset, labels) in enumerate(drawn)
+    ]

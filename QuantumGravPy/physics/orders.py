@@ -7,6 +7,8 @@ A causal set on disk may come as its causal matrix (every relation) or as its li
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -29,19 +31,14 @@ def count_dtype(device: torch.device) -> torch.dtype:
     return torch.float32
 
 
-_BF16: bool | None = None
-
-
+@functools.cache
 def _cpu_has_bf16() -> bool:
-    global _BF16
-    if _BF16 is None:
-        try:
-            with open("/proc/cpuinfo") as f:
-                flags = f.read()
-            _BF16 = "avx512_bf16" in flags or "amx_bf16" in flags
-        except OSError:
-            _BF16 = False
-    return _BF16
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def transitive_closure(links: Tensor) -> Tensor:
