@@ -3,8 +3,8 @@
 - :mod:`.causal_set`: :class:`CausalSet`, a partial order as relation and link matrices;
 - :mod:`.orders`: closing, reducing, checking and labelling partial orders given as matrices;
 - :mod:`.sprinkling`: sprinklings into a causal diamond of Minkowski, de Sitter, anti-de Sitter
-  space, or a 2D spacetime with a random conformal factor (:mod:`.curved`: the factors and
-  their Ricci scalars);
+  space, or a 2D spacetime with a random conformal factor (:mod:`.curved`: the factors,
+  their Ricci scalars, and the diamond's conformal motions);
 - :mod:`.random_orders`: random d-orders, Kleitman-Rothschild orders, transitive percolation,
   destroyed sprinklings: causal sets that are not manifold-like;
 - :mod:`.observables`: counts (ordering fraction, links, interval abundances), chains, the
@@ -16,7 +16,14 @@ It knows nothing of training and imports nothing else of the package: the lowest
 
 from . import observables
 from .causal_set import CausalSet
-from .curved import SPACETIMES, curvature_radius, h_for_proper_height, proper_height
+from .curved import (
+    SPACETIMES,
+    conformal_motion,
+    curvature_radius,
+    h_for_proper_height,
+    motion_density,
+    proper_height,
+)
 from .observables import (
     FEATURE_NAMES,
     NUM_FEATURES,
@@ -68,6 +75,7 @@ __all__ = [
     "benincasa_dowker_action",
     "causal_structure",
     "check_sprinkle_arguments",
+    "conformal_motion",
     "conformal_sprinkling",
     "curvature_radius",
     "destroyed_sprinkling",
@@ -80,6 +88,7 @@ __all__ = [
     "longest_chain",
     "longest_chains",
     "midpoint_dimension",
+    "motion_density",
     "myrheim_meyer_dimension",
     "natural_labelling",
     "node_features",
