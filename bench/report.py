@@ -33,6 +33,7 @@ SCRIPTS = (
     ("generation.py", "Causal-set generation throughput"),
     ("data_files.py", "Your data on disk: preprocessing Zarr files, disk storage, memory"),
     ("baselines.py", "Analytic baselines: the best classical method on each embedded kind"),
+    ("curvature_bound.py", "Curvature: the most any model of the causal order can reach"),
 )
 
 
