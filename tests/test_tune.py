@@ -243,7 +243,7 @@ def test_ctrl_c_stops_parallel_trials_and_queues_them_again(tmp_path, data_root)
     _, err = job.communicate(timeout=60)
     assert job.returncode == 130 and err.strip().endswith("interrupted"), err
     stopped = stored_trials(study)
-    assert [t.state.name for t in stopped] == ["FAIL", "FAIL", "WAITING", "WAITING"]
+    assert [t.state.name for t in stopped] == ["FAIL", "FAIL", "WAITING", "WAITING"], err
     assert all(t.user_attrs["interrupted"] for t in stopped[:2])
     assert [r["state"] for r in read_trials(study)] == ["FAIL", "FAIL"]
 

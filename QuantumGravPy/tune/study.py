@@ -197,31 +197,39 @@ class Tuner:
                 pass
             return
         errors: list[BaseException] = []
+        # Each slot says itself when it is done. Not Thread.join: a Ctrl-C that interrupts
+        # join() can mark a thread that is still running as stopped (Python 3.11's
+        # Thread._wait_for_tstate_lock), and the study then wrote its files, and ended, before
+        # that slot had recorded its trial as interrupted.
+        done = [threading.Event() for _ in range(self.parallel)]
 
-        def slot() -> None:
+        def slot(finished: threading.Event) -> None:
             try:
                 while not self.stopping and self._one_trial():
                     pass
             except BaseException as e:  # re-raised in the main thread
                 errors.append(e)
                 self.stopping = True
+            finally:
+                finished.set()
 
-        threads = [threading.Thread(target=slot, daemon=True) for _ in range(self.parallel)]
-        for t in threads:
-            t.start()
+        def wait_for_slots() -> None:
+            for finished in done:
+                while not finished.wait(0.5):
+                    pass
+
+        for finished in done:
+            threading.Thread(target=slot, args=(finished,), daemon=True).start()
         try:
-            for t in threads:
-                while t.is_alive():
-                    t.join(0.5)
+            wait_for_slots()
         except KeyboardInterrupt:
             # Ctrl-C reached every process of the group: the trials end, their slots record
             # them as interrupted, and the study can be resumed. Every slot is waited for,
             # through further interrupts too, so the files written next see all of them.
             self.stopping = True
-            while any(t.is_alive() for t in threads):
+            while not all(finished.is_set() for finished in done):
                 with contextlib.suppress(KeyboardInterrupt):
-                    for t in threads:
-                        t.join()
+                    wait_for_slots()
             raise
         if errors:
             raise errors[0]
