@@ -7,6 +7,7 @@ with ``error:`` and exits with status 2; ``--debug`` shows the traceback as well
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import traceback
@@ -159,6 +160,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def run() -> None:
+    """The ``qg`` program (and ``python -m QuantumGravPy``): :func:`main`, then a quick exit.
+
+    The command has closed what it opened by now; freezing the objects spares the interpreter's
+    final garbage collections a walk over everything torch created (see
+    ``parallel/forkserver_preload.py``), a second or more per process.
+    """
+    code = main()
+    gc.freeze()
+    sys.exit(code)
 
 
 def _rank_prefix() -> str:

@@ -107,7 +107,7 @@ def test_generate_builds_the_cache(config_file, tmp_path, capsys):
 
 def test_qg_console_script_is_installed():
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
-    assert scripts.get("qg") == "QuantumGravPy.cli:main"
+    assert scripts.get("qg") == "QuantumGravPy.cli:run"
 
 
 def test_an_unwritable_run_directory_is_one_line(config_file, tmp_path, capsys):

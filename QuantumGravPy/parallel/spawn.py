@@ -14,6 +14,7 @@ job that torchrun or srun started. What the ranks run is up to the caller: a tra
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import pickle
 import tempfile
@@ -122,7 +123,7 @@ def spawn(
         )
     if start_method == "forkserver":
         # Imported once, in the server; it has no effect once the server runs.
-        multiprocessing.set_forkserver_preload([__name__.split(".")[0]])
+        multiprocessing.set_forkserver_preload([f"{__package__}.forkserver_preload"])
     attempts = 1 if master_port is not None else _PORT_ATTEMPTS
     for attempt in range(attempts):
         port = master_port if master_port is not None else distributed.free_port(master_addr)
@@ -216,3 +217,4 @@ def _entry(rank, world_size, fn, args, master_addr, port, backend, timeout_s, ou
         raise
     (out / f"result{rank}.pkl").write_bytes(pickle.dumps(result))
     distributed.cleanup_ddp()
+    gc.freeze()  # a quick exit: see forkserver_preload
