@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -251,6 +252,38 @@ def test_ctrl_c_stops_parallel_trials_and_queues_them_again(tmp_path, data_root)
     assert {t.user_attrs["rerun_of"]: t.system_attrs["fixed_params"] for t in stopped[2:]} == {
         t.number: t.params for t in stopped[:2]
     }
+
+
+@pytest.mark.timeout(30)
+def test_ctrl_c_waits_until_every_parallel_trial_is_recorded(monkeypatch):
+    """A Ctrl-C that lands while the study waits for slot 0 must not let it stop waiting:
+    slot 0 records its trial last, and the study writes its files only after that."""
+    from QuantumGravPy.tune.study import Tuner
+
+    tuner = Tuner.__new__(Tuner)  # only what running the slots needs
+    tuner.parallel, tuner.stopping = 2, False
+    recorded = []
+
+    def one_trial() -> bool:  # a trial that ends with the study, as its processes do
+        while not tuner.stopping:
+            time.sleep(0.01)
+        name = threading.current_thread().name
+        time.sleep(1.5 if name.endswith("0") else 0.2)  # recording it takes a while
+        recorded.append(name)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tuner, "_one_trial", one_trial)
+    main = threading.main_thread().ident
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    ctrl_c = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
+    try:
+        ctrl_c.start()
+        with pytest.raises(KeyboardInterrupt):
+            tuner._run_slots()
+    finally:
+        ctrl_c.join()
+        signal.signal(signal.SIGINT, previous)
+    assert sorted(recorded) == ["trial slot 0", "trial slot 1"]
 
 
 BAD_SPACES = [

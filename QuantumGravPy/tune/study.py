@@ -218,8 +218,9 @@ class Tuner:
                 while not finished.wait(0.5):
                     pass
 
-        for finished in done:
-            threading.Thread(target=slot, args=(finished,), daemon=True).start()
+        for i, finished in enumerate(done):
+            name = f"trial slot {i}"
+            threading.Thread(target=slot, args=(finished,), name=name, daemon=True).start()
         try:
             wait_for_slots()
         except KeyboardInterrupt:
