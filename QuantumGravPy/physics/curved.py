@@ -163,7 +163,7 @@ def _to_hyperbolic(points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return a + b, b - a, direction
 
 
-def conformal_factor_to_hyperbolic(points: np.ndarray) -> np.ndarray:
+def _hyperbolic_factor(points: np.ndarray) -> np.ndarray:
     """``Lambda`` at diamond points: ``eta = Lambda**2 g`` with g the metric of R x H^(d-1)."""
     t, r = points[:, 0], np.linalg.norm(points[:, 1:], axis=1)
     return np.sqrt((1.0 - (t - r) ** 2) * (1.0 - (t + r) ** 2)) / 2.0
@@ -200,5 +200,5 @@ def motion_density(points: np.ndarray, shift: float = 0.0, boost: float = 0.0) -
     ``(Lambda(preimage) / Lambda(point))**d``, the inverse of the map's volume change."""
     d = points.shape[1]
     before = conformal_motion(points, -shift, -boost)
-    ratio = conformal_factor_to_hyperbolic(before) / conformal_factor_to_hyperbolic(points)
+    ratio = _hyperbolic_factor(before) / _hyperbolic_factor(points)
     return ratio**d
