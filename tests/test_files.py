@@ -114,6 +114,81 @@ def assert_same_graphs(dataset, reference):
         assert torch.equal(g.time, r.time)
 
 
+def light_cone_order(pos):
+    """Relations and links of a sprinkling from its coordinates alone, in numpy: i precedes j
+    when j lies in i's future light cone; a link is a relation with no element in between."""
+    pos = pos.numpy()
+    dt = pos[None, :, 0] - pos[:, None, 0]  # t_j - t_i
+    dx = pos[None, :, 1:] - pos[:, None, 1:]
+    relations = (dt > 0) & (dt**2 > (dx**2).sum(-1))
+    between = (relations.astype(int) @ relations.astype(int)) > 0
+    return relations, relations & ~between
+
+
+def raw_groups(path):
+    """Every group's arrays exactly as stored, read with zarr or h5py (not with our reader)."""
+    if path.suffix == ".zarr":
+        root = zarr.open_group(str(path), mode="r")
+        return {name: {k: root[name][k][...] for k in root[name].array_keys()}
+                for name in root.group_keys()}  # fmt: skip
+    with h5py.File(path, "r") as f:
+        return {name: {k: f[name][k][...] for k in f[name]} for name in f}
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "h5"])
+def test_qg_generate_writes_julias_column_major_orientation(embedded, fmt):
+    """Julia's ``adj[i, j]`` (i precedes j) stored column-major reads in row-major Python as
+    ``adj[j, i]``: every stored matrix is the transpose of the light-cone order."""
+    _, written, reference = embedded
+    groups = raw_groups(written[fmt])
+    assert sorted(groups, key=lambda g: int(g.split("_")[1])) == [
+        f"cset_{i}" for i in range(1, len(reference) + 1)
+    ]
+    for i, graph in enumerate(reference, start=1):
+        relations, links = light_cone_order(graph.pos)
+        assert relations.any() and not np.array_equal(relations, relations.T)
+        stored = groups[f"cset_{i}"]
+        assert stored["adj"].dtype == np.uint8 and stored["linkmat"].dtype == np.uint8
+        assert np.array_equal(stored["adj"], relations.T.astype(np.uint8)), i
+        assert np.array_equal(stored["linkmat"], links.T.astype(np.uint8)), i
+        assert np.array_equal(stored["time"], graph.time.numpy())
+        assert stored["dimension"].tolist() == [float(graph.dimension)]
+
+
+def time_reversed(x):
+    """Node features of the time-reversed order: past and future columns swap places."""
+    return x[:, [1, 0, 3, 2, 5, 4]]
+
+
+def sorted_rows(x):
+    return sorted(map(tuple, x.tolist()))
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "h5"])
+def test_an_explicit_data_transpose_is_obeyed_whatever_the_matrix_looks_like(
+    make_config, embedded, tmp_path, fmt
+):
+    """true reads Julia's files, false Python's; the wrong one reads the time-reversed order
+    (the setting is not second-guessed from the matrix)."""
+    _, written, reference = embedded
+    python = stacked(tmp_path / f"python.{fmt}", list(reference), julia=False, fmt=fmt)
+    for path, setting in ((written[fmt], "true"), (python, "false")):
+        dataset = FileDataset(
+            file_config(make_config, [str(path)], f"data.transpose={setting}").data,
+            progress=False,
+        )
+        assert_same_graphs(dataset, reference)
+    for path, setting in ((written[fmt], "false"), (python, "true")):
+        dataset = FileDataset(
+            file_config(make_config, [str(path)], f"data.transpose={setting}").data,
+            progress=False,
+        )
+        for read, graph in zip(dataset, reference, strict=True):
+            assert sorted_rows(read.x) == sorted_rows(time_reversed(graph.x))
+            assert sorted(read.time.tolist()) == sorted(graph.time.tolist())
+            assert not torch.equal(read.time, graph.time)  # relabelled: latest element first
+
+
 @pytest.mark.parametrize("fmt", ["zarr", "h5"])
 def test_groups_in_julias_orientation_read_as_the_embedded_graphs(make_config, embedded, fmt):
     _, written, reference = embedded
