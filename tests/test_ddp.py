@@ -17,9 +17,8 @@ import yaml
 from conftest import ROOT, TESTS, run_cli, run_ranks, small_raw_config
 
 import QuantumGravPy as qg
-import QuantumGravPy.runs.directory as run_dir_module
-import QuantumGravPy.training.run_state as run_state_module
 from QuantumGravPy.parallel.distributed import available_cores, free_port
+from QuantumGravPy.runs import directory as rd
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -50,22 +49,47 @@ def evaluate_in_both_modes(rank, world_size, configs):
     return results
 
 
-def train_and_record(rank, world_size, config, config_lr0):
-    writes = []
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+# Audit events (sys.addaudithook) that change a file or directory, with the paths they name.
+_CHANGES = {
+    "os.rename": 2, "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.truncate": 1,
+    "os.chmod": 1, "os.utime": 1, "os.symlink": 2, "os.link": 2, "shutil.rmtree": 1,
+    "shutil.copyfile": 2, "shutil.move": 2,
+}  # fmt: skip
 
-    def record(real):
-        def wrapper(path, *args):
-            writes.append(str(path))
-            return real(path, *args)
 
-        return wrapper
+def record_changes_under(root):
+    """Every change this process makes under ``root`` from now on, seen by an audit hook: opens
+    for writing (Python's ``open``, ``os.open``, and what uses them: logging, savefig, torch.save
+    of a file object, numpy), renames, removals, new directories. Returns the growing list."""
+    root = os.path.realpath(root)
+    changes = []
 
-    real_save = run_state_module.save_checkpoint
-    run_state_module.save_checkpoint = lambda state, path: record(lambda p: real_save(state, p))(
-        path
-    )
-    run_dir_module.write_atomic = record(run_dir_module.write_atomic)
+    def under(path):
+        if isinstance(path, int) or path is None:
+            return None
+        path = os.path.realpath(os.fsdecode(path))
+        return path if path == root or path.startswith(root + os.sep) else None
 
+    def hook(event, args):
+        if event == "open":
+            path, mode, flags = args
+            writes = (
+                any(c in mode for c in "wax+") if isinstance(mode, str) else (flags & _WRITE_FLAGS)
+            )
+            if writes and under(path):
+                changes.append((event, under(path)))
+        elif event in _CHANGES:
+            for path in args[: _CHANGES[event]]:
+                if under(path):
+                    changes.append((event, under(path)))
+
+    sys.addaudithook(hook)  # for the life of this rank's process, which ends with the job
+    return changes
+
+
+def train_and_record(rank, world_size, config, config_lr0, root):
+    writes = record_changes_under(root)
     trainer = qg.TrainerDDP(rank, config)
     train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
     shards = []
@@ -88,7 +112,7 @@ def train_and_record(rank, world_size, config, config_lr0):
         "test": test,
         "stopped_history": stopped_history,
         "stopped_early": stopper.stopped_early,
-        "writes": writes,
+        "writes": sorted({os.path.relpath(path, root) for _, path in writes}),
         "threads": torch.get_num_threads(),
     }
 
@@ -243,7 +267,7 @@ def test_two_ranks_train_on_disjoint_data_agree_and_only_rank0_writes(make_confi
         "training.optimizer.kwargs={lr: 0.0}",
         "early_stopping.patience=2",
     )
-    r0, r1 = run_ranks(2, train_and_record, config, config_lr0)
+    r0, r1 = run_ranks(2, train_and_record, config, config_lr0, tmp_path)
     train_size = r0["train_size"]
     for epoch in (0, 1):
         a, b = set(r0["shards"][epoch]), set(r1["shards"][epoch])
@@ -255,9 +279,13 @@ def test_two_ranks_train_on_disjoint_data_agree_and_only_rank0_writes(make_confi
     assert r0["test"] == r1["test"]
     assert len(r0["stopped_history"]) == len(r1["stopped_history"]) == 3
     assert r0["stopped_early"] and r1["stopped_early"]
+    # Rank 1 changes nothing in either run directory; rank 0 writes all of it (so the hook sees
+    # every kind of file a run holds).
     assert r1["writes"] == []
     written = {os.path.basename(p) for p in r0["writes"]}
-    assert {"best.pt", "last.pt", "history.csv", "summary.json"} <= written
+    assert {"best.pt", "last.pt", "history.csv", "summary.json", "config.yaml", "train.log",
+            "environment.json", "test_predictions.npz", "curves.png",
+            "confusion_matrix.png", "checkpoints"} <= written, written  # fmt: skip
     assert r0["threads"] == max(1, available_cores() // 2)
     summary = json.loads((config.run_dir / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["test_accuracy"] == r0["test"]["test_accuracy"]
@@ -365,7 +393,7 @@ def launcher_env(**extra):
 
 
 def history_without_times(run):
-    rows = run_dir_module.read_history(run)
+    rows = rd.read_history(run)
     return [{k: v for k, v in row.items() if k != "epoch_seconds"} for row in rows]
 
 
