@@ -107,3 +107,31 @@ def small_raw_config(tmp_path: Path, data_root: Path) -> dict:
         },
         "early_stopping": {"patience": 20},
     }
+
+
+class Drawn:
+    """Every matplotlib figure saved while a test runs, by the name of the file it went to."""
+
+    def __init__(self):
+        self.saved: list[tuple[str, object]] = []
+
+    def figure(self, name: str):
+        """The last figure saved to a file whose name is ``name`` (or its temporary copy)."""
+        found = [fig for path, fig in self.saved if Path(path).name.strip(".").startswith(name)]
+        assert found, f"no figure was saved as {name}; saved: {[p for p, _ in self.saved]}"
+        return found[-1]
+
+
+@pytest.fixture
+def drawn(monkeypatch) -> Drawn:
+    """Records what the plots draw (the figures themselves), so a test can check their data."""
+    from matplotlib.figure import Figure
+
+    record, save = Drawn(), Figure.savefig
+
+    def savefig(self, fname, *args, **kwargs):
+        record.saved.append((str(fname), self))
+        return save(self, fname, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return record

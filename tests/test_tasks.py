@@ -45,7 +45,7 @@ def columns_of(history):
 
 
 def test_the_shipped_three_task_config_trains_with_its_columns_predictions_and_pictures(
-    tmp_path, data_root, capsys
+    drawn, tmp_path, data_root, capsys
 ):
     cfg = qg.load_config(
         ROOT / "configs" / "multitask.yaml",
@@ -100,7 +100,15 @@ def test_the_shipped_three_task_config_trains_with_its_columns_predictions_and_p
     matrix = np.array(metrics["test_dim_confusion_matrix"])
     assert matrix.sum() == len(test_set)
     for name in ("confusion_matrix_dim", "regression_d", "regression_time", "curves"):
-        assert (run / f"{name}.png").stat().st_size > 5000, name
+        assert (run / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name
+    # each regression picture: predicted against true, and the residuals, of every test row
+    for name in ("d", "time"):
+        scatter, residuals = drawn.figure(f"regression_{name}.png").axes
+        true, predicted = kept[f"{name}.true"].ravel(), kept[f"{name}.predicted"].ravel()
+        assert np.allclose(scatter.collections[0].get_offsets(), np.c_[true, predicted])
+        assert np.allclose(residuals.collections[0].get_offsets(), np.c_[true, predicted - true])
+    confusion = drawn.figure("confusion_matrix_dim.png").axes[0]
+    assert np.array_equal(confusion.images[0].get_array(), matrix)
 
     # qg test evaluates the checkpoint with its own scaling and gives the same numbers
     path = run.parent / "three.yaml"
@@ -125,7 +133,7 @@ def test_a_single_regression_task_has_unprefixed_columns_and_original_units(make
     assert history[-1]["val_loss"] != pytest.approx(history[-1]["val_mse"])
 
 
-def test_a_binary_task_scores_like_scikit_learn_and_draws_its_roc(make_config):
+def test_a_binary_task_scores_like_scikit_learn_and_draws_its_roc(make_config, drawn):
     cfg = make_config(*RINGS, "training.num_epochs=4")
     _, history, metrics = train(cfg)
     assert {"val_f1", "val_ring_auroc", "train_ring_accuracy", "train_accuracy"} <= set(history[0])
@@ -135,8 +143,14 @@ def test_a_binary_task_scores_like_scikit_learn_and_draws_its_roc(make_config):
     assert metrics["test_f1"] == pytest.approx(skm.f1_score(true, p > 0.5))
     assert metrics["test_average_precision"] == pytest.approx(skm.average_precision_score(true, p))
     assert metrics["test_confusion_matrix"] == skm.confusion_matrix(true, p > 0.5).tolist()
-    assert (cfg.run_dir / "roc.png").stat().st_size > 5000
-    assert (cfg.run_dir / "confusion_matrix.png").stat().st_size > 5000
+    # the ROC drawn is scikit-learn's curve (every threshold), titled with the test AUROC
+    roc = drawn.figure("roc.png").axes[0]
+    fpr, tpr, _ = skm.roc_curve(true, p, drop_intermediate=False)
+    curve = roc.lines[0]
+    assert np.allclose(curve.get_xdata(), fpr) and np.allclose(curve.get_ydata(), tpr)
+    assert roc.get_title() == f"test set: AUROC {metrics['test_ring_auroc']:.4f}"
+    confusion = drawn.figure("confusion_matrix.png").axes[0]
+    assert np.array_equal(confusion.images[0].get_array(), metrics["test_confusion_matrix"])
 
 
 def train_tasks(rank, world_size, configs):

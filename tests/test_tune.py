@@ -49,7 +49,7 @@ def stored_trials(study: Path, name: str = "test") -> list:
     return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
 
 
-def test_a_study_prunes_and_its_best_config_trains(tmp_path, data_root, capsys):
+def test_a_study_prunes_and_its_best_config_trains(tmp_path, data_root, capsys, drawn):
     space = {
         "training.optimizer.kwargs.lr": LR,
         "model.hidden_channels": {"type": "int", "low": 8, "high": 24, "step": 8},
@@ -83,7 +83,20 @@ def test_a_study_prunes_and_its_best_config_trains(tmp_path, data_root, capsys):
             trial.params["training.optimizer.kwargs.lr"]
         )
     for name in ("optimization_history.png", "param_importances.png", "objective_vs_params.png"):
-        assert (study / name).stat().st_size > 1000
+        assert (study / name).read_bytes()[:4] == b"\x89PNG", name
+    # the history shows every finished trial at its number and objective, and the best so far
+    finished = [(t.number, t.value) for t in stored_trials(study) if t.state.name == "COMPLETE"]
+    ax = drawn.figure("optimization_history.png").axes[0]
+    points = ax.collections[0].get_offsets()
+    assert list(points[:, 0]) == [n for n, _ in finished]
+    assert list(points[:, 1]) == pytest.approx([v for _, v in finished])
+    line = ax.lines[0]  # at every trial number, the best finished trial up to it
+    assert list(line.get_xdata()) == list(range(6))
+    best = [min(v for k, v in finished if k <= n) for n in range(6)]  # trial 0 is a startup one
+    assert list(line.get_ydata()) == pytest.approx(best)
+    # importances: one bar per searched parameter
+    bars = drawn.figure("param_importances.png").axes[0]
+    assert len(bars.patches) == 2
     complete = [r for r in rows if r["state"] == "COMPLETE"]
     best_row = min(complete, key=lambda r: float(r["objective"]))
     best = qg.load_config(study / "best.yaml")
