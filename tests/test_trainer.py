@@ -105,13 +105,48 @@ def test_lr_scheduler_is_stepped_once_per_epoch(make_config):
     assert [row["lr"] for row in history] == pytest.approx([0.008, 0.004, 0.002])
 
 
-def test_reduce_on_plateau_scheduler_gets_the_metric(make_config):
+PLATEAU = (
+    "training.lr_scheduler={type: torch.optim.lr_scheduler.ReduceLROnPlateau, "
+    "kwargs: {patience: 0, factor: 0.5, threshold: 0}}"
+)
+
+
+@pytest.mark.parametrize("metric, mode", [("val_loss", "min"), ("val_accuracy", "max")])
+def test_reduce_on_plateau_cuts_the_rate_when_the_stopping_metric_stops_improving(
+    make_config, metric, mode
+):
+    """Patience 0: the rate halves after each epoch whose metric is not the best so far (in the
+    metric's own direction), and only then."""
     cfg = make_config(
-        "training.lr_scheduler={type: torch.optim.lr_scheduler.ReduceLROnPlateau, kwargs: {patience: 0}}",
-        "training.optimizer.kwargs={lr: 0.0}",
+        PLATEAU,
+        "training.optimizer.kwargs={lr: 0.01}",
+        "training.num_epochs=6",
+        f"early_stopping.metric={metric}",
+        f"early_stopping.mode={mode}",
     )
     _, history, _ = train(cfg)
-    assert history[-1]["lr"] == 0.0  # it ran without complaint; lr 0 stays 0
+    better = min if mode == "min" else max
+    expected, best = [0.01], history[0][metric]
+    for row in history[1:-1]:
+        improved = better(row[metric], best) == row[metric] and row[metric] != best
+        best = better(best, row[metric])
+        expected.append(expected[-1] * (1 if improved else 0.5))
+    assert [row["lr"] for row in history[1:]] == pytest.approx(expected)
+    assert len(set(expected)) > 1  # the metric did stop improving: the rate was cut
+
+
+def test_a_plateau_scheduler_against_the_metrics_direction_is_refused(make_config, capsys):
+    cfg = make_config(
+        "training.lr_scheduler={type: torch.optim.lr_scheduler.ReduceLROnPlateau, "
+        "kwargs: {mode: min}}",
+        "early_stopping.metric=val_accuracy",
+        "early_stopping.mode=max",
+    )
+    with pytest.raises(qg.ConfigError, match="training.lr_scheduler.kwargs.mode: 'min', but the "
+                       "scheduler follows early_stopping.metric val_accuracy, which improves "
+                       "towards 'max'"):  # fmt: skip
+        qg.Trainer(cfg)
+    assert not cfg.run_dir.exists()
 
 
 def test_a_run_directory_holding_a_run_is_refused_unless_overwrite(make_config):

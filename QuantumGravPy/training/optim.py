@@ -23,13 +23,29 @@ def build_optimizer(
         raise ConfigError(f"training.optimizer.kwargs: {section.type} rejected them: {e}") from None
 
 
-def build_scheduler(section: SchedulerConfig | None, optimizer: torch.optim.Optimizer) -> Any:
-    """The scheduler, stepped once per epoch by the trainer; None for a constant rate."""
+def build_scheduler(
+    section: SchedulerConfig | None, optimizer: torch.optim.Optimizer, *, metric: str, mode: str
+) -> Any:
+    """The scheduler, stepped once per epoch by the trainer; None for a constant rate.
+
+    A ReduceLROnPlateau is stepped with the first early-stopping ``metric``, so it takes that
+    metric's direction ``mode`` (``early_stopping.mode``): left at its own default of ``min``, it
+    would cut the rate while an accuracy improves. A ``mode`` of its own that disagrees is refused.
+    """
     if section is None:
         return None
     cls = resolve(section.type, key="training.lr_scheduler.type")
+    kwargs = dict(section.kwargs)
+    if isinstance(cls, type) and issubclass(cls, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        given = kwargs.setdefault("mode", mode)
+        if given != mode:
+            raise ConfigError(
+                f"training.lr_scheduler.kwargs.mode: {given!r}, but the scheduler follows "
+                f"early_stopping.metric {metric}, which improves towards {mode!r} "
+                "(early_stopping.mode); leave mode out, and it follows the metric"
+            )
     try:
-        return cls(optimizer, **section.kwargs)
+        return cls(optimizer, **kwargs)
     except (TypeError, ValueError) as e:
         raise ConfigError(
             f"training.lr_scheduler.kwargs: {section.type} rejected them: {e}"

@@ -110,7 +110,10 @@ class Trainer(RunStateMixin):
         ).to(self.device, self.float_dtype)
         t = config.training
         self.optimizer = build_optimizer(t.optimizer, self.model.parameters())
-        self.lr_scheduler = build_scheduler(t.lr_scheduler, self.optimizer)
+        es = config.early_stopping
+        self.lr_scheduler = build_scheduler(
+            t.lr_scheduler, self.optimizer, metric=es.metrics[0], mode=es.mode
+        )
         # Gradients of float16 losses underflow without scaling; bfloat16 has float32's range.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "16")
         # The average follows the trained weights; it is not wrapped in DDP.
@@ -121,7 +124,6 @@ class Trainer(RunStateMixin):
         self.tester = Tester(
             self.tasks, self.device, self.autocast_dtype, self.float_dtype, select=self.select
         )
-        es = config.early_stopping
         self.early_stopping = MetricStopping(
             es.metrics,
             [es.mode, *map(improves_towards, es.metrics[1:])],
