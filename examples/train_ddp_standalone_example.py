@@ -87,4 +87,5 @@ if __name__ == "__main__":
     except qg.QGError as e:  # bad config, occupied run directory, a failed rank: one line
         if getattr(e, "traceback", None):
             print(e.traceback, file=sys.stderr)
-        sys.exit(f"error: {e}")
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)  # as qg does

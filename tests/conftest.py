@@ -66,6 +66,18 @@ def run_main(capsys, *args) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["qg", *map(str, args)], code, out, err)
 
 
+def assert_refused(result: subprocess.CompletedProcess, *fragments: str) -> str:
+    """The README's promise for a mistake at the command line: exit status 2 and one line on
+    stderr, starting with ``error:`` and naming each of ``fragments``; no traceback anywhere."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
 def train(config, **kwargs):
     """Train, test the best epoch and close: ``(trainer, history, test_metrics)``."""
     import QuantumGravPy as qg
