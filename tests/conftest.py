@@ -78,6 +78,24 @@ def assert_refused(result: subprocess.CompletedProcess, *fragments: str) -> str:
     return lines[0]
 
 
+def light_cone_order(pos):
+    """Relations and links of a sprinkling from its coordinates alone, in numpy: i precedes j
+    when j lies in i's future light cone; a link is a relation with no element in between."""
+    import numpy as np
+
+    pos = np.asarray(pos)
+    dt = pos[None, :, 0] - pos[:, None, 0]  # t_j - t_i
+    dx = pos[None, :, 1:] - pos[:, None, 1:]
+    relations = (dt > 0) & (dt**2 > (dx**2).sum(-1))
+    between = (relations.astype(int) @ relations.astype(int)) > 0
+    return relations, relations & ~between
+
+
+def undirected_edges(edge_index) -> set[tuple[int, int]]:
+    """A graph's edges as a set of (i, j) pairs, each link in both directions."""
+    return set(map(tuple, edge_index.t().tolist()))
+
+
 def train(config, **kwargs):
     """Train, test the best epoch and close: ``(trainer, history, test_metrics)``."""
     import QuantumGravPy as qg
