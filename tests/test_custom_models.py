@@ -3,7 +3,6 @@ DDP like the built-in one, and one clear error for each way it can be wrong. (It
 after a kill is in test_resume.py.)"""
 
 import json
-import math
 
 import pytest
 import yaml
@@ -28,7 +27,7 @@ def test_a_custom_model_trains_averages_and_is_tested(make_config, tmp_path, cap
     assert trainer.model.heads["y"].out_features == 3  # one output per dimension class
     assert type(trainer.ema.module).__name__ == "SmallGCN"
     assert history[-1]["train_loss"] < history[0]["train_loss"]
-    assert math.isfinite(metrics["test_loss"]) and metrics["test_accuracy"] > 1 / 3
+    assert metrics["test_accuracy"] >= 0.55  # three dimensions: chance is 1/3 (it reaches 0.78)
 
     # qg test rebuilds the class from the config and evaluates the best checkpoint
     result = run_main(
@@ -44,10 +43,16 @@ def test_a_custom_model_trains_averages_and_is_tested(make_config, tmp_path, cap
 
 
 def test_a_model_returning_one_tensor_needs_no_dict(make_config):
-    _, history, _ = train(
-        make_config("model.type=user_models.MeanFeatures", "training.num_epochs=2")
+    _, history, metrics = train(
+        make_config(
+            "model.type=user_models.MeanFeatures",
+            "training.num_epochs=6",
+            "training.optimizer.kwargs={lr: 0.03}",
+        )
     )
-    assert len(history) == 2 and math.isfinite(history[-1]["val_loss"])
+    # the mean features hold the ordering fraction, which tells the dimension: well above 1/3
+    assert len(history) == 6 and metrics["test_accuracy"] >= 0.5
+    assert history[-1]["val_accuracy"] >= 0.6
 
 
 def train_custom(rank, world_size, config):

@@ -183,7 +183,8 @@ def test_trains_on_a_user_dataset(make_config):
         "training.num_epochs=2",
     )
     trainer, _, metrics = train(cfg)
-    assert trainer.num_classes == 2 and 0 <= metrics["test_accuracy"] <= 1
+    # rings and paths apart (chance 1/2): the path's two ends of degree one give it away
+    assert trainer.num_classes == 2 and metrics["test_accuracy"] >= 0.9
 
 
 def test_validator_weights_by_graphs_not_by_batches(make_config):
