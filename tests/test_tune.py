@@ -267,36 +267,58 @@ def test_ctrl_c_stops_parallel_trials_and_queues_them_again(tmp_path, data_root)
     }
 
 
+def main_thread_waits_for_slots(main: int) -> bool:
+    """Whether the main thread is inside the study's wait for its slots right now."""
+    frame = sys._current_frames().get(main)
+    while frame is not None:
+        if frame.f_code.co_name == "wait_for_slots":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def until(condition, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "never happened"
+        time.sleep(0.002)
+
+
 @pytest.mark.timeout(30)
 def test_ctrl_c_waits_until_every_parallel_trial_is_recorded(monkeypatch):
-    """A Ctrl-C that lands while the study waits for slot 0 must not let it stop waiting:
-    slot 0 records its trial last, and the study writes its files only after that."""
+    """A Ctrl-C that lands while the study waits for its slots, and a second one while it waits
+    for slot 0 after slot 1 has recorded its trial, must not let it stop waiting: the study ends
+    only once slot 0 has recorded its trial too. Each interrupt lands at that point, not at a
+    time: the slots send them once they see the main thread waiting."""
     from QuantumGravPy.tune.study import Tuner
 
     tuner = Tuner.__new__(Tuner)  # only what running the slots needs
     tuner.parallel, tuner.stopping = 2, False
-    recorded = []
+    recorded, both_running = [], threading.Barrier(2)
+    main = threading.main_thread().ident
 
     def one_trial() -> bool:  # a trial that ends with the study, as its processes do
-        while not tuner.stopping:
-            time.sleep(0.01)
-        name = threading.current_thread().name
-        time.sleep(1.5 if name.endswith("0") else 0.2)  # recording it takes a while
-        recorded.append(name)
+        slot = threading.current_thread().name
+        both_running.wait()
+        if slot.endswith("1"):
+            until(lambda: main_thread_waits_for_slots(main))
+            signal.pthread_kill(main, signal.SIGINT)
+        until(lambda: tuner.stopping)  # the study heard the first Ctrl-C
+        if slot.endswith("0"):  # slot 0 records last, with a second Ctrl-C before it does
+            until(lambda: recorded == ["trial slot 1"] and main_thread_waits_for_slots(main))
+            signal.pthread_kill(main, signal.SIGINT)
+            until(lambda: main_thread_waits_for_slots(main))  # and it waits on
+        recorded.append(slot)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(tuner, "_one_trial", one_trial)
-    main = threading.main_thread().ident
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    ctrl_c = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
     try:
-        ctrl_c.start()
         with pytest.raises(KeyboardInterrupt):
             tuner._run_slots()
+        assert recorded == ["trial slot 1", "trial slot 0"]  # both, before the study went on
     finally:
-        ctrl_c.join()
         signal.signal(signal.SIGINT, previous)
-    assert sorted(recorded) == ["trial slot 0", "trial slot 1"]
 
 
 BAD_SPACES = [
