@@ -294,8 +294,12 @@ def test_ctrl_c_waits_until_every_parallel_trial_is_recorded(monkeypatch):
 
     tuner = Tuner.__new__(Tuner)  # only what running the slots needs
     tuner.parallel, tuner.stopping = 2, False
-    recorded, both_running = [], threading.Barrier(2)
-    main = threading.main_thread().ident
+    recorded, both_running, left = [], threading.Barrier(2), threading.Event()
+    main, interrupts = threading.main_thread().ident, []
+
+    def ctrl_c(signum, frame):  # Python's own handler, counting
+        interrupts.append(signum)
+        raise KeyboardInterrupt
 
     def one_trial() -> bool:  # a trial that ends with the study, as its processes do
         slot = threading.current_thread().name
@@ -307,18 +311,22 @@ def test_ctrl_c_waits_until_every_parallel_trial_is_recorded(monkeypatch):
         if slot.endswith("0"):  # slot 0 records last, with a second Ctrl-C before it does
             until(lambda: recorded == ["trial slot 1"] and main_thread_waits_for_slots(main))
             signal.pthread_kill(main, signal.SIGINT)
-            until(lambda: main_thread_waits_for_slots(main))  # and it waits on
+            until(lambda: len(interrupts) == 2)
+            until(lambda: main_thread_waits_for_slots(main) or left.is_set())
         recorded.append(slot)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(tuner, "_one_trial", one_trial)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous = signal.signal(signal.SIGINT, ctrl_c)
     try:
         with pytest.raises(KeyboardInterrupt):
             tuner._run_slots()
-        assert recorded == ["trial slot 1", "trial slot 0"]  # both, before the study went on
+        when_done = list(recorded)
     finally:
+        left.set()
         signal.signal(signal.SIGINT, previous)
+    assert len(interrupts) == 2
+    assert when_done == ["trial slot 1", "trial slot 0"]  # both, before the study went on
 
 
 BAD_SPACES = [
