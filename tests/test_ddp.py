@@ -127,6 +127,8 @@ class FailingTrainer(qg.TrainerDDP):
 class SilentTrainer(qg.TrainerDDP):
     def on_epoch_start(self, loader):
         if self.rank == 1 and self.epoch == 1:
+            # when it fell silent, for the test to time the rest of the job against
+            (self.run_dir.parent / f"{self.run_dir.name}.silent").write_text(str(time.time()))
             time.sleep(3600)  # stops answering, as a hung data loader or a dead GPU would
         super().on_epoch_start(loader)
 
@@ -334,6 +336,11 @@ def test_a_silent_rank_ends_the_job_within_the_timeout(make_config, tmp_path):
         )
         with pytest.raises(qg.WorkerError, match=expected):
             run_ranks(2, train_silent, config, timeout_s=5)
+        ended = time.time()
+        silent_at = float((tmp_path / f"{shared_memory}.silent").read_text())
+        # rank 0 waited out the timeout (5 s), and the job ended soon after: not at the test's
+        # own limit, nor at the process group's default of 30 minutes
+        assert 5 <= ended - silent_at < 5 + 15, ended - silent_at
     assert alive_workers() == []
 
 
