@@ -94,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue the study: finished trials are kept, trials a killed job left running "
         "are run again, until it has N trials",
     )
+    tune.add_argument(
+        "--stale-after",
+        type=float,
+        metavar="S",
+        help="a trial another machine runs is taken as abandoned after S seconds without a "
+        "heartbeat (default 300; each job sends one every S/10 seconds)",
+    )
     tune.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     plot = sub.add_parser(
         "plot",
@@ -267,8 +274,9 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     from .tune import tune
-    from .tune.outputs import BEST_YAML, TRIALS_CSV
+    from .tune.outputs import BEST_YAML, TRIALS_CSV, shown
 
+    stale = {} if args.stale_after is None else {"stale_after_s": args.stale_after}
     study = tune(
         args.config,
         args.space,
@@ -277,10 +285,11 @@ def _tune(args: argparse.Namespace) -> int:
         storage=args.storage,
         study=args.study,
         resume=args.resume,
+        **stale,
         overrides=args.overrides,
     )
     states = {}
-    for t in study.get_trials(deepcopy=False):
+    for t in filter(shown, study.get_trials(deepcopy=False)):
         states[t.state.name.lower()] = states.get(t.state.name.lower(), 0) + 1
     folder = study.user_attrs.get("directory") or ""
     counts = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))

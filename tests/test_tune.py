@@ -43,8 +43,12 @@ def read_trials(study: Path) -> list[dict[str, str]]:
 
 
 def stored_trials(study: Path, name: str = "test") -> list:
+    return stored_trials_in(study / "study.journal", name)
+
+
+def stored_trials_in(journal: Path, name: str) -> list:
     storage = optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(study / "study.journal"))
+        optuna.storages.journal.JournalFileBackend(str(journal))
     )
     return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
 
@@ -423,6 +427,13 @@ def test_bad_storage_trials_and_reuse_of_a_study_are_refused(tmp_path, data_root
         done = run_main(capsys, *args)
         assert_refused(done, message)
         assert "secret" not in done.stderr
+    # a database URL that opens: the study lives there, under its --study name
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    done = run_main(capsys, "tune", config, space_file, "--trials", "1", "--storage", url,
+                    "--study", "lr-scan", "training.path=" + str(tmp_path / "in-db"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (trial,) = optuna.load_study(study_name="lr-scan", storage=url).trials
+    assert trial.state.name == "COMPLETE" and not (tmp_path / "in-db" / "study.journal").exists()
     assert run_main(capsys, "tune", config, space_file, "--trials", "1").returncode == 0
     again = run_main(capsys, "tune", config, space_file, "--trials", "1")
     assert_refused(again, "already has 1 trials: continue it with --resume")
@@ -475,3 +486,128 @@ def test_the_shipped_search_space_fits_the_shipped_configs():
         space = load_space(ROOT / "configs" / "search_space.yaml", config)
         assert "model.hidden_channels" in [p.key for p in space.params]
         assert (space.metric, space.direction) == ("val_loss", "minimize")
+
+
+# --- the cluster recipe: several workers of one study ------------------------------------------
+
+
+def start_worker(config, space_file, *args, hostname=None):
+    """``qg tune ... --resume`` as one job of the README's job array: its own process group, and
+    with ``hostname`` its own host name (a UTS namespace: a worker on another machine)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
+    command = [sys.executable, "-m", "QuantumGravPy", "tune", str(config), str(space_file)]
+    command += [*map(str, args), "--resume"]
+    if hostname is not None:
+        command = [
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            f'hostname {hostname} && exec "$@"',
+            "-",
+            *command,
+        ]
+    return subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def finish(job, timeout=180):
+    _, err = job.communicate(timeout=timeout)
+    assert job.returncode == 0, err
+    return err
+
+
+@pytest.mark.timeout(300)
+def test_two_workers_at_once_share_a_study_to_exactly_n_distinct_trials(tmp_path, data_root):
+    space = {
+        "training.optimizer.kwargs.lr": LR,
+        "objective": {"metric": "val_loss"},
+        "pruner": {"type": "none"},
+        "sampler": {"type": "random", "seed": 0},  # the same seed in every worker
+    }
+    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=1)
+    journal = tmp_path / "shared" / "studies.journal"  # --storage elsewhere: it must be used
+    journal.parent.mkdir()
+    args = ("--trials", 4, "--study", "dimension", "--storage", journal)
+    workers = [start_worker(config, space_file, *args) for _ in range(2)]
+    for job in workers:
+        finish(job)
+    trials = stored_trials_in(journal, "dimension")
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4, [t.state.name for t in trials]
+    owners = {t.system_attrs["qg_owner"] for t in trials}
+    assert len(owners) == 2  # both workers ran trials
+    values = [t.params["training.optimizer.kwargs.lr"] for t in trials]
+    assert len(set(values)) == 4  # no worker repeated another's suggestion
+    assert not (study / "study.journal").exists()
+    assert {int(r["number"]) for r in read_trials(study)} == set(range(4))
+
+
+@pytest.mark.timeout(300)
+def test_a_live_workers_trial_is_left_alone_and_a_silent_ones_run_again_after_the_stated_time(
+    tmp_path, data_root
+):
+    space = {
+        "training.optimizer.kwargs.lr": LR,
+        "objective": {"metric": "val_loss"},
+        "pruner": {"type": "none"},
+        "sampler": {"type": "random", "seed": 1},
+    }
+    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=300)
+    stale = ("--stale-after", 3)
+    # a worker on another machine (its own host name), whose one trial trains for long
+    far = start_worker(config, space_file, "--trials", 1, *stale, hostname="node-a")
+    try:
+        until(
+            lambda: (study / "trial_0000" / "history.csv").exists() or far.poll() is not None, 120
+        )
+        assert far.poll() is None, far.communicate()[1]
+        # a worker here, busy for longer than the stale time: the far trial's heartbeats keep
+        # it from being taken as abandoned
+        near = start_worker(config, space_file, "--trials", 2, *stale, "training.num_epochs=8")
+        finish(near)
+        running, own = stored_trials(study)
+        assert running.system_attrs["qg_owner"].startswith("node-a:")
+        assert running.state.name == "RUNNING" and own.state.name == "COMPLETE"
+        assert (own.datetime_complete - own.datetime_start).total_seconds() > 3
+    finally:
+        os.killpg(far.pid, signal.SIGKILL)
+        far.wait()
+    # the far job is gone: once its last heartbeat is older than the stated time (waited out
+    # here, as it is what is tested), the next worker fails the trial and runs its values again
+    last_beat = stored_trials(study)[0].system_attrs["qg_heartbeat"]
+    until(lambda: time.time() > last_beat + 3.2, 30)
+    overrides = ("training.num_epochs=1", "log_level=INFO")
+    finish(start_worker(config, space_file, "--trials", 2, *stale, *overrides))
+    killed, own, rerun = stored_trials(study)
+    assert killed.state.name == "FAIL" and killed.user_attrs["interrupted"]
+    assert rerun.user_attrs["rerun_of"] == 0 and rerun.params == killed.params
+    assert rerun.state.name == "COMPLETE" and own.state.name == "COMPLETE"
+    assert "trial(s) 0 were left running by a job that ended" in (study / "tune.log").read_text()
+
+
+def test_a_trial_asked_for_past_n_by_a_second_job_at_once_is_surplus(tmp_path, data_root):
+    """Two jobs that both counted N - 1 trials ask at the same moment: the storage numbers the
+    trials, and the one after N counted ones is failed at once, shown and counted nowhere."""
+    from QuantumGravPy.tune import load_space
+    from QuantumGravPy.tune.outputs import counted, write_outputs
+    from QuantumGravPy.tune.study import Tuner
+
+    space = {"training.optimizer.kwargs.lr": LR, "objective": {"metric": "val_loss"}}
+    config, space_file, study = write_study_files(tmp_path, data_root, space)
+    base = qg.load_config(config)
+    first, second = (
+        Tuner(base, load_space(space_file, base), trials=1, resume=True) for _ in range(2)
+    )
+    asked = [job.study.ask() for job in (first, second)]  # both before either checks
+    assert [first._surplus(asked[0]), second._surplus(asked[1])] == [False, True]
+    trials = stored_trials(study)
+    assert [t.state.name for t in trials] == ["RUNNING", "FAIL"]
+    assert [counted(t) for t in trials] == [True, False]
+    write_outputs(first.study, first.space, study)
+    assert [int(r["number"]) for r in read_trials(study)] == [0]

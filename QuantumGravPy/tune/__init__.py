@@ -19,7 +19,7 @@ from typing import Any
 
 from ..config import Config, apply_overrides, config_from_dict, config_to_dict, load_config
 from .space import SearchSpace, load_space, trial_config
-from .study import Tuner
+from .study import STALE_AFTER_S, Tuner
 from .trial import PruningJudge
 
 __all__ = ["PruningJudge", "SearchSpace", "load_space", "trial_config", "tune"]
@@ -34,6 +34,7 @@ def tune(
     storage: str | None = None,
     study: str | None = None,
     resume: bool = False,
+    stale_after_s: float = STALE_AFTER_S,
     overrides: Iterable[str] = (),
 ) -> Any:
     """Search ``space`` (a YAML file or a mapping) around ``config`` (a Config or a YAML file,
@@ -42,7 +43,8 @@ def tune(
     The study lives in the config's ``training.path``: each trial's run in ``trial_NNNN/``,
     ``trials.csv``, ``best.yaml`` and the plots, and (unless ``storage`` names another place)
     the study itself in ``study.journal``. ``study`` names it (default: the config's name);
-    ``resume=True`` continues it. Returns the Optuna study.
+    ``resume=True`` continues it; a trial running on another machine is taken as abandoned
+    after ``stale_after_s`` seconds without a heartbeat. Returns the Optuna study.
     """
     if isinstance(config, Config):
         base = config_from_dict(apply_overrides(config_to_dict(config), overrides))
@@ -57,4 +59,5 @@ def tune(
         storage=storage,
         study_name=study,
         resume=resume,
+        stale_after_s=stale_after_s,
     ).run()

@@ -29,16 +29,26 @@ PLOTS = {
 }
 
 
+SURPLUS = "surplus"  # a user attribute: asked for by two jobs at once, never run (study.py)
+
+
 def counted(trial: Any) -> bool:
     """Whether a trial counts towards the study's total: not one whose job was killed (it is
-    run again) and not one waiting to run."""
+    run again), not one waiting to run, not a surplus one."""
     state = trial.state.name
-    return state != "WAITING" and not (state == "FAIL" and trial.user_attrs.get("interrupted"))
+    if state == "FAIL":
+        return not (trial.user_attrs.get("interrupted") or trial.user_attrs.get(SURPLUS))
+    return state != "WAITING"
+
+
+def shown(trial: Any) -> bool:
+    """Whether a trial is one of the study's trials for a person: it ran, or is running."""
+    return trial.state.name != "WAITING" and not trial.user_attrs.get(SURPLUS)
 
 
 def write_outputs(study: Any, space: SearchSpace, study_dir: Path) -> None:
     """trials.csv, best.yaml and the plots; a failing plot costs a warning, never the study."""
-    trials = [t for t in study.get_trials(deepcopy=False) if t.state.name != "WAITING"]
+    trials = [t for t in study.get_trials(deepcopy=False) if shown(t)]
     write_atomic(study_dir / TRIALS_CSV, trials_csv(trials, space))
     best = best_trial(trials, space)
     if best is not None:

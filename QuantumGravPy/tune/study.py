@@ -8,8 +8,14 @@ pruned or failed on their own account), whatever was killed on the way.
 A trial whose job died (SIGKILL, preemption, a lost node) stays "running" in the storage. Each
 running trial names its owner (host, process id and that process's start time) and carries a
 heartbeat the owner renews; ``--resume`` marks a trial failed, as interrupted, when its owner
-on this machine is gone or its heartbeat is older than ``STALE_AFTER_S``, and puts its
-parameters back in the queue, so it is run again under a new number and the total stays N.
+on this machine is gone or its heartbeat is older than ``stale_after_s`` (``--stale-after``,
+5 minutes unless told), and puts its parameters back in the queue, so it is run again under a
+new number and the total stays N.
+
+Several jobs may work on one study at once (the README's job array). Counting and asking are
+two steps in a shared storage, so two jobs can both ask for the last trial; trial numbers are
+given out one at a time, so the trial whose number comes after N counted ones is the surplus:
+it is failed at once, marked ``surplus``, and counted nowhere.
 """
 
 from __future__ import annotations
@@ -33,13 +39,13 @@ from ..parallel import spawn
 from ..parallel.distributed import available_cores
 from ..parallel.spawn import resolve_backend
 from ..runs import directory as rd
-from .outputs import counted, write_outputs
+from .outputs import SURPLUS, counted, write_outputs
 from .space import SearchSpace, trial_config
 from .storage import JOURNAL, open_storage, redact
 from .trial import TrialLink, trial_worker
 
-HEARTBEAT_S = 30.0
 STALE_AFTER_S = 300.0  # a running trial without a heartbeat for this long was abandoned
+HEARTBEATS_PER_STALE = 10  # heartbeats sent within that time (one each 30 s by default)
 LOG = "tune.log"
 OWNER, HEARTBEAT = "qg_owner", "qg_heartbeat"
 
@@ -57,10 +63,14 @@ class Tuner:
         storage: str | None = None,
         study_name: str | None = None,
         resume: bool = False,
+        stale_after_s: float = STALE_AFTER_S,
     ):
         for name, value in (("--trials", trials), ("--parallel", parallel)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name}: expected a positive number, found {value!r}")
+        if not stale_after_s > 0:
+            raise ConfigError(f"--stale-after: expected a positive number, found {stale_after_s}")
+        self.stale_after_s = float(stale_after_s)
         self.base, self.space, self.total, self.parallel = base, space, trials, parallel
         self.dir = base.run_dir
         self.name = study_name or base.name
@@ -89,36 +99,40 @@ class Tuner:
         pruner = self.space.make_pruner()
         shown = redact(self.storage_spec)
         names = [s.study_name for s in optuna.get_all_study_summaries(self.storage)]
-        if self.name in names:
-            # a seeded sampler would suggest again what the study's first job suggested
-            sampler = self.space.make_sampler(parallel=self.parallel, salt=self.owner)
-            study = optuna.load_study(
-                study_name=self.name, storage=self.storage, sampler=sampler, pruner=pruner
-            )
-            if study.trials and not resume:
+        if self.name not in names:
+            leftovers = sorted(self.dir.glob("trial_[0-9]*"))
+            if leftovers:
                 raise ConfigError(
-                    f"study {self.name!r} in {shown} already has {len(study.trials)} trials: "
-                    "continue it with --resume, or give another --study or training.path"
+                    f"training.path: {self.dir} holds trial folders ({leftovers[0].name}, ...) "
+                    f"of a study that {shown} does not have; move them, or give another "
+                    "training.path"
                 )
-            if study.direction.name.lower() != self.space.direction:
-                raise ConfigError(
-                    f"objective.direction: study {self.name!r} was created to "
-                    f"{study.direction.name.lower()}, found {self.space.direction!r}"
+            try:
+                return optuna.create_study(
+                    study_name=self.name,
+                    storage=self.storage,
+                    sampler=sampler,
+                    pruner=pruner,
+                    direction=self.space.direction,
                 )
-            return study
-        leftovers = sorted(self.dir.glob("trial_[0-9]*"))
-        if leftovers:
-            raise ConfigError(
-                f"training.path: {self.dir} holds trial folders ({leftovers[0].name}, ...) of a "
-                f"study that {shown} does not have; move them, or give another training.path"
-            )
-        return optuna.create_study(
-            study_name=self.name,
-            storage=self.storage,
-            sampler=sampler,
-            pruner=pruner,
-            direction=self.space.direction,
+            except optuna.exceptions.DuplicatedStudyError:
+                pass  # another job created it a moment ago: continue it, as a later job would
+        # a seeded sampler would suggest again what the study's first job suggested
+        sampler = self.space.make_sampler(parallel=self.parallel, salt=self.owner)
+        study = optuna.load_study(
+            study_name=self.name, storage=self.storage, sampler=sampler, pruner=pruner
         )
+        if study.trials and not resume:
+            raise ConfigError(
+                f"study {self.name!r} in {shown} already has {len(study.trials)} trials: "
+                "continue it with --resume, or give another --study or training.path"
+            )
+        if study.direction.name.lower() != self.space.direction:
+            raise ConfigError(
+                f"objective.direction: study {self.name!r} was created to "
+                f"{study.direction.name.lower()}, found {self.space.direction!r}"
+            )
+        return study
 
     def fail_abandoned(self) -> list[int]:
         """Mark running trials whose job is gone as failed (interrupted) and queue their
@@ -128,7 +142,7 @@ class Tuner:
         now = time.time()
         abandoned = []
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if _abandoned(t, now):
+            if _abandoned(t, now, self.stale_after_s):
                 if self._interrupt(t, "interrupted: the job running it ended"):
                     abandoned.append(t.number)
         return abandoned
@@ -147,6 +161,18 @@ class Tuner:
             return False  # another job saw it first
         params = self.storage.get_trial(trial_id).params
         self.study.enqueue_trial(params, user_attrs={"rerun_of": trial.number})
+        return True
+
+    def _surplus(self, trial: Any) -> bool:
+        """Whether N counted trials came before ``trial`` (asked for by another job at the same
+        moment); such a trial is failed at once, marked ``surplus``, and counts nowhere."""
+        from optuna.trial import TrialState
+
+        before = self.study.get_trials(deepcopy=False)
+        if sum(counted(t) for t in before if t.number < trial.number) < self.total:
+            return False
+        self.storage.set_trial_user_attr(trial._trial_id, SURPLUS, True)
+        self.storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
         return True
 
     def _finished(self) -> int:
@@ -246,6 +272,8 @@ class Tuner:
                 return False
             trial = self.study.ask()
             trial_id = trial._trial_id
+            if self._surplus(trial):
+                return False
             self.storage.set_trial_system_attr(trial_id, OWNER, self.owner)
             self.storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
             self.running[trial_id] = trial
@@ -316,7 +344,7 @@ class Tuner:
         stop = threading.Event()
 
         def beat() -> None:
-            while not stop.wait(HEARTBEAT_S):
+            while not stop.wait(self.stale_after_s / HEARTBEATS_PER_STALE):
                 for trial_id in list(self.running):
                     with contextlib.suppress(Exception):  # it may have just ended
                         self.storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
@@ -373,7 +401,7 @@ def _start_time(pid: int) -> str:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def _abandoned(trial: Any, now: float) -> bool:
+def _abandoned(trial: Any, now: float, stale_after_s: float) -> bool:
     owner = trial.system_attrs.get(OWNER)
     if owner is not None:
         host, pid, started = owner.rsplit(":", 2)
@@ -382,4 +410,4 @@ def _abandoned(trial: Any, now: float) -> bool:
     beat = trial.system_attrs.get(HEARTBEAT)
     if beat is None:
         beat = trial.datetime_start.timestamp() if trial.datetime_start else 0.0
-    return now - beat > STALE_AFTER_S
+    return now - beat > stale_after_s
