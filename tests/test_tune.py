@@ -591,9 +591,12 @@ def test_a_live_workers_trial_is_left_alone_and_a_silent_ones_run_again_after_th
     assert "trial(s) 0 were left running by a job that ended" in (study / "tune.log").read_text()
 
 
-def test_a_trial_asked_for_past_n_by_a_second_job_at_once_is_surplus(tmp_path, data_root):
-    """Two jobs that both counted N - 1 trials ask at the same moment: the storage numbers the
-    trials, and the one after N counted ones is failed at once, shown and counted nowhere."""
+def test_a_trial_asked_for_past_n_by_a_second_job_at_once_is_surplus(
+    tmp_path, data_root, monkeypatch
+):
+    """Two jobs start at once: both find no study, one creates it and the other continues it.
+    Both counted N - 1 trials and ask at the same moment: the storage numbers the trials, and
+    the one after N counted ones is failed at once, shown and counted nowhere."""
     from QuantumGravPy.tune import load_space
     from QuantumGravPy.tune.outputs import counted, write_outputs
     from QuantumGravPy.tune.study import Tuner
@@ -601,9 +604,11 @@ def test_a_trial_asked_for_past_n_by_a_second_job_at_once_is_surplus(tmp_path, d
     space = {"training.optimizer.kwargs.lr": LR, "objective": {"metric": "val_loss"}}
     config, space_file, study = write_study_files(tmp_path, data_root, space)
     base = qg.load_config(config)
-    first, second = (
-        Tuner(base, load_space(space_file, base), trials=1, resume=True) for _ in range(2)
-    )
+    first = Tuner(base, load_space(space_file, base), trials=1, resume=True)
+    # the second looked for the study just before the first created it
+    monkeypatch.setattr(optuna, "get_all_study_summaries", lambda storage: [])
+    second = Tuner(base, load_space(space_file, base), trials=1, resume=True)
+    assert second.study._study_id == first.study._study_id
     asked = [job.study.ask() for job in (first, second)]  # both before either checks
     assert [first._surplus(asked[0]), second._surplus(asked[1])] == [False, True]
     trials = stored_trials(study)
