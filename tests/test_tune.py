@@ -550,7 +550,7 @@ def test_two_workers_at_once_share_a_study_to_exactly_n_distinct_trials(tmp_path
 
 @pytest.mark.timeout(300)
 def test_a_live_workers_trial_is_left_alone_and_a_silent_ones_run_again_after_the_stated_time(
-    tmp_path, data_root
+    tmp_path, data_root, capsys
 ):
     space = {
         "training.optimizer.kwargs.lr": LR,
@@ -559,9 +559,9 @@ def test_a_live_workers_trial_is_left_alone_and_a_silent_ones_run_again_after_th
         "sampler": {"type": "random", "seed": 1},
     }
     config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=300)
-    stale = ("--stale-after", 3)
+    here = ("tune", config, space_file, "--resume", "--stale-after", "3")  # workers on this host
     # a worker on another machine (its own host name), whose one trial trains for long
-    far = start_worker(config, space_file, "--trials", 1, *stale, hostname="node-a")
+    far = start_worker(config, space_file, "--trials", 1, "--stale-after", 3, hostname="node-a")
     try:
         until(
             lambda: (study / "trial_0000" / "history.csv").exists() or far.poll() is not None, 120
@@ -569,8 +569,8 @@ def test_a_live_workers_trial_is_left_alone_and_a_silent_ones_run_again_after_th
         assert far.poll() is None, far.communicate()[1]
         # a worker here, busy for longer than the stale time: the far trial's heartbeats keep
         # it from being taken as abandoned
-        near = start_worker(config, space_file, "--trials", 2, *stale, "training.num_epochs=8")
-        finish(near)
+        near = run_main(capsys, *here, "--trials", "2", "training.num_epochs=6")
+        assert near.returncode == 0, near.stderr
         running, own = stored_trials(study)
         assert running.system_attrs["qg_owner"].startswith("node-a:")
         assert running.state.name == "RUNNING" and own.state.name == "COMPLETE"
@@ -582,8 +582,8 @@ def test_a_live_workers_trial_is_left_alone_and_a_silent_ones_run_again_after_th
     # here, as it is what is tested), the next worker fails the trial and runs its values again
     last_beat = stored_trials(study)[0].system_attrs["qg_heartbeat"]
     until(lambda: time.time() > last_beat + 3.2, 30)
-    overrides = ("training.num_epochs=1", "log_level=INFO")
-    finish(start_worker(config, space_file, "--trials", 2, *stale, *overrides))
+    last = run_main(capsys, *here, "--trials", "2", "training.num_epochs=1", "log_level=INFO")
+    assert last.returncode == 0, last.stderr
     killed, own, rerun = stored_trials(study)
     assert killed.state.name == "FAIL" and killed.user_attrs["interrupted"]
     assert rerun.user_attrs["rerun_of"] == 0 and rerun.params == killed.params
