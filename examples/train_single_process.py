@@ -7,6 +7,7 @@ loads the cached dataset and the model), split the data, train, and test the bes
 """
 
 import argparse
+import sys
 
 import QuantumGravPy as qg
 
@@ -37,4 +38,5 @@ if __name__ == "__main__":
     try:
         main()
     except qg.QGError as e:  # a mistake in the config or paths: one line, no traceback
-        raise SystemExit(f"error: {e}") from None
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None  # as qg does

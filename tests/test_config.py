@@ -3,9 +3,10 @@
 from pathlib import Path
 
 import pytest
+import yaml
 
 import QuantumGravPy as qg
-from QuantumGravPy.config import config_from_dict, dump_config
+from QuantumGravPy.config import config_from_dict, config_to_dict, dump_config
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 
@@ -18,7 +19,23 @@ def write(tmp_path, text: str) -> Path:
 
 @pytest.mark.parametrize("name", ["train.yaml", "train_ddp.yaml", "multitask.yaml"])
 def test_shipped_configs_load(name):
+    """Every setting the file writes is the loaded config's (none lost to a default)."""
     cfg = qg.load_config(CONFIGS / name)
+    written = yaml.safe_load((CONFIGS / name).read_text())
+    loaded = config_to_dict(cfg)
+
+    def check(raw, have, where):
+        if isinstance(raw, dict):
+            for key, value in raw.items():
+                check(value, have[key], f"{where}.{key}")
+        elif isinstance(raw, list):
+            assert len(have) == len(raw), where
+            for i, (value, got) in enumerate(zip(raw, have, strict=True)):
+                check(value, got, f"{where}[{i}]")
+        else:
+            assert have == raw, where
+
+    check(written, loaded, name)
     assert cfg.early_stopping.enabled and cfg.training.lr_scheduler is not None
 
 

@@ -58,7 +58,13 @@ def run_example(name: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
 def test_single_process_example_runs(tmp_path):
     result = run_example("train_single_process.py", tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "2 epochs" in result.stdout and (tmp_path / "run" / "summary.json").is_file()
+    # what it prints is what the run wrote
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["epochs_run"] == 2
+    assert "2 epochs; best validation accuracy" in result.stdout
+    assert f"test accuracy {summary['test_accuracy']:.3f}" in result.stdout
+    again = run_example("train_single_process.py", tmp_path)  # the run exists now
+    assert_refused(again, "already holds a run")
 
 
 def test_ddp_standalone_example_trains_with_two_processes(tmp_path):

@@ -140,7 +140,10 @@ def test_validation_and_test_use_the_moving_average(make_config):
     best = trainer.run_dir / "checkpoints" / "best.pt"
     from_file = trainer.run_test(test_loader, checkpoint=best)
     assert trainer.run_test(test_loader) == from_file  # the best epoch's average, both ways
-    assert qg.load_checkpoint(best)["ema"]["updates"] > 0
+    # the average as it was at the best epoch: one update per step up to it
+    steps_per_epoch = trainer.global_step // len(history)
+    best_epoch = trainer.early_stopping.best_epoch
+    assert qg.load_checkpoint(best)["ema"]["updates"] == best_epoch * steps_per_epoch
 
 
 def test_moving_averages_agree_across_ranks(make_config):
