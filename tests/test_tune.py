@@ -25,6 +25,16 @@ optuna = pytest.importorskip("optuna")
 LR = {"type": "float", "low": 1.0e-5, "high": 3.0e-2, "log": True}
 
 
+def seeded_lr_space(seed: int) -> dict:
+    """The learning rate drawn by a seeded random sampler, trials never pruned."""
+    return {
+        "training.optimizer.kwargs.lr": LR,
+        "objective": {"metric": "val_loss"},
+        "pruner": {"type": "none"},
+        "sampler": {"type": "random", "seed": seed},
+    }
+
+
 def write_study_files(tmp_path, data_root, space: dict, **training) -> tuple[Path, Path, Path]:
     """(config file, space file, study folder)."""
     raw = small_raw_config(tmp_path, data_root)
@@ -185,12 +195,7 @@ def test_ddp_trials_are_pruned_on_every_rank_and_run_two_at_a_time(tmp_path, dat
 
 @pytest.mark.timeout(240)
 def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, data_root, capsys):
-    space = {
-        "training.optimizer.kwargs.lr": LR,
-        "objective": {"metric": "val_loss"},
-        "pruner": {"type": "none"},
-        "sampler": {"type": "random", "seed": 2},
-    }
+    space = seeded_lr_space(2)
     config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=12)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
     args = [sys.executable, "-m", "QuantumGravPy", "tune", str(config), str(space_file)]
@@ -525,12 +530,7 @@ def finish(job, timeout=180):
 
 @pytest.mark.timeout(300)
 def test_two_workers_at_once_share_a_study_to_exactly_n_distinct_trials(tmp_path, data_root):
-    space = {
-        "training.optimizer.kwargs.lr": LR,
-        "objective": {"metric": "val_loss"},
-        "pruner": {"type": "none"},
-        "sampler": {"type": "random", "seed": 0},  # the same seed in every worker
-    }
+    space = seeded_lr_space(0)  # the same seed in every worker
     config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=1)
     journal = tmp_path / "shared" / "studies.journal"  # --storage elsewhere: it must be used
     journal.parent.mkdir()
@@ -552,12 +552,7 @@ def test_two_workers_at_once_share_a_study_to_exactly_n_distinct_trials(tmp_path
 def test_a_live_workers_trial_is_left_alone_and_a_silent_ones_run_again_after_the_stated_time(
     tmp_path, data_root, capsys
 ):
-    space = {
-        "training.optimizer.kwargs.lr": LR,
-        "objective": {"metric": "val_loss"},
-        "pruner": {"type": "none"},
-        "sampler": {"type": "random", "seed": 1},
-    }
+    space = seeded_lr_space(1)
     config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=300)
     here = ("tune", config, space_file, "--resume", "--stale-after", "3")  # workers on this host
     # a worker on another machine (its own host name), whose one trial trains for long
