@@ -562,14 +562,14 @@ def test_a_live_workers_trial_is_left_alone_and_a_silent_ones_run_again_after_th
             lambda: (study / "trial_0000" / "history.csv").exists() or far.poll() is not None, 120
         )
         assert far.poll() is None, far.communicate()[1]
-        # a worker here, busy for longer than the stale time: the far trial's heartbeats keep
-        # it from being taken as abandoned
+        # a worker here: it looks for abandoned trials before and after its own, the last time
+        # more than the stale time after the far trial began; only heartbeats keep it alive
         near = run_main(capsys, *here, "--trials", "2", "training.num_epochs=6")
         assert near.returncode == 0, near.stderr
         running, own = stored_trials(study)
         assert running.system_attrs["qg_owner"].startswith("node-a:")
         assert running.state.name == "RUNNING" and own.state.name == "COMPLETE"
-        assert (own.datetime_complete - own.datetime_start).total_seconds() > 3
+        assert (own.datetime_complete - running.datetime_start).total_seconds() > 3
     finally:
         os.killpg(far.pid, signal.SIGKILL)
         far.wait()
