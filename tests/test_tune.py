@@ -426,6 +426,7 @@ def test_bad_storage_trials_and_reuse_of_a_study_are_refused(tmp_path, data_root
         (["--storage", str(tmp_path / "missing" / "study.journal")], "the folder"),
         (["--parallel", "0"], "--parallel: expected a positive number, found 0"),
         (["--trials", "0"], "--trials: expected a positive number, found 0"),
+        (["--stale-after", "0"], "--stale-after: expected a positive number, found 0.0"),
     ]
     for extra, message in cases:
         args = ["tune", config, space_file, "--trials", "1", *extra]
