@@ -273,10 +273,9 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from .tune import tune
+    from .tune import STALE_AFTER_S, tune
     from .tune.outputs import BEST_YAML, TRIALS_CSV, shown
 
-    stale = {} if args.stale_after is None else {"stale_after_s": args.stale_after}
     study = tune(
         args.config,
         args.space,
@@ -285,7 +284,7 @@ def _tune(args: argparse.Namespace) -> int:
         storage=args.storage,
         study=args.study,
         resume=args.resume,
-        **stale,
+        stale_after_s=STALE_AFTER_S if args.stale_after is None else args.stale_after,
         overrides=args.overrides,
     )
     states = {}

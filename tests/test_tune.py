@@ -523,12 +523,6 @@ def start_worker(config, space_file, *args, hostname=None):
     )
 
 
-def finish(job, timeout=180):
-    _, err = job.communicate(timeout=timeout)
-    assert job.returncode == 0, err
-    return err
-
-
 @pytest.mark.timeout(300)
 def test_two_workers_at_once_share_a_study_to_exactly_n_distinct_trials(tmp_path, data_root):
     space = seeded_lr_space(0)  # the same seed in every worker
@@ -538,7 +532,8 @@ def test_two_workers_at_once_share_a_study_to_exactly_n_distinct_trials(tmp_path
     args = ("--trials", 4, "--study", "dimension", "--storage", journal)
     workers = [start_worker(config, space_file, *args) for _ in range(2)]
     for job in workers:
-        finish(job)
+        _, err = job.communicate(timeout=180)
+        assert job.returncode == 0, err
     trials = stored_trials_in(journal, "dimension")
     assert [t.state.name for t in trials] == ["COMPLETE"] * 4, [t.state.name for t in trials]
     owners = {t.system_attrs["qg_owner"] for t in trials}
