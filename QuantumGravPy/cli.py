@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import traceback
 from collections.abc import Sequence
 
-from .errors import QGError
+from .errors import COMMAND_LINE_ENV, QGError
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -147,6 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     args.overrides = [*getattr(args, "overrides", []), *extra]
+    outer = os.environ.get(COMMAND_LINE_ENV)
+    os.environ[COMMAND_LINE_ENV] = "1"  # errors say --overwrite, not overwrite=True
     try:
         return COMMANDS[args.command](args)
     except QGError as e:
@@ -167,6 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:  # main() called from Python (a notebook, the tests) leaves no trace
+        if outer is None:
+            os.environ.pop(COMMAND_LINE_ENV, None)
+        else:
+            os.environ[COMMAND_LINE_ENV] = outer
 
 
 def run() -> None:
@@ -192,15 +200,14 @@ def _train(args: argparse.Namespace) -> int:
     from .errors import ConfigError
     from .parallel.distributed import process_env, restart_count
     from .runs import check_resumable
-    from .runs.directory import check_run_dir
+    from .runs.directory import check_flags, check_run_dir
     from .training import Trainer, launch
 
     config = load_config(args.config, args.overrides)
     overwrite, resume, force = args.overwrite, args.resume, args.force
     if force and not resume:
         raise ConfigError("--force only applies to --resume")
-    if overwrite and resume:
-        raise ConfigError("--overwrite and --resume exclude each other: replace or continue")
+    check_flags(overwrite=overwrite, resume=resume)
     if restart_count() > 0:
         overwrite, resume = False, True  # the launcher restarted the job: continue, never wipe
     env = process_env()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 # Two pytest workers (make test) and the ranks they start share two cores. OpenMP threads that
 # spin while they wait burn the core a waiting rank needs, which doubled the suite's CPU time;
@@ -35,6 +36,27 @@ def make_config(tmp_path, data_root):
         return config_from_dict(apply_overrides(raw, overrides))
 
     return make
+
+
+@pytest.fixture
+def config_file(tmp_path, data_root):
+    """``config_file(training={...})``: a tiny config written to tmp_path/config.yaml; its path."""
+
+    def write(**sections) -> str:
+        raw = {
+            "name": "cli",
+            "log_level": "WARNING",
+            "data": {"root": str(data_root), "num_graphs": 80, "num_points": [16, 24]},
+            "model": {"hidden_channels": 8, "num_layers": 1, "head_channels": [8]},
+            "training": {"path": str(tmp_path / "run"), "device": "cpu", "num_epochs": 2},
+        }
+        for key, value in sections.items():
+            raw.setdefault(key, {}).update(value)
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        return str(path)
+
+    return write
 
 
 def run_cli(

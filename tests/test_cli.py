@@ -4,29 +4,9 @@ import json
 from importlib.metadata import entry_points
 
 import pytest
-import yaml
 from conftest import assert_refused, run_cli, run_main
 
 from QuantumGravPy.cli import main
-
-
-@pytest.fixture
-def config_file(tmp_path, data_root):
-    def write(**sections) -> str:
-        raw = {
-            "name": "cli",
-            "log_level": "WARNING",
-            "data": {"root": str(data_root), "num_graphs": 80, "num_points": [16, 24]},
-            "model": {"hidden_channels": 8, "num_layers": 1, "head_channels": [8]},
-            "training": {"path": str(tmp_path / "run"), "device": "cpu", "num_epochs": 2},
-        }
-        for key, value in sections.items():
-            raw.setdefault(key, {}).update(value)
-        path = tmp_path / "config.yaml"
-        path.write_text(yaml.safe_dump(raw))
-        return str(path)
-
-    return write
 
 
 def test_train_then_test_through_the_real_command(config_file, tmp_path, capsys):

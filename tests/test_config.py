@@ -39,11 +39,19 @@ def test_shipped_configs_load(name):
     assert cfg.early_stopping.enabled and cfg.training.lr_scheduler is not None
 
 
-def test_defaults_apply_to_an_empty_file(tmp_path):
-    cfg = qg.load_config(write(tmp_path, ""))
+def test_an_empty_mapping_is_every_default_and_an_empty_file_is_refused(tmp_path):
+    cfg = qg.load_config(write(tmp_path, "{}  # every default\n"))
     assert cfg == config_from_dict({})
     assert cfg.training.batch_size == 32 and cfg.data.dimensions == (2, 3, 4)
     assert str(cfg.run_dir) == "runs/qg"
+    with pytest.raises(
+        qg.ConfigError,
+        match=r"the file is empty, which would train every "
+        r"default \(3000 generated causal sets, 30 epochs.*or \{\} to train",
+    ):
+        qg.load_config(write(tmp_path, "# nothing but a comment\n"))
+    # with overrides, an empty file is a deliberate start from the defaults
+    assert qg.load_config(write(tmp_path, ""), ["name=x"]).name == "x"
 
 
 def test_overrides_are_parsed_as_yaml_and_may_create_sections(tmp_path):
@@ -149,14 +157,15 @@ def test_dumped_config_loads_back_equal(tmp_path):
         ("training: {sampler: balanced}", [], "training.sampler: expected null, class_balanced"),
         ("training: {sampler: nowhere.Sampler}", [], "training.sampler: cannot import"),
         ("", ["training.batch_size"], "override 'training.batch_size': expected key.path=value"),
-        (
+        ("", ["training.batch_size=[1"], "override 'training.batch_size=[1': the value is not"),
+        ("", ["training.nope=1"], "override 'training.nope=1': training.nope: unknown key"),
+        ("name: x", ["name.sub=1"], "override 'name.sub=1': name.sub: name is str 'x', not a"),
+        ("", ["name.sub=1"], "override 'name.sub=1': name: expected a string"),
+        (  # the error names another key: the override after which the config fails is blamed
             "",
-            ["training.batch_size=[1"],
-            "training.batch_size: override value '[1' is not valid YAML",
+            ["training.num_epochs=2", "early_stopping.metric=val_accuracy"],
+            "override 'early_stopping.metric=val_accuracy': early_stopping.mode: val_accuracy",
         ),
-        ("", ["training.nope=1"], "training.nope: unknown key"),
-        ("name: x", ["name.sub=1"], "name.sub: name is str 'x', not a section"),
-        ("", ["name.sub=1"], "name: expected a string"),
         ("- a\n- b\n", [], "expected a mapping of keys at the top level"),
         ("a: [1\n", [], "invalid YAML"),
         ("x: !!python/object/apply:os.system [echo hi]\n", [], "YAML tags are not allowed"),
@@ -167,8 +176,9 @@ def test_every_mistake_names_its_key(tmp_path, text, overrides, expected):
     with pytest.raises(qg.ConfigError) as info:
         qg.load_config(path, overrides)
     message = str(info.value)
-    assert expected in message
-    assert str(path) in message and "\n" not in message
+    assert expected in message and "\n" not in message
+    # the file is blamed for its own mistakes, an override for its: never both
+    assert (str(path) in message) != bool(overrides), message
 
 
 def test_a_missing_file_is_named(tmp_path):

@@ -75,8 +75,8 @@ def test_a_custom_model_trains_under_ddp(make_config):
     [
         (
             ["model.type=user_models.OneColumnTooMany"],
-            "model.type: user_models.OneColumnTooMany returned shape [16, 4] for task 'y', "
-            "expected [16, 3] (one row per graph, one column per output)",
+            "model.type: user_models.OneColumnTooMany returned shape [2, 4] for task 'y', "
+            "expected [2, 3] (one row per graph, one column per output)",
         ),
         (
             ["model.type=user_models.WrongTaskName"],
@@ -90,7 +90,7 @@ def test_a_custom_model_trains_under_ddp(make_config):
         (
             ["model.type=user_models.SmallGCN", "model.kwargs={width: 3}"],
             "model.kwargs: user_models.SmallGCN(in_channels=..., outputs=..., **model.kwargs) "
-            "failed: SmallGCN.__init__() got an unexpected keyword argument 'width'",
+            "failed: TypeError: SmallGCN.__init__() got an unexpected keyword argument 'width'",
         ),
         (["model.kwargs={hidden: 3}"], "model.kwargs: only for your own model.type"),
         (["model.type=user_models.nowhere"], "model.type: cannot import 'user_models.nowhere'"),

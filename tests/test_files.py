@@ -363,18 +363,6 @@ def test_bad_stacked_arrays_and_unreadable_stores_are_named(make_config, tmp_pat
     assert "matches no file or store" in refused(tmp_path / "none_*.zarr")
 
 
-def test_a_target_the_tasks_use_but_the_files_lack_is_named(make_config, embedded):
-    _, written, _ = embedded
-    cfg = make_config(
-        f"data.files=[{written['h5']}]",
-        "data.targets={y: y}",
-        "tasks=[{name: ml, type: binary, target: manifold_like}]",
-    )
-    with pytest.raises(qg.ConfigError, match="tasks\\[0\\].target: the data has no tensor "
-                       "attribute 'manifold_like'"):  # fmt: skip
-        qg.Trainer(cfg)
-
-
 def test_two_processes_preprocess_the_same_graphs_as_one(make_config, embedded, tmp_path, capsys):
     """Contiguous ranges over both files; a filter and a transform run in every process."""
     _, written, _ = embedded
@@ -442,3 +430,33 @@ def test_truncated_files_damaged_chunks_and_cyclic_links_are_named(make_config, 
     config_file.write_text(yaml.safe_dump(config_to_dict(cfg)))
     result = run_main(capsys, "generate", config_file)
     assert_refused(result, "cannot be read", str(tmp_path / "cut.h5"))
+
+
+def test_a_target_that_data_targets_does_not_read_is_named_before_any_file_is_read(
+    make_config, embedded, tmp_path, capsys
+):
+    _, written, _ = embedded
+    files = f"data.files=[{written['zarr']}]"
+    cases = [
+        (
+            [files, "data.targets={y: y}", "tasks=[{name: manifold_like, type: binary}]"],
+            "tasks[0].target: task 'manifold_like' learns the graph attribute 'manifold_like', "
+            "but data.targets reads y from data.files; the files hold an array 'manifold_like': "
+            "set data.targets: {manifold_like: manifold_like}",
+        ),
+        (
+            [files, "data.root=" + str(tmp_path / "cache")],  # no tasks: its one task learns y
+            "data.targets: the config has no tasks:, so its one task learns the graph attribute "
+            "'y', but data.targets reads nothing from data.files; the files hold an array 'y'",
+        ),
+        (
+            [files, "data.targets={y: y}", "tasks=[{name: mass, type: regression}]"],
+            "map it to an array of the files, data.targets: {mass: ARRAY} (the first causal set "
+            "holds adj, cset_type, dimension,",
+        ),
+    ]
+    for overrides, expected in cases:
+        path = tmp_path / "cfg.yaml"
+        path.write_text(yaml.safe_dump(config_to_dict(make_config(*overrides))))
+        assert_refused(run_main(capsys, "train", path), expected)
+        assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()

@@ -155,7 +155,7 @@ def test_resume_starts_a_run_that_saved_nothing_yet_and_refuses_lost_checkpoints
     (cfg.run_dir / "checkpoints" / "last.pt").unlink()
     with pytest.raises(qg.RunDirectoryError, match="holds results .* but no checkpoints/last.pt"):
         qg.Trainer(cfg, resume=True)
-    with pytest.raises(qg.ConfigError, match="--overwrite and --resume exclude each other"):
+    with pytest.raises(qg.ConfigError, match="overwrite=True and resume=True exclude each other"):
         qg.Trainer(cfg, resume=True, overwrite=True)
 
 

@@ -88,3 +88,18 @@ class TimePerGraph(PerTask):
     def forward(self, batch):
         pooled = global_mean_pool(batch.x, batch.batch, batch.num_graphs)
         return {name: head(pooled) for name, head in self.heads.items()}
+
+
+class BreaksWhenTraining(MeanFeatures):
+    """Answers in evaluation mode and fails in training mode: a crash in the middle of a run,
+    after the first forward pass has passed its check."""
+
+    def forward(self, batch):
+        if self.training:
+            raise RuntimeError("broke in the training pass")
+        return super().forward(batch)
+
+
+class FailsOnEveryBatch(MeanFeatures):
+    def forward(self, batch):
+        return self.linear(batch.x.t())  # the wrong way round: a shape error inside torch

@@ -25,6 +25,7 @@ from .schema import Config
 def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     """Read a YAML file, apply ``key.path=value`` overrides and return the validated config."""
     path = Path(path)
+    overrides = list(overrides)
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -42,6 +43,15 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: invalid YAML: {' '.join(str(e).split())}") from None
     if raw is None:
+        if not overrides:
+            defaults = Config()
+            raise ConfigError(
+                f"{path}: the file is empty, which would train every default "
+                f"({defaults.data.num_graphs} generated causal sets, "
+                f"{defaults.training.num_epochs} epochs into {defaults.run_dir}); write "
+                "the keys you mean (configs/train.yaml shows them all), or {} to train the "
+                "defaults"
+            )
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(
@@ -50,7 +60,29 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     try:
         return config_from_dict(apply_overrides(raw, overrides))
     except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
+        if str(e).startswith("override "):  # the override itself is malformed: it says so
+            raise
+        raise ConfigError(f"{_blame(raw, overrides, e, path)}: {e}") from None
+
+
+def _blame(raw: dict[str, Any], overrides: list[str], error: ConfigError, path: Path) -> str:
+    """Who made the mistake: the override that sets the key the error names, or the first one
+    after which the config no longer holds; the file, when it fails without any override."""
+    key = str(error).split(":", 1)[0].split("[", 1)[0]
+    for item in reversed(overrides):
+        name = item.partition("=")[0]
+        if name == key or key.startswith(name + ".") or name.startswith(key + "."):
+            return f"override {item!r}"
+    try:
+        config_from_dict(raw)
+    except ConfigError:
+        return str(path)
+    for i, item in enumerate(overrides):
+        try:
+            config_from_dict(apply_overrides(raw, overrides[: i + 1]))
+        except ConfigError:
+            return f"override {item!r}"
+    return str(path)
 
 
 def config_from_dict(raw: Mapping[str, Any]) -> Config:
@@ -84,7 +116,7 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[st
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError:
-            raise ConfigError(f"{key}: override value {text!r} is not valid YAML") from None
+            raise ConfigError(f"override {item!r}: the value is not valid YAML") from None
         set_key(result, key, value)
     return result
 

@@ -39,7 +39,7 @@ from .datasets import (
     in_memory_values,
 )
 from .disk import DiskDataset
-from .files import FileDataset, FileSource, read_files
+from .files import FileDataset, FileSource, check_file_targets, read_files
 from .loaders import make_loader, make_train_loader, release_workers, split_dataset
 from .samplers import (
     ClassBalancedSampler,
@@ -77,6 +77,7 @@ __all__ = [
     "apply_augmentation",
     "build_sampler",
     "check_dataset",
+    "check_file_targets",
     "check_target",
     "choose_storage",
     "dataset_dimensions",

@@ -33,8 +33,8 @@ import torch
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
-from ..config import resolve
-from ..errors import DataError
+from ..config import resolve, task_list
+from ..errors import ConfigError, DataError
 from ..physics import (
     is_naturally_labelled,
     natural_labelling,
@@ -147,6 +147,50 @@ def file_counts(data_cfg: Any) -> list[int]:
         with open_store(path) as store:
             counts.append(Samples(store, path, data_cfg).count)
     return counts
+
+
+def check_file_targets(config: Any) -> None:
+    """Before anything is read: every task's target must be one of ``data.targets``, the
+    attributes a graph of ``data.files`` gets. The error suggests the mapping when the first
+    file holds an array of the target's name. Skipped when a hook (``data.reader``,
+    ``data.pre_transform``, ``data.transform``) may add attributes itself."""
+    data = config.data
+    if not data.files or data.reader or data.pre_transform or data.transform:
+        return
+    explicit = bool(config.tasks)
+    for i, task in enumerate(task_list(config)):
+        name = task.target_name
+        if name in data.targets:
+            continue
+        key = f"tasks[{i}].target" if explicit else "data.targets"
+        what = f"task {task.name!r}" if explicit else "the config has no tasks:, so its one task"
+        reads = ", ".join(data.targets) or "nothing"
+        arrays = _first_arrays(data)
+        if name in arrays:
+            hint = f"; the files hold an array {name!r}: set data.targets: {{{name}: {name}}}"
+        else:
+            shown = ", ".join(sorted(arrays)) or "no arrays"
+            hint = (
+                f"; map it to an array of the files, data.targets: {{{name}: ARRAY}} (the "
+                f"first causal set holds {shown})"
+            )
+        raise ConfigError(
+            f"{key}: {what} learns the graph attribute {name!r}, but data.targets reads "
+            f"{reads} from data.files{hint}"
+        )
+
+
+def _first_arrays(data_cfg: Any) -> set[str]:
+    """The array names of the first causal set of the first file (empty if it cannot be read:
+    reading the files later says why)."""
+    try:
+        path = find_files(data_cfg.files)[0]
+        with open_store(path) as store:
+            keys = list(store.keys())
+            groups = sorted(k for k in keys if k.startswith("cset_"))
+            return set(store[groups[0]].keys()) if groups else set(keys)
+    except Exception:
+        return set()
 
 
 class FileSource:

@@ -17,7 +17,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..config import ModelConfig, resolve
-from ..errors import ConfigError
+from ..errors import ConfigError, QGError, cause
 from .gnn import GNNModel
 
 # What a task needs of the model: (number of outputs, "graph" or "node")
@@ -43,11 +43,48 @@ def build_model(
         raise ConfigError(f"model.type: {section.type!r} is not an nn.Module class")
     try:
         return cls(in_channels=in_channels, outputs=dict(outputs), **section.kwargs)
-    except TypeError as e:
+    except QGError:
+        raise
+    except Exception as e:
         raise ConfigError(
             f"model.kwargs: {section.type}(in_channels=..., outputs=..., **model.kwargs) "
-            f"failed: {e}"
+            f"failed: {cause(e)}"
         ) from None
+
+
+def forward_failure(section: ModelConfig, model: nn.Module, error: BaseException) -> str:
+    """What to say when the model fails its first forward pass: the config key to look at (the
+    part of the built-in model the error came from) and the cause, in one line."""
+    if section.type is not None:
+        key, what = "model.type", section.type
+    else:
+        key = _blamed_key(section, model, error)
+        what = {
+            "model.conv": section.conv,
+            "model.conv_kwargs": f"{section.conv} with model.conv_kwargs {section.conv_kwargs}",
+            "model.activation": section.activation,
+            "model.norm": f"norm {section.norm}",
+        }.get(key, "the model")
+    return f"{key}: {what} fails on a batch of the first training graphs: {cause(error)}"
+
+
+def _blamed_key(section: ModelConfig, model: nn.Module, error: BaseException) -> str:
+    """The key of the outermost part of the built-in model on the error's traceback."""
+    parts = {}
+    for conv in getattr(model, "convs", ()):
+        parts[id(conv)] = "model.conv_kwargs" if section.conv_kwargs else "model.conv"
+    for norm in getattr(model, "norms", ()):
+        parts[id(norm)] = "model.norm"
+    for module in model.modules():
+        if type(module) is type(getattr(model, "act", None)) and module is not model:
+            parts.setdefault(id(module), "model.activation")
+    tb = error.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if id(owner) in parts:
+            return parts[id(owner)]
+        tb = tb.tb_next
+    return "model"
 
 
 def task_output(

@@ -4,6 +4,7 @@ graph-level task, on each node's embedding for a node-level one."""
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from torch_geometric.nn import (
 )
 
 from ..config import ModelConfig, resolve
+from ..errors import ConfigError, cause
 
 POOLING = {"mean": global_mean_pool, "max": global_max_pool, "add": global_add_pool}
 
@@ -84,11 +86,13 @@ class GNNModel(nn.Module):
             # into steps of the size of the learning rate, which makes results depend on how
             # sums are ordered (and so on the number of processes). Set conv_kwargs.bias to keep it.
             kwargs["bias"] = False
+        self.hidden_channels = hidden_channels
+        self.act = _make_activation(act_cls)  # first: a wrong activation is named as such
         self.convs = nn.ModuleList(
-            _make_conv(conv_cls, hidden_channels, kwargs, act_cls) for _ in range(num_layers)
+            _make_conv(conv_cls, hidden_channels, kwargs, act_cls, given=conv_kwargs or {})
+            for _ in range(num_layers)
         )
         self.norms = nn.ModuleList(_make_norm(norm, hidden_channels) for _ in range(num_layers))
-        self.act = _make_activation(act_cls)
         self.dropout = nn.Dropout(dropout)
         pooled = hidden_channels * len(self.pooling) + graph_feature_channels
 
@@ -142,6 +146,8 @@ class GNNModel(nn.Module):
         x = self.encoder(x)
         for conv, norm in zip(self.convs, self.norms, strict=True):
             h = conv(x, edge_index)
+            if h.shape[-1] != self.hidden_channels:
+                raise ConfigError(_width_mistake(conv, h.shape[-1], self.hidden_channels))
             if self.norm_kind in ("graph", "layer"):
                 h = norm(h, index, num_graphs)
             else:
@@ -175,8 +181,48 @@ def _mlp(
 
 def _make_activation(act: Any) -> nn.Module:
     if isinstance(act, type) and issubclass(act, nn.Module):
-        return act()
+        try:
+            return act()
+        except Exception as e:
+            raise ConfigError(
+                f"model.activation: {_name(act)}() cannot be built, so it is no activation "
+                f"function ({cause(e)}); name one such as torch.nn.ReLU or torch.nn.GELU"
+            ) from None
+    if isinstance(act, type):
+        raise ConfigError(
+            f"model.activation: {_name(act)} is a class but not an nn.Module; name a module "
+            "such as torch.nn.ReLU or a function such as torch.nn.functional.relu"
+        )
     return _Lambda(act)
+
+
+def _name(obj: Any) -> str:
+    """How the config names a class: its dotted path, as short as the user may have written it
+    (``torch.nn.Linear`` rather than ``torch.nn.modules.linear.Linear``)."""
+    module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if module is None or name is None:
+        return repr(obj)
+    parts = module.split(".")
+    for i in range(1, len(parts) + 1):  # the shortest package that exports it
+        package = sys.modules.get(".".join(parts[:i]))
+        if package is not None and getattr(package, name, None) is obj:
+            return f"{'.'.join(parts[:i])}.{name}"
+    return f"{module}.{name}"
+
+
+def _width_mistake(conv: nn.Module, found: int, hidden: int) -> str:
+    """What to say when a conv layer changes the width of the node embeddings."""
+    heads = getattr(conv, "heads", None)
+    if isinstance(heads, int) and heads > 1 and getattr(conv, "concat", False):
+        return (
+            f"model.conv_kwargs: {type(conv).__name__} with heads: {heads} concatenates its "
+            f"heads into {found} features per node, but the blocks add up hidden_channels "
+            f"({hidden}); add concat: false to model.conv_kwargs to average the heads instead"
+        )
+    return (
+        f"model.conv: {type(conv).__name__} turned {hidden} features per node into {found}; "
+        f"every block must keep hidden_channels ({hidden}): check model.conv_kwargs"
+    )
 
 
 class _Lambda(nn.Module):
@@ -189,18 +235,58 @@ class _Lambda(nn.Module):
 
 
 def _accepts(cls: type, name: str) -> bool:
-    return name in inspect.signature(cls.__init__).parameters
+    try:
+        return name in inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return False
 
 
-def _make_conv(conv_cls: type, channels: int, kwargs: dict[str, Any], act_cls: Any) -> nn.Module:
-    params = inspect.signature(conv_cls.__init__).parameters
-    if "nn" in params and "in_channels" not in params:
-        # GIN-style layers take the network that transforms the aggregated features.
-        mlp = nn.Sequential(
-            nn.Linear(channels, channels), _make_activation(act_cls), nn.Linear(channels, channels)
+def _make_conv(
+    conv_cls: type, channels: int, kwargs: dict[str, Any], act_cls: Any, *, given: Mapping
+) -> nn.Module:
+    """One message-passing layer; ``given`` is what ``model.conv_kwargs`` said (errors name it)."""
+    if not (isinstance(conv_cls, type) and issubclass(conv_cls, nn.Module)):
+        raise ConfigError(
+            f"model.conv: {_name(conv_cls)} is not an nn.Module class; name a message-passing "
+            "layer such as torch_geometric.nn.GraphConv"
         )
-        return conv_cls(nn=mlp, **kwargs)
-    return conv_cls(channels, channels, **kwargs)
+    if not _takes_two_inputs(conv_cls.forward):
+        raise ConfigError(
+            f"model.conv: {_name(conv_cls)} is not a message-passing layer: its forward does "
+            "not take (x, edge_index); name one such as torch_geometric.nn.GraphConv"
+        )
+    params = inspect.signature(conv_cls.__init__).parameters
+    try:
+        if "nn" in params and "in_channels" not in params:
+            # GIN-style layers take the network that transforms the aggregated features.
+            mlp = nn.Sequential(
+                nn.Linear(channels, channels),
+                _make_activation(act_cls),
+                nn.Linear(channels, channels),
+            )
+            return conv_cls(nn=mlp, **kwargs)
+        return conv_cls(channels, channels, **kwargs)
+    except ConfigError:
+        raise
+    except Exception as e:
+        key = "model.conv_kwargs" if given else "model.conv"
+        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        raise ConfigError(
+            f"{key}: {_name(conv_cls)}({channels}, {channels}{', ' if shown else ''}{shown}) "
+            f"cannot be built: {cause(e)}"
+        ) from None
+
+
+def _takes_two_inputs(forward: Any) -> bool:
+    """Whether ``forward(self, x, edge_index)`` can be called with two positional inputs."""
+    try:
+        params = list(inspect.signature(forward).parameters.values())[1:]  # without self
+    except (TypeError, ValueError):
+        return True  # not introspectable: the forward check of the trainer decides
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2
 
 
 def _make_norm(kind: str, channels: int) -> nn.Module:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import os
 import pickle
 import tempfile
 from collections.abc import Callable
@@ -27,7 +28,7 @@ import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 
 from ..config import Config
-from ..errors import QGError
+from ..errors import COMMAND_LINE_ENV, QGError, on_command_line
 from . import distributed
 from .distributed import PortInUseError
 
@@ -148,7 +149,17 @@ def _spawn_once(
         out = Path(tmp)
         context = mp.start_processes(
             _entry,
-            args=(world_size, fn, args, master_addr, port, backend, timeout_s, str(out)),
+            args=(
+                world_size,
+                fn,
+                args,
+                master_addr,
+                port,
+                backend,
+                timeout_s,
+                str(out),
+                on_command_line(),  # the forkserver's environment may predate the command's
+            ),
             nprocs=world_size,
             join=False,
             start_method=start_method,
@@ -204,8 +215,12 @@ def _terminate(context) -> None:
             process.join()
 
 
-def _entry(rank, world_size, fn, args, master_addr, port, backend, timeout_s, out) -> None:
+def _entry(
+    rank, world_size, fn, args, master_addr, port, backend, timeout_s, out, command_line=False
+) -> None:
     out = Path(out)
+    if command_line:  # errors name options as the user passed them
+        os.environ[COMMAND_LINE_ENV] = "1"
     try:
         distributed.initialize_ddp(rank, world_size, master_addr, port, backend, timeout_s)
         result = fn(rank, world_size, *args)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, cause
 
 # 2: the full state needed to resume (random states, scaler, EMA, best weights, config digest)
 FORMAT_VERSION = 2
@@ -45,16 +47,28 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load and check a checkpoint; ``model`` comes back as a plain state dict without prefixes."""
     path = Path(path)
+    if path.is_dir():
+        inside = [p for p in (path / "checkpoints" / "best.pt", path / "best.pt") if p.is_file()]
+        hint = f"; did you mean {inside[0]}?" if inside else ""
+        raise CheckpointError(f"{path} is a directory, not a checkpoint file{hint}")
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
+    with open(path, "rb") as f:
+        start = f.read(64)
+    if not start.startswith(b"PK"):  # torch.save writes zip archives
+        raise CheckpointError(f"{path}: not a checkpoint ({_what_it_is(start)})")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path}: refused, not a plain checkpoint ({first})") from None
+        found = re.search(r"GLOBAL ([\w.]+)", str(e))
+        what = f" such as {found.group(1)}" if found else ""
+        raise CheckpointError(
+            f"{path}: refused, it holds Python objects{what} besides tensors and plain "
+            "containers, and loading those can run code; QuantumGravPy reads only the plain "
+            "checkpoints it writes"
+        ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path}: corrupt or truncated checkpoint ({first})") from None
+        raise CheckpointError(f"{path}: corrupt or truncated checkpoint ({cause(e)})") from None
     if (
         not isinstance(state, dict)
         or not isinstance(state.get("model"), dict)
@@ -90,10 +104,73 @@ def strip_prefixes(state_dict: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def load_model_state(model: torch.nn.Module, weights: dict[str, Any], path: str | Path) -> None:
-    """Load ``weights`` into ``model``; a mismatch is a :class:`CheckpointError` naming ``path``."""
+def _what_it_is(start: bytes) -> str:
+    """What a file that is no zip archive seems to be, from its first bytes."""
+    if not start:
+        return "the file is empty"
+    try:
+        text = start.decode("utf-8")
+    except UnicodeDecodeError:
+        return "a PyTorch checkpoint is a zip archive, and this file is not one"
+    first = text.strip().splitlines()[0][:40] if text.strip() else ""
+    return f"it is a text file, starting {first!r}; a checkpoint is what training writes to " + (
+        "RUN_DIR/checkpoints/*.pt"
+    )
+
+
+def load_model_state(
+    model: torch.nn.Module,
+    weights: dict[str, Any],
+    path: str | Path,
+    *,
+    trained: Mapping[str, Any] | None = None,
+    configured: Mapping[str, Any] | None = None,
+) -> None:
+    """Load ``weights`` into ``model``; a mismatch is a :class:`CheckpointError` naming ``path``.
+
+    The message names the ``model`` keys in which ``trained`` (the checkpoint's config, as a
+    dict) and ``configured`` (the config now) differ, when both are given, and the first
+    tensors that do not fit.
+    """
     try:
         model.load_state_dict(weights)
-    except RuntimeError as e:
-        first = str(e).strip().splitlines()[0]
-        raise CheckpointError(f"{path}: does not fit the configured model ({first})") from None
+    except RuntimeError:
+        raise CheckpointError(
+            f"{path}: does not fit the configured model: "
+            + "; ".join([*_model_changes(trained, configured), _tensor_mismatch(model, weights)])
+        ) from None
+
+
+def _model_changes(
+    trained: Mapping[str, Any] | None, configured: Mapping[str, Any] | None
+) -> list[str]:
+    if not isinstance(trained, Mapping) or not isinstance(configured, Mapping):
+        return []
+    before, now = trained.get("model") or {}, configured.get("model") or {}
+    changed = [
+        f"model.{key} {before.get(key)!r} (the config says {now.get(key)!r})"
+        for key in sorted(set(before) | set(now))
+        if before.get(key) != now.get(key)
+    ]
+    return [f"it was trained with {', '.join(changed)}"] if changed else []
+
+
+def _tensor_mismatch(model: torch.nn.Module, weights: Mapping[str, Any]) -> str:
+    """The first differences between a model's tensors and a state dict's, in words."""
+    own = model.state_dict()
+    shapes = [
+        f"{k} {list(weights[k].shape)} in the checkpoint, {list(own[k].shape)} in the model"
+        for k in own
+        if k in weights and hasattr(weights[k], "shape") and weights[k].shape != own[k].shape
+    ]
+    missing = [k for k in own if k not in weights]
+    extra = [k for k in weights if k not in own]
+    parts = []
+    if shapes:
+        more = f" (and {len(shapes) - 2} more)" if len(shapes) > 2 else ""
+        parts.append("tensor " + ", ".join(shapes[:2]) + more)
+    for words, keys in (("the checkpoint lacks", missing), ("the model lacks", extra)):
+        if keys:
+            more = f" (and {len(keys) - 2} more)" if len(keys) > 2 else ""
+            parts.append(f"{words} {', '.join(keys[:2])}{more}")
+    return "; ".join(parts) or "the tensors differ"

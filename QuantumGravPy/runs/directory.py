@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import RunDirectoryError
+from ..errors import ConfigError, RunDirectoryError, flag
 
 CONFIG = "config.yaml"
 HISTORY = "history.csv"
@@ -37,27 +37,52 @@ RUN_FILES = (
 )
 
 
+def check_flags(*, overwrite: bool, resume: bool) -> None:
+    if overwrite and resume:
+        raise ConfigError(
+            f"{flag('overwrite')} and {flag('resume')} exclude each other: replace or continue"
+        )
+
+
+def results(path: Path) -> list[str]:
+    """What of a run's results ``path`` holds: history, summary, predictions, checkpoints.
+
+    A directory with none of them holds at most the start of a run that never finished an
+    epoch (its config, log and environment record): nothing is lost by starting again there.
+    """
+    found = [name for name in (HISTORY, SUMMARY, PREDICTIONS) if (path / name).exists()]
+    return found + [f"{CHECKPOINTS}/{p.name}" for p in sorted((path / CHECKPOINTS).glob("*.pt"))]
+
+
 def check_run_dir(path: Path, *, overwrite: bool) -> None:
-    """Refuse a directory that already holds a run, unless ``overwrite``."""
-    if overwrite or not path.exists():
+    """Refuse a directory that holds a run's results, unless ``overwrite``.
+
+    A run that stopped before its first epoch ended (a crash, a kill) left no results; starting
+    again in its directory is allowed, and appends to its log.
+    """
+    if not path.exists():
         return
     if not path.is_dir():
         raise RunDirectoryError(f"training.path {path} exists and is not a directory")
-    found = [name for name in RUN_FILES if (path / name).exists()]
-    if found:
+    found = results(path)
+    if found and not overwrite:
+        shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
         raise RunDirectoryError(
-            f"{path} already holds a run ({', '.join(found)}); choose another training.path "
-            "or pass --overwrite to replace it"
+            f"{path} already holds a run ({shown}); pass {flag('resume')} to continue it, "
+            f"{flag('overwrite')} to replace it, or choose another training.path"
         )
 
 
 def prepare_run_dir(path: Path, *, overwrite: bool) -> None:
     """Create the run directory; with ``overwrite``, remove a previous run's files first.
 
-    Only the files a run writes are removed; anything else a user put there stays.
+    Only the files a run writes are removed; anything else a user put there stays. Without
+    ``overwrite``, what a run that never finished an epoch left (its log above all, which says
+    why it stopped) is kept and appended to.
     """
     check_run_dir(path, overwrite=overwrite)
-    remove_run_files(path)
+    if overwrite:
+        remove_run_files(path)
     (path / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
 
 
@@ -77,14 +102,12 @@ def check_startable(path: Path) -> None:
     A directory with nothing of a run, or only the config and log of a job that was stopped
     before its first epoch ended, may start from scratch; one with results may not.
     """
-    found = [name for name in (HISTORY, SUMMARY) if (path / name).exists()] + [
-        f"{CHECKPOINTS}/{p.name}" for p in sorted((path / CHECKPOINTS).glob("*.pt"))
-    ]
+    found = results(path)
     if found:
         raise RunDirectoryError(
-            f"--resume: {path} holds results ({', '.join(found)}) but no "
-            f"{CHECKPOINTS}/{LAST} to continue from; pass --overwrite to replace the run, or "
-            "choose another training.path"
+            f"{flag('resume')}: {path} holds results ({', '.join(found)}) but no "
+            f"{CHECKPOINTS}/{LAST} to continue from; pass {flag('overwrite')} to replace the "
+            "run, or choose another training.path"
         )
 
 

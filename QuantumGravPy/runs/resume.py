@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import Config, config_to_dict
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, flag
 from .checkpoint import FORMAT_VERSION, load_checkpoint
 from .directory import CHECKPOINTS, LAST, check_startable
 from .reproducibility import version_changes
@@ -109,11 +109,13 @@ def check_resume(
         )
     if changes and not force:
         raise ConfigError(
-            f"--resume: the config differs from the one {path} was trained with: "
+            f"{flag('resume')}: the config differs from the one {path} was trained with: "
             + "; ".join(changes)
-            + ". Restore those keys, or pass --force to continue with the changes anyway"
+            + f". Restore those keys, or pass {flag('force')} to continue with the changes anyway"
         )
-    notices = [(logging.WARNING, f"resuming with changed settings (--force): {c}") for c in changes]
+    notices = [
+        (logging.WARNING, f"resuming with changed settings ({flag('force')}): {c}") for c in changes
+    ]
     versions = version_changes(state.get("environment"))
     if versions:
         notices.append(

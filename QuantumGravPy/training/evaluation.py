@@ -10,6 +10,7 @@ processes before they are computed.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,8 +18,12 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.data import Batch
 
+from ..errors import ConfigError, QGError
+from ..models import forward_failure
 from ..parallel import distributed
+from ..runs.checkpoint import evaluation_weights, load_checkpoint, load_model_state
 from .metrics import TaskMetrics
 from .tasks import Task, make_criterion
 
@@ -198,6 +203,60 @@ class Validator:
 
     def evaluate(self, model: nn.Module, loader: Iterable) -> dict[str, Any]:
         return self.accumulate(model, loader).compute(self.prefix)
+
+
+def check_forward(
+    model: nn.Module,
+    dataset: Any,
+    tasks: Sequence[Task],
+    section: Any,
+    select: Callable[[Any, Any], dict[str, Tensor]],
+    autocast: Callable[[], Any],
+    *,
+    device: torch.device,
+    float_dtype: torch.dtype,
+) -> None:
+    """One forward pass and the losses on the first two graphs of ``dataset``, in evaluation
+    mode and without gradients, so no random number is drawn and no weight or statistic
+    changes. Any failure becomes a ConfigError naming the ``model`` key (``section``) to look at.
+    """
+    graphs = [dataset[i] for i in range(min(2, len(dataset)))]
+    if not graphs:
+        return
+    batch = to_device(Batch.from_data_list(graphs), device, float_dtype)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), autocast():
+            outputs = select(model(batch), batch)
+            for task in tasks:
+                task.loss(outputs[task.name], batch)
+    except QGError:
+        raise
+    except Exception as e:
+        raise ConfigError(forward_failure(section, model, e)) from None
+    finally:
+        model.train(was_training)
+
+
+def checkpoint_model(
+    model: nn.Module,
+    tasks: Sequence[Task],
+    checkpoint: Any,
+    device: torch.device,
+    configured: dict[str, Any],
+) -> tuple[nn.Module, list[Task]]:
+    """A copy of ``model`` with the evaluation weights of ``checkpoint``, and ``tasks`` with its
+    standardisation of regression targets; ``configured`` (the config as a dict) names the
+    settings that differ when the weights do not fit."""
+    state = load_checkpoint(checkpoint, device)
+    model = copy.deepcopy(model)
+    load_model_state(
+        model, evaluation_weights(state), checkpoint, trained=state.get("config"),
+        configured=configured,
+    )  # fmt: skip
+    scaling = state.get("target_scaling") or {}
+    return model, [t.with_scaling(scaling.get(t.name)) for t in tasks]
 
 
 def to_device(batch: Any, device: torch.device, float_dtype: torch.dtype = torch.float32) -> Any:

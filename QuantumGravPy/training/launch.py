@@ -11,11 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import Config
-from ..data import SHARED_BUILD_MIN, dataset_from_config
-from ..errors import ConfigError
+from ..data import SHARED_BUILD_MIN, check_file_targets, dataset_from_config
 from ..parallel import distributed, run_distributed
 from ..runs import check_resumable
-from ..runs.directory import check_run_dir
+from ..runs.directory import check_flags, check_run_dir
 from .trainer_ddp import TrainerDDP
 
 
@@ -82,13 +81,13 @@ def prepare_run(
     Refuses an occupied run directory (or, resuming, a checkpoint the config does not fit)
     before minutes are spent, and builds the causal-set cache so that the ranks only read it.
     """
-    if overwrite and resume:
-        raise ConfigError("--overwrite and --resume exclude each other: replace or continue")
+    check_flags(overwrite=overwrite, resume=resume)
     if resume:
         check_resumable(config, world_size=world_size, force=force)
     else:
         check_run_dir(config.run_dir, overwrite=overwrite)
     if config.data.dataset is None:
+        check_file_targets(config)
         dataset_from_config(
             config.data,
             world_size=world_size,

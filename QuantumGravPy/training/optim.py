@@ -63,3 +63,13 @@ def step_groups(batches: Iterable, size: int) -> Iterator[list]:
             group = []
     if group:
         yield group
+
+
+def step_scheduler(scheduler: Any, metric: float) -> None:
+    """Step ``scheduler`` after an epoch: a plateau schedule on the monitored ``metric``."""
+    if scheduler is None:
+        return
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        scheduler.step(metric)
+    else:
+        scheduler.step()

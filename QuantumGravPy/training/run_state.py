@@ -20,7 +20,7 @@ import torch
 
 from ..config import Config, config_to_dict, dump_config, headline_columns
 from ..data import release_workers
-from ..errors import CheckpointError
+from ..errors import CheckpointError, QGError, cause
 from ..logs import add_file_handler
 from ..runs import directory as rd
 from ..runs import plots
@@ -157,6 +157,24 @@ class RunStateMixin:
                     self.logger.log(level, "%s", notice)
         self._run_open = True
 
+    def record_failure(self, error: BaseException) -> None:
+        """Write why the run stopped into train.log (only there: the terminal gets the
+        command's own one-line error); the traceback too, for what is not a user's mistake."""
+        handler = self._log_handler
+        if handler is None:
+            return
+        if isinstance(error, KeyboardInterrupt):
+            message, exc_info = f"interrupted during epoch {self.epoch + 1}", None
+        else:
+            message = f"stopped by an error during epoch {self.epoch + 1}: {cause(error)}"
+            exc_info = (
+                None if isinstance(error, QGError) else (type(error), error, error.__traceback__)
+            )
+        record = self.logger.makeRecord(
+            self.logger.name, logging.ERROR, __file__, 0, "%s", (message,), exc_info
+        )
+        handler.handle(record)
+
     def open_trackers(self) -> None:
         """``tracking:``'s writers, on the main process (from open_run)."""
         tracking = self.config.tracking
@@ -274,7 +292,13 @@ class RunStateMixin:
 
     def load_state_dict(self, state: dict[str, Any], path: str | Path = "checkpoint") -> None:
         """Continue from ``state`` (a checkpoint's contents) in this process."""
-        load_model_state(self.model, state["model"], path)
+        load_model_state(
+            self.model,
+            state["model"],
+            path,
+            trained=state.get("config"),
+            configured=config_to_dict(self.config),
+        )
         try:
             self.optimizer.load_state_dict(state["optimizer"])
             if self.lr_scheduler is not None and state["lr_scheduler"] is not None:

@@ -23,8 +23,15 @@ from torch.utils.data import Dataset
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
-from ..config import Config, balanced_task, headline_columns, improves_towards
+from ..config import (
+    Config,
+    balanced_task,
+    config_to_dict,
+    headline_columns,
+    improves_towards,
+)
 from ..data import (
+    check_file_targets,
     dataset_from_config,
     graph_feature_width,
     make_loader,
@@ -36,13 +43,13 @@ from ..errors import ConfigError, DataError, QGError
 from ..logs import configure_logging
 from ..models import build_model
 from ..runs import reproducibility as rs
-from ..runs.checkpoint import evaluation_weights, load_checkpoint, load_model_state
+from ..runs.directory import check_flags
 from ..runs.reproducibility import seed_everything
 from .devices import PRECISIONS, select_device
 from .early_stopping import MetricStopping
 from .ema import EMA
-from .evaluation import Tester, Validator, to_device
-from .optim import build_optimizer, build_scheduler, step_groups
+from .evaluation import Tester, Validator, check_forward, checkpoint_model, to_device
+from .optim import build_optimizer, build_scheduler, step_groups, step_scheduler
 from .run_state import RunStateMixin
 from .tasks import Task, build_tasks, fit_scaling, select_outputs, total_loss, train_columns
 
@@ -78,8 +85,7 @@ class Trainer(RunStateMixin):
         resume: bool = False,
         force: bool = False,
     ):
-        if overwrite and resume:
-            raise ConfigError("--overwrite and --resume exclude each other: replace or continue")
+        check_flags(overwrite=overwrite, resume=resume)
         self.config = config
         self.init_run_state()
         self.overwrite = overwrite
@@ -89,6 +95,8 @@ class Trainer(RunStateMixin):
         self.device = self.select_device()
         self._environment = rs.environment(self.device, self.world_size)
         seed_everything(config.training.seed)
+        if dataset is None:
+            check_file_targets(config)  # before minutes are spent reading files
         self.dataset = dataset if dataset is not None else self.load_dataset()
         self.in_channels = num_node_features(self.dataset)
         self.tasks: list[Task] = build_tasks(config, self.dataset)
@@ -274,8 +282,21 @@ class Trainer(RunStateMixin):
         self, train_loader: DataLoader, val_loader: DataLoader
     ) -> list[dict[str, Any]]:
         """Train until ``training.num_epochs`` or early stopping; returns one dict per epoch."""
-        self.open_run()
         self.fit_scaling(train_loader.dataset)
+        # The model's first forward pass, on two graphs: a model that cannot run on this data
+        # fails in one line naming the config key, before anything is written.
+        check_forward(
+            self.model, train_loader.dataset, self.tasks, self.config.model, self.select,
+            self.autocast, device=self.device, float_dtype=self.float_dtype,
+        )  # fmt: skip
+        self.open_run()
+        try:
+            return self._train_epochs(train_loader, val_loader)
+        except BaseException as e:
+            self.record_failure(e)  # in train.log: why the run stopped where it did
+            raise
+
+    def _train_epochs(self, train_loader: DataLoader, val_loader: DataLoader) -> list[dict]:
         num_epochs = self.config.training.num_epochs
         self.on_train_start(train_loader)
         self.restore_rng()
@@ -291,7 +312,7 @@ class Trainer(RunStateMixin):
             self.history.append(row)
             improved, stop = self.decide(row)
             self.stopped_early, self.pruned = stop == "early stopping", stop == "pruned"
-            self.step_scheduler(row)
+            step_scheduler(self.lr_scheduler, row[self.early_stopping.columns[0]])
             self.end_epoch(row, improved)
         if self.stopped_early:
             self.logger.info(
@@ -378,14 +399,6 @@ class Trainer(RunStateMixin):
             enabled=self.autocast_dtype is not None,
         )
 
-    def step_scheduler(self, row: dict[str, Any]) -> None:
-        if self.lr_scheduler is None:
-            return
-        if isinstance(self.lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            self.lr_scheduler.step(row[self.early_stopping.columns[0]])
-        else:
-            self.lr_scheduler.step()
-
     def end_epoch(self, row: dict[str, Any], improved: bool) -> None:
         if improved:
             self.best_state = {
@@ -408,12 +421,9 @@ class Trainer(RunStateMixin):
         """
         model, tasks = self.model, self.tasks
         if checkpoint is not None:
-            model = copy.deepcopy(self.model)
-            state = load_checkpoint(checkpoint, self.device)
-            load_model_state(model, evaluation_weights(state), checkpoint)
-            # the checkpoint's standardisation of regression targets, not this trainer's
-            scaling = state.get("target_scaling") or {}
-            tasks = [t.with_scaling(scaling.get(t.name)) for t in self.tasks]
+            model, tasks = checkpoint_model(
+                self.model, self.tasks, checkpoint, self.device, config_to_dict(self.config)
+            )
         elif self.best_state is not None:
             model = copy.deepcopy(self.model)
             model.load_state_dict(self.best_state)

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, option
 from ..logs import get_logger
 
 JOURNAL = "study.journal"
@@ -50,12 +50,12 @@ def open_storage(spec: str) -> Any:
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
 
-    shown = redact(spec)
+    shown = f"{option('storage')} {redact(spec)}"
     try:
         if "://" not in spec:
             path = Path(spec)
             if not path.parent.is_dir():
-                raise ConfigError(f"--storage {spec}: the folder {path.parent} does not exist")
+                raise ConfigError(f"{shown}: the folder {path.parent} does not exist")
             return JournalStorage(JournalFileBackend(str(path)))
         if spec.startswith("redis://"):
             return JournalStorage(JournalRedisBackend(spec))
@@ -66,12 +66,12 @@ def open_storage(spec: str) -> Any:
         raise
     except ModuleNotFoundError as e:
         raise ConfigError(
-            f"--storage {shown}: needs the Python package {e.name!r} (its database driver); "
+            f"{shown}: needs the Python package {e.name!r} (its database driver); "
             f"pip install {e.name}"
         ) from None
     except Exception as e:  # SQLAlchemy, Redis and OS errors: the storage is not usable
         detail = " ".join(str(e).split("\n")[0].split()) or type(e).__name__
-        raise ConfigError(f"--storage {shown}: cannot open the study storage: {detail}") from None
+        raise ConfigError(f"{shown}: cannot open the study storage: {detail}") from None
 
 
 def warn_if_shared(url: str, mounts: str | None = None) -> bool:

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from ..config import Config, config_to_dict
 from ..data import dataset_from_config
-from ..errors import ConfigError, QGError
+from ..errors import ConfigError, QGError, flag, option
 from ..logs import add_file_handler, configure_logging, get_logger
 from ..parallel import spawn
 from ..parallel.distributed import available_cores
@@ -65,11 +65,14 @@ class Tuner:
         resume: bool = False,
         stale_after_s: float = STALE_AFTER_S,
     ):
-        for name, value in (("--trials", trials), ("--parallel", parallel)):
+        for name, value in ((option("trials"), trials), (option("parallel"), parallel)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name}: expected a positive number, found {value!r}")
         if not stale_after_s > 0:
-            raise ConfigError(f"--stale-after: expected a positive number, found {stale_after_s}")
+            raise ConfigError(
+                f"{option('stale-after', 'stale_after_s')}: expected a positive number, "
+                f"found {stale_after_s}"
+            )
         self.stale_after_s = float(stale_after_s)
         self.base, self.space, self.total, self.parallel = base, space, trials, parallel
         self.dir = base.run_dir
@@ -125,7 +128,8 @@ class Tuner:
         if study.trials and not resume:
             raise ConfigError(
                 f"study {self.name!r} in {shown} already has {len(study.trials)} trials: "
-                "continue it with --resume, or give another --study or training.path"
+                f"continue it with {flag('resume')}, or give another {option('study')} or "
+                "training.path"
             )
         if study.direction.name.lower() != self.space.direction:
             raise ConfigError(

@@ -1,0 +1,171 @@
+"""Mistakes a new user makes, each answered in one line that says what to change, before
+anything is written; and what a run that crashed leaves behind."""
+
+import pytest
+import torch
+import yaml
+from conftest import assert_refused, run_main, train
+
+import QuantumGravPy as qg
+
+# --- a model that cannot run on the data ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        (
+            ["model.conv_kwargs={aggr: foo}"],
+            ["model.conv_kwargs: torch_geometric.nn.GraphConv(8, 8, aggr='foo'", "'foo'"],
+        ),
+        (
+            ["model.conv=torch.nn.Linear"],
+            ["model.conv: torch.nn.Linear is not a message-passing layer", "(x, edge_index)"],
+        ),
+        (
+            ["model.activation=torch.nn.Linear"],
+            ["model.activation: torch.nn.Linear() cannot be built", "torch.nn.ReLU"],
+        ),
+        (
+            ["model.conv=torch_geometric.nn.GATConv", "model.conv_kwargs={heads: 2}"],
+            ["model.conv_kwargs: GATConv with heads: 2", "16 features", "add concat: false"],
+        ),
+        (  # builds, then fails inside the layer's forward: the traceback names the conv
+            ["model.conv=torch_geometric.nn.GINEConv"],
+            ["model.conv: torch_geometric.nn.GINEConv fails on a batch of the first training"],
+        ),
+        (
+            ["model.type=user_models.FailsOnEveryBatch"],
+            ["model.type: user_models.FailsOnEveryBatch fails on a batch", "RuntimeError"],
+        ),
+    ],
+)
+def test_a_model_that_cannot_run_is_one_line_before_anything_is_written(
+    config_file, tmp_path, capsys, overrides, fragments
+):
+    assert_refused(run_main(capsys, "train", config_file(), *overrides), *fragments)
+    assert not (tmp_path / "run").exists()
+
+
+def test_attention_heads_averaged_train(config_file, tmp_path, capsys):
+    overrides = [
+        "model.conv=torch_geometric.nn.GATConv",
+        "model.conv_kwargs={heads: 2, concat: false}",
+    ]
+    result = run_main(capsys, "train", config_file(), "training.num_epochs=1", *overrides)
+    assert result.returncode == 0, result.stderr
+
+
+# --- a crashed run ----------------------------------------------------------------------------
+
+
+def test_a_crashed_run_says_why_in_its_log_and_a_plain_retry_starts_again(
+    config_file, tmp_path, capsys
+):
+    cfg, run = config_file(), tmp_path / "run"
+    with pytest.raises(RuntimeError, match="broke in the training pass"):
+        run_main(capsys, "train", cfg, "model.type=user_models.BreaksWhenTraining")
+    log = (run / "train.log").read_text()
+    assert "stopped by an error during epoch 1: RuntimeError: broke in the training pass" in log
+    assert "Traceback" in log  # not a user's mistake: where it happened, for a bug report
+    assert qg.runs.directory.results(run) == []  # nothing of value: a plain retry may start
+    retry = run_main(capsys, "train", cfg)
+    assert retry.returncode == 0, retry.stderr
+    assert "broke in the training pass" in (run / "train.log").read_text()  # kept, appended to
+    assert "test_loss" in (run / "summary.json").read_text()
+    # a finished run is never replaced by a plain start; the refusal names every way on
+    again = run_main(capsys, "train", cfg)
+    assert_refused(again, "already holds a run", "--resume", "--overwrite", "training.path")
+
+
+def test_from_python_refusals_name_the_keyword_arguments(config_file, tmp_path, capsys):
+    cfg = config_file()
+    assert run_main(capsys, "train", cfg).returncode == 0
+    config = qg.load_config(cfg)
+    with pytest.raises(qg.RunDirectoryError) as refused:
+        train(config)
+    assert "resume=True" in str(refused.value) and "overwrite=True" in str(refused.value)
+    assert "--" not in str(refused.value)
+    with pytest.raises(qg.RunDirectoryError, match="resume=True.*overwrite=True"):
+        qg.launch(config, world_size=2)  # refused before any process starts
+    changed = qg.load_config(cfg, ["model.dropout=0.1"])
+    with pytest.raises(qg.ConfigError, match=r"model.dropout.*pass force=True") as info:
+        qg.Trainer(changed, resume=True)
+    assert "--" not in str(info.value)
+    with pytest.raises(qg.ConfigError, match="overwrite=True and resume=True exclude each other"):
+        qg.Trainer(config, overwrite=True, resume=True)
+
+
+# --- checkpoints --------------------------------------------------------------------------------
+
+
+def test_a_checkpoint_that_does_not_fit_names_the_settings_and_tensors(
+    config_file, tmp_path, capsys
+):
+    cfg = config_file()
+    assert run_main(capsys, "train", cfg).returncode == 0
+    best = tmp_path / "run" / "checkpoints" / "best.pt"
+    tested = run_main(capsys, "test", cfg, "--checkpoint", best, "model.hidden_channels=12")
+    assert_refused(
+        tested,
+        "does not fit the configured model",
+        "trained with model.hidden_channels 8 (the config says 12)",
+        "encoder.weight [8, ",
+    )
+    resumed = run_main(
+        capsys, "train", cfg, "--resume", "--force", "model.hidden_channels=12",
+        "training.num_epochs=3",
+    )  # fmt: skip
+    assert_refused(resumed, "last.pt: does not fit", "model.hidden_channels 8", "encoder.weight")
+    assert len(qg.runs.directory.read_history(tmp_path / "run")) == 2  # the run is untouched
+
+
+def test_what_is_not_a_checkpoint_is_named_for_what_it_is(config_file, tmp_path, capsys):
+    cfg = config_file()
+
+    class Runs:  # pickled by reference: loading it would import and call code
+        def __reduce__(self):
+            return (print, ("this ran",))
+
+    pickle = tmp_path / "code.pt"
+    torch.save({"model": {}, "epoch": 1, "hook": Runs()}, pickle)
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoints" / "best.pt").write_bytes(b"")
+    cases = [
+        (cfg, ["not a checkpoint (it is a text file, starting 'data:"]),
+        (pickle, ["refused", "Python objects such as print", "can run code"]),
+        (tmp_path / "run", ["is a directory, not a checkpoint file", "checkpoints/best.pt?"]),
+        (tmp_path / "run" / "checkpoints" / "best.pt", ["not a checkpoint (the file is empty)"]),
+    ]
+    for path, fragments in cases:
+        line = assert_refused(run_main(capsys, "test", cfg, "--checkpoint", path), *fragments)
+        assert "weights_only" not in line and "\x1b" not in line, line
+    assert "this ran" not in capsys.readouterr().out
+
+
+# --- the config -----------------------------------------------------------------------------
+
+
+def test_an_override_mistake_is_blamed_on_the_override(config_file, capsys):
+    cfg = config_file()
+    for override, fragment in [
+        ("trainig.num_epochs=3", "trainig: unknown key"),
+        ("training.num_epochs=abc", "expected an integer, found 'abc'"),
+        ("model.dropout=1.5", "model.dropout: expected a number in [0, 1)"),
+    ]:
+        line = assert_refused(run_main(capsys, "train", cfg, override), f"override {override!r}")
+        assert fragment in line and cfg not in line
+    # the file's own mistake is still the file's
+    with open(cfg) as f:
+        raw = yaml.safe_load(f)
+    raw["trainig"] = {}
+    with open(cfg, "w") as f:
+        yaml.safe_dump(raw, f)
+    assert_refused(run_main(capsys, "train", cfg, "training.num_epochs=3"), f"{cfg}: trainig")
+
+
+def test_an_empty_config_file_is_refused_with_what_it_would_do(tmp_path, capsys):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# to do\n")
+    assert_refused(run_main(capsys, "train", empty), "the file is empty", "3000", "{}")
+    assert not (tmp_path / "runs").exists()
