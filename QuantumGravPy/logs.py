@@ -36,6 +36,18 @@ def add_file_handler(path: Path, *, prefix: str = "") -> logging.Handler:
     return handler
 
 
+def append_to_log(path: Path, message: str, *, level: int = logging.ERROR) -> None:
+    """Add one record to the log file ``path``, if there is one, and nowhere else."""
+    if not path.is_file():
+        return
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter(_FORMAT.format(prefix=""), "%Y-%m-%d %H:%M:%S"))
+    try:
+        handler.handle(get_logger().makeRecord(LOGGER_NAME, level, __file__, 0, message, (), None))
+    finally:
+        handler.close()
+
+
 def set_terminal_level(level: str | int) -> None:
     """Show only records of ``level`` and above on stderr (files keep the logger's level)."""
     if _STDERR_HANDLER is not None:

@@ -4,7 +4,7 @@ anything is written; and what a run that crashed leaves behind."""
 import pytest
 import torch
 import yaml
-from conftest import assert_refused, run_main, train
+from conftest import assert_refused, run_cli, run_main, train
 
 import QuantumGravPy as qg
 
@@ -169,3 +169,18 @@ def test_an_empty_config_file_is_refused_with_what_it_would_do(tmp_path, capsys)
     empty.write_text("# to do\n")
     assert_refused(run_main(capsys, "train", empty), "the file is empty", "3000", "{}")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_failed_job_ends_on_its_error_line_and_its_log_says_why(config_file, tmp_path):
+    """Nothing after the error (multiprocessing's leak warning came after it, from the bar
+    lock of the rank that was stopped), and rank 0's log, whose rank was stopped from
+    outside, says which rank failed."""
+    result = run_cli(
+        "train", config_file(), "parallel.world_size=2", "model.type=user_models.FailsOnRankOne"
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == "error: rank 1 failed: RuntimeError: rank 1 cannot train", result.stderr
+    assert "leaked" not in result.stderr
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "the job stopped: rank 1 failed: RuntimeError: rank 1 cannot train" in log

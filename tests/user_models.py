@@ -103,3 +103,12 @@ class BreaksWhenTraining(MeanFeatures):
 class FailsOnEveryBatch(MeanFeatures):
     def forward(self, batch):
         return self.linear(batch.x.t())  # the wrong way round: a shape error inside torch
+
+
+class FailsOnRankOne(MeanFeatures):
+    """Trains on rank 0 and fails in rank 1's first training pass: ranks that disagree."""
+
+    def forward(self, batch):
+        if self.training and torch.distributed.get_rank() == 1:
+            raise RuntimeError("rank 1 cannot train")
+        return super().forward(batch)

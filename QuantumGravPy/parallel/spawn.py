@@ -19,12 +19,14 @@ import multiprocessing
 import os
 import pickle
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.multiprocessing as mp
+import tqdm
 from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 
 from ..config import Config
@@ -71,6 +73,7 @@ def run_distributed(
             # One import for all ranks instead of one each: seconds off every job's start.
             start_method="forkserver",
         )[0]
+    _thread_lock_for_bars()
     distributed.initialize_ddp(
         env.rank,
         env.world_size,
@@ -84,6 +87,13 @@ def run_distributed(
     result = fn(env.rank, env.world_size, *args)
     distributed.cleanup_ddp()
     return result
+
+
+def _thread_lock_for_bars() -> None:
+    """tqdm guards its bars with a multiprocessing lock: a named semaphore, which
+    multiprocessing's resource tracker reports as leaked (after the job's error line) when a
+    rank is terminated because another failed. Only rank 0 draws bars: a thread lock does."""
+    tqdm.tqdm.set_lock(threading.RLock())
 
 
 def resolve_backend(config: Config) -> str:
@@ -219,6 +229,7 @@ def _entry(
     rank, world_size, fn, args, master_addr, port, backend, timeout_s, out, command_line=False
 ) -> None:
     out = Path(out)
+    _thread_lock_for_bars()
     if command_line:  # errors name options as the user passed them
         os.environ[COMMAND_LINE_ENV] = "1"
     try:

@@ -12,9 +12,10 @@ from typing import Any
 
 from ..config import Config
 from ..data import SHARED_BUILD_MIN, check_file_targets, dataset_from_config
-from ..parallel import distributed, run_distributed
+from ..logs import append_to_log
+from ..parallel import WorkerError, distributed, run_distributed
 from ..runs import check_resumable
-from ..runs.directory import check_flags, check_run_dir
+from ..runs.directory import LOG, check_flags, check_run_dir
 from .trainer_ddp import TrainerDDP
 
 
@@ -63,9 +64,14 @@ def launch(
             force=force,
             world_size=world_size or config.parallel.world_size,
         )
-    return run_distributed(
-        train_worker, config, config, overwrite, resume, force, world_size=world_size
-    )
+    try:
+        return run_distributed(
+            train_worker, config, config, overwrite, resume, force, world_size=world_size
+        )
+    except WorkerError as e:
+        if env is None and e.rank != 0:  # rank 0 was stopped from outside: say why in its log
+            append_to_log(config.run_dir / LOG, f"the job stopped: {e}")
+        raise
 
 
 def prepare_run(
