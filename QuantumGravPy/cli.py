@@ -304,17 +304,14 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from .config import headline_columns
     from .runs import plots
 
-    runs = [plots.read_run(path) for path in args.runs]  # every directory checked first
-    if len(runs) == 1 and args.output is None:
+    for path in args.runs:  # every directory checked first
+        plots.read_run(path)
+    if len(args.runs) == 1 and args.output is None:
         written = plots.write_run_plots(args.runs[0])
     else:
-        output = args.output or "comparison.png"
-        config = plots.run_config(args.runs[0])  # the first run's tasks name the panels
-        metrics = headline_columns(config) if config is not None else ("val_accuracy",)
-        written = [plots.plot_curves(runs, output, metrics)]
+        written = [plots.compare_runs(args.runs, args.output or "comparison.png")]
     for path in written:
         print(path)
     return 0

@@ -1,10 +1,15 @@
 """Mistakes a new user makes, each answered in one line that says what to change, before
 anything is written; and what a run that crashed leaves behind."""
 
+import math
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import yaml
-from conftest import assert_refused, run_cli, run_main, train
+from conftest import ROOT, TESTS, assert_refused, run_main, train
 
 import QuantumGravPy as qg
 
@@ -174,13 +179,87 @@ def test_an_empty_config_file_is_refused_with_what_it_would_do(tmp_path, capsys)
 def test_a_failed_job_ends_on_its_error_line_and_its_log_says_why(config_file, tmp_path):
     """Nothing after the error (multiprocessing's leak warning came after it, from the bar
     lock of the rank that was stopped), and rank 0's log, whose rank was stopped from
-    outside, says which rank failed."""
-    result = run_cli(
-        "train", config_file(), "parallel.world_size=2", "model.type=user_models.FailsOnRankOne"
+    outside, says which rank failed. On the way: two processes on one core, each with less
+    than a batch of graphs, are warned about before training starts."""
+    command = [sys.executable, "-m", "QuantumGravPy", "train", config_file()]
+    command += ["parallel.world_size=2", "model.type=user_models.FailsOnRankOne"]
+    command += ["training.batch_size=64"]  # 56 training graphs: 28 per process
+    result = subprocess.run(
+        command,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)])),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),  # one core
     )
     assert result.returncode == 1
+    assert "parallel.world_size: 2 processes share 1 CPU cores on this machine" in result.stderr
+    assert (
+        "each of the 2 processes gets 28 of the 56 training graphs, less than one batch of 64"
+        in result.stderr
+    )
     last = result.stderr.strip().splitlines()[-1]
     assert last == "error: rank 1 failed: RuntimeError: rank 1 cannot train", result.stderr
     assert "leaked" not in result.stderr
     log = (tmp_path / "run" / "train.log").read_text()
     assert "the job stopped: rank 1 failed: RuntimeError: rank 1 cannot train" in log
+
+
+# --- what trains, but not as the user meant ------------------------------------------------
+
+
+def test_labels_counted_from_one_are_named_and_tasks_classes_maps_them(
+    config_file, tmp_path, capsys
+):
+    import numpy as np
+
+    cfg = config_file(data={"dataset": "user_data.rings_labelled_from_one"})
+    plain = run_main(capsys, "train", cfg, "training.num_epochs=1")
+    assert plain.returncode == 0, plain.stderr
+    assert (
+        "the labels 'y' of task 'y' run from 1 to 2, so class 0 never occurs and the model has 3 "
+        "outputs; if they count from 1 (as QuantumGrav.jl's do), give the task with its "
+        "classes, tasks: [{name: y, classes: [1, 2]}]" in plain.stderr
+    )
+    task = "tasks=[{name: kind, target: y, classes: [1, 2]}]"
+    mapped = run_main(capsys, "train", cfg, task, "training.num_epochs=1", "--overwrite")
+    assert mapped.returncode == 0, mapped.stderr
+    assert "class 0 never occurs" not in mapped.stderr
+    with np.load(tmp_path / "run" / "test_predictions.npz") as saved:
+        assert saved["kind.predicted"].shape[1] == 2  # two classes, not three
+        assert set(saved["kind.true"].tolist()) == {0, 1}  # labels 1 and 2 as classes 0 and 1
+    wrong = "tasks=[{name: kind, target: y, classes: [1, 3]}]"
+    refused = run_main(capsys, "train", cfg, wrong, "--overwrite")
+    assert_refused(refused, "tasks[0].classes: task 'kind' has the label 2, which is not one of")
+    assert (tmp_path / "run" / "summary.json").exists()  # refused before anything was replaced
+
+
+def test_a_cosine_schedule_lasts_the_run_unless_its_length_is_given(make_config, capsys):
+    from QuantumGravPy.training.optim import build_scheduler
+
+    cosine = "training.lr_scheduler={type: torch.optim.lr_scheduler.CosineAnnealingLR}"
+    _, history, _ = train(make_config(cosine, "training.num_epochs=3", "log_level=INFO"))
+    lr = history[0]["lr"]  # the optimizer's
+    expected = [lr * (1 + math.cos(math.pi * e / 3)) / 2 for e in range(3)]
+    assert [row["lr"] for row in history] == pytest.approx(expected, rel=1e-12)
+    assert "T_max" not in capsys.readouterr().err
+    given = make_config(
+        "training.lr_scheduler={type: torch.optim.lr_scheduler.CosineAnnealingLR, "
+        "kwargs: {T_max: 40}}",
+        "training.num_epochs=1",
+    )
+    train(given, overwrite=True)
+    assert (
+        "training.lr_scheduler.kwargs.T_max is 40, but the run has 1 epochs "
+        "(training.num_epochs): the run ends after 2% of the schedule; leave T_max out"
+        in capsys.readouterr().err
+    )
+    # the shipped configs leave it out, so overriding the epochs shortens the schedule
+    for name in ("train", "train_ddp", "multitask", "curvature_h"):
+        config = qg.load_config(ROOT / "configs" / f"{name}.yaml", ["training.num_epochs=4"])
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        section = config.training.lr_scheduler
+        assert (
+            build_scheduler(section, optimizer, metric="val_loss", mode="min", num_epochs=4).T_max
+            == 4
+        )

@@ -22,9 +22,21 @@ def is_png(path):
 
 
 def curves_of(figure):
-    """{panel title: [(x, y) of each line, in drawing order]}."""
+    """{panel title: [(x, y) of each curve, in drawing order]} (not the best-epoch marks)."""
     return {
-        ax.get_title(): [(list(line.get_xdata()), list(line.get_ydata())) for line in ax.lines]
+        ax.get_title(): [
+            (list(line.get_xdata()), list(line.get_ydata()))
+            for line in ax.lines
+            if line.get_gid() != "best epoch"
+        ]
+        for ax in figure.axes
+    }
+
+
+def best_marks(figure):
+    """{panel title: [epoch of each best-epoch mark]}."""
+    return {
+        ax.get_title(): [line.get_xdata()[0] for line in ax.lines if line.get_gid() == "best epoch"]
         for ax in figure.axes
     }
 
@@ -45,6 +57,12 @@ def test_every_run_leaves_curves_and_a_confusion_matrix(make_config, drawn):
     _, history, metrics = train(cfg)
     assert is_png(cfg.run_dir / "curves.png") and is_png(cfg.run_dir / "confusion_matrix.png")
     assert curves_of(drawn.figure("curves.png")) == expected_curves(rd.read_history(cfg.run_dir))
+    best = json.loads((cfg.run_dir / "summary.json").read_text())["best_epoch"]
+    assert best_marks(drawn.figure("curves.png")) == {
+        "loss": [best],
+        "accuracy": [best],
+        "learning rate": [],
+    }
     assert [row["val_loss"] for row in rd.read_history(cfg.run_dir)] == [
         row["val_loss"] for row in history
     ]
@@ -90,10 +108,59 @@ def test_qg_plot_draws_one_run_and_overlays_several(make_config, tmp_path, capsy
     # each panel: every column of the first run, then of the second, in the run's own colour
     assert curves_of(figure) == expected_curves(*histories)
     loss = figure.axes[0]
-    assert [line.get_color() for line in loss.lines] == ["C0", "C0", "C1", "C1"]
+    colors = [line.get_color() for line in loss.lines if line.get_gid() != "best epoch"]
+    assert colors == ["C0", "C0", "C1", "C1"]
     labels = [t.get_text() for t in loss.get_legend().get_texts()]
-    assert labels == ["lr0.001 train", "lr0.001 val", "lr0.01 train", "lr0.01 val"]
+    assert labels == ["lr0.001 train", "lr0.001 val", "lr0.01 train", "lr0.01 val", "best epoch"]
 
     missing = run_main(capsys, "plot", runs[0], tmp_path / "nowhere")
     assert_refused(missing, "nowhere: not a run directory (no history.csv")
     assert not (tmp_path / "comparison.png").exists()
+
+
+def test_the_deciding_metric_is_logged_and_drawn_and_qg_plot_keeps_every_runs_own(
+    make_config, tmp_path, capsys, drawn
+):
+    deciding = make_config(
+        "training.num_epochs=2",
+        "early_stopping.metric=val_f1_macro",
+        "early_stopping.mode=max",
+        "log_level=INFO",
+        f"training.path={tmp_path / 'f1'}",
+    )
+    train(deciding)
+    epochs = [line for line in capsys.readouterr().err.splitlines() if " INFO epoch " in line]
+    assert len(epochs) == 2 and all("val_f1_macro" in line for line in epochs)  # it picks *best
+    assert "f1 macro" in curves_of(drawn.figure("curves.png"))
+    plain = make_config("training.num_epochs=2", f"training.path={tmp_path / 'plain'}")
+    train(plain)
+    balanced = make_config(
+        "training.num_epochs=2",
+        "tasks=[{name: dim, target: y, metrics: [balanced_accuracy]}]",
+        f"training.path={tmp_path / 'balanced'}",
+    )
+    train(balanced)
+    output = tmp_path / "both.png"
+    runs = (plain.run_dir, balanced.run_dir)  # the first run's config has no balanced accuracy
+    assert run_main(capsys, "plot", *runs, "--output", output).returncode == 0
+    curves = curves_of(drawn.figure("both.png"))
+    plain_history, balanced_history = (rd.read_history(r) for r in runs)
+    assert ([1.0, 2.0], [r["val_accuracy"] for r in plain_history]) in curves["accuracy"]
+    assert curves["balanced accuracy"] == [  # drawn for the run that has it, not left out
+        ([1.0, 2.0], [r["val_balanced_accuracy"] for r in balanced_history])
+    ]
+
+
+def test_a_loss_spanning_decades_is_drawn_on_a_log_scale(tmp_path, drawn):
+    from QuantumGravPy.runs.plots import plot_curves
+
+    def history(losses):
+        return [
+            {"epoch": i + 1, "train_loss": x, "val_loss": x, "lr": 1e-3, "val_accuracy": 0.5}
+            for i, x in enumerate(losses)
+        ]
+
+    plot_curves([("steep", history([1.65, 0.09, 0.06, 0.05]))], tmp_path / "steep.png")
+    plot_curves([("flat", history([0.9, 0.7, 0.6, 0.5]))], tmp_path / "flat.png")
+    assert drawn.figure("steep.png").axes[0].get_yscale() == "log"
+    assert drawn.figure("flat.png").axes[0].get_yscale() == "linear"

@@ -104,10 +104,31 @@ def test_a_study_prunes_and_its_best_config_trains(tmp_path, data_root, capsys, 
     points = ax.collections[0].get_offsets()
     assert list(points[:, 0]) == [n for n, _ in finished]
     assert list(points[:, 1]) == pytest.approx([v for _, v in finished])
+    # pruned trials too, at the last value they reported
+    pruned = [
+        (t.number, t.intermediate_values[max(t.intermediate_values)])
+        for t in stored_trials(study)
+        if t.state.name == "PRUNED"
+    ]
+    crosses = ax.collections[1].get_offsets()
+    assert list(crosses[:, 0]) == [n for n, _ in pruned]
+    assert list(crosses[:, 1]) == pytest.approx([v for _, v in pruned])
     line = ax.lines[0]  # at every trial number, the best finished trial up to it
     assert list(line.get_xdata()) == list(range(6))
     best = [min(v for k, v in finished if k <= n) for n in range(6)]  # trial 0 is a startup one
     assert list(line.get_ydata()) == pytest.approx(best)
+    ticks = [t for t in ax.get_xticks() if 0 <= t <= 5]
+    assert ticks and all(t == int(t) for t in ticks)  # trials are counted in whole numbers
+    # objective against each parameter: the learning rate on a log axis, every trial visible
+    panels = {ax.get_xlabel(): ax for ax in drawn.figure("objective_vs_params.png").axes}
+    lr, hidden = panels["training.optimizer.kwargs.lr"], panels["model.hidden_channels"]
+    assert lr.get_xscale() == "log" and hidden.get_xscale() == "linear"
+    dots = lr.collections[0]
+    assert len(dots.get_offsets()) == len(finished)
+    edges = dots.get_edgecolors()
+    assert len(edges) and all(tuple(e[:3]) == (0.0, 0.0, 0.0) for e in edges)  # outlined
+    first = dots.to_rgba(dots.get_array())[0]  # trial 0's face: dark enough to see on grey
+    assert sum(first[:3]) / 3 < 0.6
     # importances: one bar per searched parameter
     bars = drawn.figure("param_importances.png").axes[0]
     assert len(bars.patches) == 2
@@ -543,6 +564,7 @@ def test_workers_started_at_once_share_a_study_to_exactly_n_distinct_trials(
     for job in jobs:
         _, err = job.communicate(timeout=180)
         assert job.returncode == 0, err
+        assert "\r" not in err  # output to a file (a SLURM log): no progress bar, plain lines
     if storage == "journal":
         trials = stored_trials_in(url, "dimension")
     else:

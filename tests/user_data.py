@@ -143,3 +143,11 @@ def fail_on_19_elements(graph: Data) -> Data:
     if graph.num_nodes == 19:
         raise RuntimeError("a causal set of 19 elements")
     return graph
+
+
+def rings_labelled_from_one(num_graphs: int = 40) -> list[Data]:
+    """ring_graphs with Julia's 1-based labels: rings 1, paths 2."""
+    graphs = ring_graphs(num_graphs)
+    for g in graphs:
+        g.y = g.y + 1
+    return graphs

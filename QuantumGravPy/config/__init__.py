@@ -39,6 +39,7 @@ from .tasks import (
     headline_columns,
     history_columns,
     improves_towards,
+    shown_columns,
     task_list,
 )
 
@@ -74,5 +75,6 @@ __all__ = [
     "improves_towards",
     "load_config",
     "resolve",
+    "shown_columns",
     "task_list",
 ]

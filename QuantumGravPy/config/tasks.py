@@ -87,6 +87,10 @@ class TaskConfig:
     num_outputs: int | None = field(
         default=None, metadata={"check": lambda v: v > 0, "expected": "a positive number"}
     )
+    # classification: the label values, in class order: class k is a target equal to
+    # classes[k] (e.g. [1, 2] for QuantumGrav.jl's 1-based labels); null: the targets are the
+    # class indices 0, 1, ...
+    classes: tuple[int, ...] | None = None
     # any of those offered for the type (see "Metrics" in the README); null: accuracy,
     # f1_macro, confusion_matrix (classification); accuracy, f1, auroc, confusion_matrix
     # (binary); mse, mae, r2 (regression)
@@ -128,6 +132,22 @@ class TaskConfig:
                 f"{key}.num_outputs: a binary task has one output, a logit; task {self.name!r} "
                 f"has {self.num_outputs}"
             )
+        if self.classes is not None:
+            if self.type != "classification":
+                raise ConfigError(
+                    f"{key}.classes: only for classification tasks; task {self.name!r} is "
+                    f"{self.type}"
+                )
+            if len(self.classes) < 2 or len(set(self.classes)) != len(self.classes):
+                raise ConfigError(
+                    f"{key}.classes: expected two or more different label values, found "
+                    f"{list(self.classes)}"
+                )
+            if self.num_outputs not in (None, len(self.classes)):
+                raise ConfigError(
+                    f"{key}.num_outputs: {self.num_outputs}, but {key}.classes names "
+                    f"{len(self.classes)} classes; leave num_outputs out"
+                )
         if self.type == "classification" and self.num_outputs == 1:
             raise ConfigError(
                 f"{key}.num_outputs: a classification task needs 2 or more classes (use type "
@@ -233,3 +253,14 @@ def headline_columns(config: Config, prefix: str = "val") -> tuple[str, ...]:
         if first is not None:
             columns.append(f"{prefix}_{first}" if len(tasks) == 1 else f"{prefix}_{t.name}_{first}")
     return tuple(columns)
+
+
+def shown_columns(config: Config) -> tuple[str, ...]:
+    """The validation columns the epoch's log line and ``curves.png`` show: each task's first
+    metric, then the early-stopping metrics that decide the best epoch, if not among them."""
+    columns = headline_columns(config)
+    deciding = [m for m in config.early_stopping.metrics if m not in columns and m not in _LOSSES]
+    return (*columns, *deciding)
+
+
+_LOSSES = ("train_loss", "val_loss")  # always shown

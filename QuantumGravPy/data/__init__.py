@@ -52,6 +52,8 @@ from .samplers import (
 from .sharding import DistributedRangeSplitter, stream_distributed_augmentation_chain
 from .targets import (
     check_target,
+    class_indices,
+    label_notice,
     num_node_features,
     target_statistics,
     task_num_outputs,
@@ -80,6 +82,7 @@ __all__ = [
     "check_file_targets",
     "check_target",
     "choose_storage",
+    "class_indices",
     "dataset_dimensions",
     "dataset_from_config",
     "dataset_labels",
@@ -90,6 +93,7 @@ __all__ = [
     "graph_attribute",
     "graph_feature_width",
     "in_memory_values",
+    "label_notice",
     "make_loader",
     "make_train_loader",
     "num_node_features",

@@ -73,6 +73,11 @@ def task_num_outputs(
                 f"{task.target_name!r}, found {bad}"
             )
         return 1
+    if task.classes is not None:
+        values = in_memory_values(dataset, task.target_name)
+        if values is not None:
+            class_indices(values.reshape(-1), task.classes, task=task.name, key=key)
+        return len(task.classes)
     if task.num_outputs is not None:
         return task.num_outputs
     if task.type == "regression":
@@ -90,6 +95,45 @@ def task_num_outputs(
             f"{task.name!r} cannot be read cheaply; give it"
         )
     return max(int(values.max()) + 1, 2)
+
+
+def class_indices(
+    labels: torch.Tensor, classes: tuple[int, ...], *, task: str, key: str | None = None
+) -> torch.Tensor:
+    """The class index of each label under ``tasks[].classes``: k where the label is
+    ``classes[k]``. A label that is none of them is a DataError naming it."""
+    known = torch.tensor(classes, device=labels.device, dtype=labels.dtype)
+    match = labels.reshape(-1, 1) == known
+    found = match.any(dim=1)
+    if not bool(found.all()):
+        bad = labels[~found][0].item()
+        where = key.rsplit(".", 1)[0] + ".classes" if key else "tasks[].classes"
+        raise DataError(
+            f"{where}: task {task!r} has the label {bad}, which is not one of {list(classes)}"
+        )
+    return match.int().argmax(dim=1)
+
+
+def label_notice(dataset: Dataset | list[Data], task: TaskConfig, key: str | None) -> str | None:
+    """A word for a classification whose class count is read from labels that never take the
+    value 0 (Julia's 1-based labels): the model gets an output for a class that never occurs.
+    ``key`` is ``tasks[i]``, None for the implicit task of a config without tasks."""
+    if task.type != "classification" or task.classes is not None or task.num_outputs:
+        return None
+    values = in_memory_values(dataset, task.target_name)
+    if values is None or not values.numel() or int(values.min()) < 1:
+        return None
+    seen = sorted(int(v) for v in values.unique())
+    fix = (
+        f"set {key}.classes: {seen}"
+        if key
+        else f"give the task with its classes, tasks: [{{name: {task.name}, classes: {seen}}}]"
+    )
+    return (
+        f"the labels {task.target_name!r} of task {task.name!r} run from {seen[0]} to "
+        f"{seen[-1]}, so class 0 never occurs and the model has {seen[-1] + 1} outputs; if "
+        f"they count from 1 (as QuantumGrav.jl's do), {fix} to learn them as classes 0, 1, ..."
+    )
 
 
 def target_statistics(

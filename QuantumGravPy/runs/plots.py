@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Config, headline_columns, load_config, task_list
+from ..config import Config, load_config, shown_columns, task_list
 from ..errors import ConfigError, QGError
 from . import directory as rd
 
@@ -45,10 +45,21 @@ def _panels(metrics: Sequence[str]) -> list[tuple[str, tuple[tuple[str, str], ..
     return panels
 
 
-def _figure(width: float, height: float):
+def new_figure(width: float, height: float):
+    """An empty figure of that size in inches, laid out to fit (no pyplot: no global state)."""
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
+
+
+def best_epoch(path: str | Path) -> int | None:
+    """The epoch of a run's best checkpoint, as its summary.json records it."""
+    try:
+        summary = json.loads((Path(path) / rd.SUMMARY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    best = summary.get("best_epoch") if isinstance(summary, dict) else None
+    return best if isinstance(best, int) and best > 0 else None
 
 
 def read_run(path: str | Path) -> tuple[str, list[dict[str, float]]]:
@@ -71,14 +82,20 @@ def plot_curves(
     runs: Sequence[tuple[str, list[dict[str, float]]]],
     output: str | Path,
     metrics: Sequence[str] = ("val_accuracy",),
+    best: Sequence[int | None] = (),
 ) -> Path:
     """Loss, the validation columns ``metrics`` (each beside its training counterpart, if the
-    history has one) and the learning rate per epoch of one or more runs, in one PNG."""
+    history has one) and the learning rate per epoch of one or more runs, in one PNG.
+
+    ``best``: each run's best epoch, marked by a dotted line in every panel. The loss panel
+    is logarithmic when the losses span more than a factor of 10, so that a high first epoch
+    does not flatten the rest. A run without one of the ``metrics`` is left out of its panel.
+    """
     from matplotlib.ticker import MaxNLocator
 
     output = Path(output)
     panels = _panels(metrics)
-    fig = _figure(4.3 * len(panels), 3.8)
+    fig = new_figure(4.3 * len(panels), 3.8)
     axes = fig.subplots(1, len(panels))
     colors = [f"C{i % 10}" for i in range(len(runs))]
     for ax, (title, columns) in zip(axes, panels, strict=True):
@@ -91,11 +108,17 @@ def plot_curves(
                 split = column.split("_")[0] if "_" in column else ""
                 label = " ".join(part for part in (name if len(runs) > 1 else "", split) if part)
                 ax.plot(epochs, values, style, color=color, marker=".", label=label or column)
+        for i, (epoch, color) in enumerate(zip(best, colors, strict=False)):
+            if epoch is not None and title != "learning rate":
+                label = "best epoch" if i == 0 else None
+                ax.axvline(epoch, color=color, ls=":", lw=1, label=label, gid="best epoch")
         ax.set_title(title)
         ax.set_xlabel("epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         positive = all(row["lr"] > 0 for _, history in runs for row in history if "lr" in row)
         if title == "learning rate" and positive:
+            ax.set_yscale("log")
+        if title == "loss" and _spans_decades(ax):
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
         if ax.has_data():
@@ -104,6 +127,27 @@ def plot_curves(
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, dpi=100)
     return output
+
+
+def compare_runs(paths: Sequence[str | Path], output: str | Path) -> Path:
+    """The curves of several runs in one picture: a panel for every metric any of them shows
+    (their configs' :func:`~QuantumGravPy.config.shown_columns`, in order), each run drawn in
+    the panels of the metrics its history has, and each run's best epoch marked."""
+    metrics: list[str] = []
+    for path in paths:
+        config = run_config(path)
+        for column in shown_columns(config) if config is not None else ("val_accuracy",):
+            if column not in metrics:
+                metrics.append(column)
+    runs = [read_run(path) for path in paths]
+    return plot_curves(runs, output, metrics, [best_epoch(path) for path in paths])
+
+
+def _spans_decades(ax: Any) -> bool:
+    """Whether the curves of ``ax`` are positive and span more than a factor of 10."""
+    curves = [line for line in ax.lines if line.get_gid() != "best epoch"]
+    values = [v for line in curves for v in line.get_ydata() if math.isfinite(v)]
+    return bool(values) and min(values) > 0 and max(values) > 10 * min(values)
 
 
 def plot_confusion(
@@ -116,7 +160,7 @@ def plot_confusion(
     output = Path(output)
     n = len(matrix)
     names = list(class_names) if class_names is not None else [str(i) for i in range(n)]
-    fig = _figure(1.2 + 0.9 * n, 1.0 + 0.8 * n)
+    fig = new_figure(1.2 + 0.9 * n, 1.0 + 0.8 * n)
     ax = fig.subplots()
     image = ax.imshow(matrix, cmap="Blues")
     largest = max((max(row) for row in matrix), default=0)
@@ -144,7 +188,7 @@ def plot_roc(
 ) -> Path:
     """The ROC curve of a binary task: true against false positive rate over all thresholds."""
     fpr, tpr = roc_curve(probability, true)
-    fig = _figure(4.6, 4.2)
+    fig = new_figure(4.6, 4.2)
     ax = fig.subplots()
     ax.plot(fpr, tpr, color="C0", drawstyle="steps-post")
     ax.plot([0, 1], [0, 1], ":", color="grey", label="chance")
@@ -182,7 +226,7 @@ def plot_regression(
     if len(true) > _MAX_POINTS:  # a fixed subsample: the same picture every time
         keep = np.random.default_rng(0).choice(len(true), _MAX_POINTS, replace=False)
         predicted, true = predicted[keep], true[keep]
-    fig = _figure(9.5, 4.2)
+    fig = new_figure(9.5, 4.2)
     left, right = fig.subplots(1, 2)
     alpha = 0.6 if len(true) < 2000 else 0.2
     left.scatter(true, predicted, s=8, alpha=alpha, color="C0")
@@ -217,11 +261,11 @@ def write_run_plots(path: str | Path, config: Config | None = None) -> list[Path
     """
     path = Path(path)
     config = config if config is not None else run_config(path)
-    metrics = headline_columns(config) if config is not None else ("val_accuracy",)
-    written = [plot_curves([read_run(path)], path / CURVES, metrics)]
+    metrics = shown_columns(config) if config is not None else ("val_accuracy",)
     summary: dict[str, Any] = {}
     if (path / rd.SUMMARY).is_file():
         summary = json.loads((path / rd.SUMMARY).read_text(encoding="utf-8"))
+    written = [plot_curves([read_run(path)], path / CURVES, metrics, [best_epoch(path)])]
     tasks = task_list(config) if config is not None else ()
     if not tasks and summary.get("test_confusion"):  # a run of an older version
         written.append(plot_confusion(summary["test_confusion"], path / CONFUSION))
@@ -237,7 +281,13 @@ def write_run_plots(path: str | Path, config: Config | None = None) -> list[Path
             summary.get("test_confusion") if len(tasks) == 1 else None
         )
         if matrix:
-            names = class_names_of(config) if task.target_name == "y" else None
+            names = (
+                [str(c) for c in task.classes]
+                if task.classes is not None
+                else class_names_of(config)
+                if task.target_name == "y"
+                else None
+            )
             written.append(plot_confusion(matrix, file(CONFUSION), names, title))
         kept = predictions.get(name)
         if kept is None or not len(kept["true"]):

@@ -23,10 +23,49 @@ def build_optimizer(
         raise ConfigError(f"training.optimizer.kwargs: {section.type} rejected them: {e}") from None
 
 
+# Schedules whose length is the run's, and the keyword that sets it: left out of the kwargs,
+# it is training.num_epochs (the trainer steps schedules once per epoch).
+RUN_LENGTH = {"CosineAnnealingLR": "T_max", "OneCycleLR": "total_steps"}
+
+
+def length_key(cls: Any) -> str | None:
+    """The keyword of a scheduler class that sets how many epochs its schedule lasts."""
+    for base in getattr(cls, "__mro__", ()):
+        if base.__name__ in RUN_LENGTH and base.__module__.startswith("torch."):
+            return RUN_LENGTH[base.__name__]
+    return None
+
+
+def schedule_notice(section: SchedulerConfig | None, num_epochs: int) -> str | None:
+    """A word when a schedule's length, given in its kwargs, is not the run's."""
+    if section is None:
+        return None
+    key = length_key(resolve(section.type, key="training.lr_scheduler.type"))
+    length = section.kwargs.get(key) if key else None
+    if not isinstance(length, int) or length == num_epochs:
+        return None
+    what = (
+        f"the run ends after {num_epochs / length:.0%} of the schedule"
+        if length > num_epochs
+        else f"the schedule ends after epoch {length} and the rate moves on as it goes on"
+    )
+    return (
+        f"training.lr_scheduler.kwargs.{key} is {length}, but the run has {num_epochs} epochs "
+        f"(training.num_epochs): {what}; leave {key} out for a schedule as long as the run"
+    )
+
+
 def build_scheduler(
-    section: SchedulerConfig | None, optimizer: torch.optim.Optimizer, *, metric: str, mode: str
+    section: SchedulerConfig | None,
+    optimizer: torch.optim.Optimizer,
+    *,
+    metric: str,
+    mode: str,
+    num_epochs: int,
 ) -> Any:
     """The scheduler, stepped once per epoch by the trainer; None for a constant rate.
+
+    A cosine or one-cycle schedule whose length is left out lasts ``num_epochs``.
 
     A ReduceLROnPlateau is stepped with the first early-stopping ``metric``, so it takes that
     metric's direction ``mode`` (``early_stopping.mode``): left at its own default of ``min``, it
@@ -44,6 +83,9 @@ def build_scheduler(
                 f"early_stopping.metric {metric}, which improves towards {mode!r} "
                 "(early_stopping.mode); leave mode out, and it follows the metric"
             )
+    key = length_key(cls)
+    if key is not None and key not in kwargs and "epochs" not in kwargs:
+        kwargs[key] = num_epochs
     try:
         return cls(optimizer, **kwargs)
     except (TypeError, ValueError) as e:

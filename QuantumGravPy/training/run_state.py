@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..config import Config, config_to_dict, dump_config, headline_columns
+from ..config import Config, config_to_dict, dump_config, shown_columns
 from ..data import release_workers
 from ..errors import CheckpointError, QGError, cause
 from ..logs import add_file_handler
@@ -102,7 +102,7 @@ class RunStateMixin:
         self.save_checkpoint("last.pt")
         if self.is_main:
             rd.write_history(self.run_dir, self.history)
-        columns = ("train_loss", "val_loss", *headline_columns(self.config))
+        columns = ("train_loss", "val_loss", *shown_columns(self.config))  # what decides *best
         self.logger.info(
             "epoch %d/%d  %s  lr %.2e  %.1fs%s",
             row["epoch"],

@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from ..config import Config, TaskConfig, resolve, task_list
-from ..data import check_target, target_statistics, task_num_outputs
+from ..data import check_target, class_indices, target_statistics, task_num_outputs
 from ..errors import ConfigError
 from ..models import task_output
 
@@ -69,6 +69,8 @@ class Task:
         value = batch[self.config.target_name]
         if self.type == "regression":
             return value.reshape(self.rows(batch), self.num_outputs)
+        if self.config.classes is not None:
+            return class_indices(value.reshape(-1), self.config.classes, task=self.name)
         return value.reshape(-1)
 
     def loss(self, outputs: Tensor, batch: Any) -> Tensor:

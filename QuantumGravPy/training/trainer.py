@@ -49,6 +49,7 @@ from .devices import PRECISIONS, select_device
 from .early_stopping import MetricStopping
 from .ema import EMA
 from .evaluation import Tester, Validator, check_forward, checkpoint_model, to_device
+from .notices import describe_run, start_notices
 from .optim import build_optimizer, build_scheduler, step_groups, step_scheduler
 from .run_state import RunStateMixin
 from .tasks import Task, build_tasks, fit_scaling, select_outputs, total_loss, train_columns
@@ -72,6 +73,7 @@ class Trainer(RunStateMixin):
 
     world_size = 1
     rank = 0
+    local_processes = 1  # of this job on this machine
     # Asked after each epoch with its history row (on rank 0 only, under DDP); True stops the
     # run as pruned. A tuning trial sets it to its pruner (QuantumGravPy.tune).
     judge: Callable[[dict[str, Any]], bool] | None = None
@@ -120,7 +122,11 @@ class Trainer(RunStateMixin):
         self.optimizer = build_optimizer(t.optimizer, self.model.parameters())
         es = config.early_stopping
         self.lr_scheduler = build_scheduler(
-            t.lr_scheduler, self.optimizer, metric=es.metrics[0], mode=es.mode
+            t.lr_scheduler,
+            self.optimizer,
+            metric=es.metrics[0],
+            mode=es.mode,
+            num_epochs=t.num_epochs,
         )
         # Gradients of float16 losses underflow without scaling; bfloat16 has float32's range.
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "16")
@@ -191,20 +197,14 @@ class Trainer(RunStateMixin):
         )
 
     def on_train_start(self, train_loader: DataLoader) -> None:  # hook
-        t = self.config.training
-        self.logger.info(
-            "training %s for up to %d epochs on %s: %d training graphs, batch size %d%s%s%s",
-            self.config.name,
-            t.num_epochs,
-            self.device,
-            len(train_loader.dataset),
-            t.batch_size,
-            f", {t.accumulate_grad_batches} batches per step"
-            if t.accumulate_grad_batches > 1
-            else "",
-            f", precision {t.precision}" if t.precision != "32" else "",
-            f", EMA of the weights (decay {t.ema_decay})" if self.ema is not None else "",
-        )
+        graphs = len(train_loader.dataset)
+        self.logger.info("%s", describe_run(self.config, self.device, graphs))
+        if self.is_main:
+            for notice in start_notices(
+                self.config, self.dataset, train_graphs=graphs, processes=self.world_size,
+                local_processes=self.local_processes, device=self.device,
+            ):  # fmt: skip
+                self.logger.warning("%s", notice)
         breaks = rs.invariance_breaks(self.config)
         if breaks:
             self.logger.info(

@@ -68,6 +68,7 @@ class TrainerDDP(Trainer):
         self.rank = rank
         self.log_prefix = f"[RANK {rank}] "
         self.local_rank = distributed.get_local_rank()
+        self.local_processes = distributed.get_local_world_size()
         self.world_size = distributed.get_world_size()
         self.rank_logger = logging.getLogger(f"{LOGGER_NAME}.ranks")
         self.rank_logger.setLevel(logging.INFO)  # start and end lines show on every rank

@@ -17,6 +17,7 @@ from ..config import config_from_dict
 from ..config.loading import set_key
 from ..logs import get_logger
 from ..runs.directory import write_atomic
+from .plots import plot_history, plot_params
 from .space import SearchSpace
 
 TRIALS_CSV = "trials.csv"
@@ -54,7 +55,7 @@ def write_outputs(study: Any, space: SearchSpace, study_dir: Path) -> None:
     if best is not None:
         write_atomic(study_dir / BEST_YAML, best_yaml(best, space, study_dir))
     try:
-        draw_plots(study, study_dir, space.metric)
+        draw_plots(study, study_dir, space)
     except Exception as e:
         get_logger().warning("could not draw the study's plots: %s", e)
 
@@ -104,25 +105,39 @@ def best_yaml(trial: Any, space: SearchSpace, study_dir: Path) -> str:
     return header + yaml.safe_dump(raw, sort_keys=False)
 
 
-def draw_plots(study: Any, study_dir: Path, metric: str) -> None:
-    """The optimisation history, parameter importances and objective against each parameter
-    (each once it can be drawn: importances need two finished trials that differ)."""
-    import matplotlib.pyplot as plt  # Optuna draws with pyplot; each figure is closed here
-    import optuna.visualization.matplotlib as ov
-
+def draw_plots(study: Any, study_dir: Path, space: SearchSpace) -> None:
+    """The optimisation history, objective against each parameter, and (once two finished
+    trials differ) the parameter importances; each written atomically."""
     complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
     if not complete:
         return
-    drawings = [("history", ov.plot_optimization_history), ("slice", ov.plot_slice)]
+    trials = [t for t in study.get_trials(deepcopy=False) if shown(t)]
+
+    def history(path: Path) -> None:
+        plot_history(trials, space.metric, space.direction, path)
+
+    def params(path: Path) -> None:
+        plot_params(trials, space.params, space.metric, path)
+
+    drawings = [("history", history), ("slice", params)]
     if len(complete) >= 2 and len({tuple(sorted(t.params.items())) for t in complete}) >= 2:
-        drawings.append(("importances", ov.plot_param_importances))
-    with warnings.catch_warnings():
+        drawings.append(("importances", lambda path: _importances(study, space.metric, path)))
+    for name, draw in drawings:
+        tmp = study_dir / f".{PLOTS[name]}.tmp"
+        draw(tmp)
+        tmp.replace(study_dir / PLOTS[name])
+
+
+def _importances(study: Any, metric: str, path: Path) -> None:
+    import matplotlib
+    import matplotlib.pyplot as plt  # Optuna draws with pyplot; the figure is closed here
+    import optuna.visualization.matplotlib as ov
+
+    # Optuna switches pyplot to its own style sheet; the context puts the settings back, so
+    # the other pictures of this process keep matplotlib's.
+    with warnings.catch_warnings(), matplotlib.rc_context():
         warnings.simplefilter("ignore")  # Optuna marks its matplotlib plots experimental
-        for name, draw in drawings:
-            axes = draw(study, target_name=metric)
-            first = axes.flat[0] if hasattr(axes, "flat") else axes
-            figure = first.figure
-            tmp = study_dir / f".{PLOTS[name]}.tmp"
-            figure.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-            tmp.replace(study_dir / PLOTS[name])
-            plt.close(figure)
+        ax = ov.plot_param_importances(study, target_name=metric)
+        figure = ax.figure
+        figure.savefig(path, format="png", dpi=110, bbox_inches="tight")
+        plt.close(figure)

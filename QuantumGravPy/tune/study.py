@@ -208,7 +208,11 @@ class Tuner:
             )
             if self.base.data.dataset is None and done < self.total:
                 dataset_from_config(self.base.data)  # built once, not by every trial at once
-            self.bar = tqdm(total=self.total, initial=min(done, self.total), unit="trial")
+            # On a terminal only: in a file (a SLURM log) the bar's carriage returns would glue
+            # the trial lines of the log onto it; those lines say the same there.
+            self.bar = tqdm(
+                total=self.total, initial=min(done, self.total), unit="trial", disable=None
+            )
             try:
                 with self.bar, self._heartbeat():
                     self._run_slots()

@@ -1,0 +1,78 @@
+"""What a run is about to do, said once when training starts: what it trains, and what its
+user may not expect.
+
+Each of these trains without error and gives results that look plausible, so it gets a
+warning rather than a refusal: a classification whose labels never take the value 0 (Julia's
+1-based labels), a learning-rate schedule of another length than the run, more processes than
+cores on one machine, processes that get less than one batch of graphs each.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import torch
+
+from ..config import Config, task_list
+from ..data import label_notice
+from .optim import schedule_notice
+
+
+def describe_run(config: Config, device: torch.device, train_graphs: int) -> str:
+    """The line that opens a run's log: what is trained, for how long, where and how."""
+    t = config.training
+    return (
+        f"training {config.name} for up to {t.num_epochs} epochs on {device}: {train_graphs} "
+        f"training graphs, batch size {t.batch_size}"
+        + (
+            f", {t.accumulate_grad_batches} batches per step"
+            if t.accumulate_grad_batches > 1
+            else ""
+        )
+        + (f", precision {t.precision}" if t.precision != "32" else "")
+        + (f", EMA of the weights (decay {t.ema_decay})" if t.ema_decay is not None else "")
+    )
+
+
+def start_notices(
+    config: Config,
+    dataset: Any,
+    *,
+    train_graphs: int,
+    processes: int = 1,
+    local_processes: int = 1,
+    device: torch.device | None = None,
+) -> list[str]:
+    """The warnings for a run of ``config`` on ``dataset`` with ``processes`` in all
+    (``local_processes`` on this machine) and ``train_graphs`` training graphs."""
+    notices = [
+        label_notice(dataset, task, f"tasks[{i}]" if config.tasks else None)
+        for i, task in enumerate(task_list(config))
+    ]
+    notices.append(schedule_notice(config.training.lr_scheduler, config.training.num_epochs))
+    cores = _cores()
+    if (device is None or device.type == "cpu") and local_processes > cores:
+        notices.append(
+            f"parallel.world_size: {local_processes} processes share {cores} CPU cores on this "
+            f"machine, so they take turns and the run is slower than with {cores}"
+        )
+    batch = config.training.batch_size
+    per_process = math.ceil(train_graphs / processes)
+    if processes > 1 and per_process < batch:
+        notices.append(
+            f"parallel.world_size: each of the {processes} processes gets {per_process} of the "
+            f"{train_graphs} training graphs, less than one batch of {batch} "
+            f"(training.batch_size): every step averages the whole training split at once, "
+            f"{math.ceil(train_graphs / (batch * processes))} step per epoch; use fewer "
+            "processes or a smaller batch"
+        )
+    return [n for n in notices if n]
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
