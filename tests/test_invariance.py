@@ -1,5 +1,7 @@
 """World-size invariance, gradient accumulation, mixed precision and the moving average."""
 
+import math
+
 import pytest
 import torch
 from conftest import run_ranks
@@ -122,7 +124,7 @@ def test_mixed_precision_trains(make_config, tmp_path, precision):
             f"training.path={tmp_path / precision}",
         )
     )
-    assert history[-1]["train_loss"] < 0.5 * history[0]["train_loss"]
+    assert history[-1]["train_loss"] < 0.75 * math.log(3)  # three classes: chance is ln 3
     assert history[-1]["train_loss"] == pytest.approx(reference[-1]["train_loss"], rel=0.1)
     assert max(row["val_accuracy"] for row in history) > 0.6  # three classes: chance is 1/3
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # weights stay fp32

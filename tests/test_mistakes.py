@@ -123,6 +123,13 @@ def test_a_checkpoint_that_does_not_fit_names_the_settings_and_tensors(
     )  # fmt: skip
     assert_refused(resumed, "last.pt: does not fit", "model.hidden_channels 8", "encoder.weight")
     assert len(qg.runs.directory.read_history(tmp_path / "run")) == 2  # the run is untouched
+    # weights that fit a model that computes otherwise: tested, with a word of warning
+    gelu = run_main(capsys, "test", cfg, "--checkpoint", best, "model.activation=torch.nn.GELU")
+    assert gelu.returncode == 0, gelu.stderr
+    assert (
+        "best.pt: it was trained with model.activation 'torch.nn.ReLU' (the config says "
+        "'torch.nn.GELU'); its results may differ from those of its run" in gelu.stderr
+    )
 
 
 def test_what_is_not_a_checkpoint_is_named_for_what_it_is(config_file, tmp_path, capsys):

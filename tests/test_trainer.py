@@ -119,14 +119,14 @@ def test_reduce_on_plateau_cuts_the_rate_when_the_stopping_metric_stops_improvin
     metric's own direction), and only then."""
     cfg = make_config(
         PLATEAU,
-        "training.optimizer.kwargs={lr: 0.01}",
+        "training.optimizer.kwargs={lr: 0.05}",
         "training.num_epochs=6",
         f"early_stopping.metric={metric}",
         f"early_stopping.mode={mode}",
     )
     _, history, _ = train(cfg)
     better = min if mode == "min" else max
-    expected, best = [0.01], history[0][metric]
+    expected, best = [0.05], history[0][metric]
     for row in history[1:-1]:
         improved = better(row[metric], best) == row[metric] and row[metric] != best
         best = better(best, row[metric])

@@ -137,8 +137,14 @@ class ModelConfig:
     residual: bool = True  # add each block's input to its output
     # graph: GraphNorm, statistics of each graph alone; layer: per node; batch: BatchNorm
     norm: Literal["graph", "layer", "batch", "none"] = "graph"
-    # concatenated; add grows with the number of elements: leave it out for sets of hundreds
-    pooling: tuple[Literal["mean", "max", "add"], ...] = ("mean", "max", "add")
+    # concatenated; add: the sum over the elements; scaled_add: the sum divided by sqrt(n)
+    # (an untrained model starts near chance), which still grows as sqrt(n) times the mean:
+    # leave either out for sets of hundreds
+    pooling: tuple[Literal["mean", "max", "add", "scaled_add"], ...] = (
+        "mean",
+        "max",
+        "scaled_add",
+    )
     head_channels: tuple[int, ...] = (64,)  # hidden layers of the MLP head
     # graph-level Data attributes (a number or a vector per graph) concatenated to the pooled
     # node embeddings before the head, e.g. [num_elements]; built-in model only
@@ -158,7 +164,9 @@ class ModelConfig:
                 f"other model keys (found {self.kwargs})"
             )
         if not self.pooling:
-            raise ConfigError("model.pooling: expected at least one of mean, max, add, found []")
+            raise ConfigError(
+                "model.pooling: expected at least one of mean, max, add, scaled_add, found []"
+            )
         if any(c <= 0 for c in self.head_channels):
             raise ConfigError(
                 f"model.head_channels: expected positive sizes, found {list(self.head_channels)}"

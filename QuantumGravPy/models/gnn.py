@@ -19,11 +19,33 @@ from torch_geometric.nn import (
     global_max_pool,
     global_mean_pool,
 )
+from torch_geometric.utils import degree
 
 from ..config import ModelConfig, resolve
 from ..errors import ConfigError, cause
 
-POOLING = {"mean": global_mean_pool, "max": global_max_pool, "add": global_add_pool}
+
+def size_normalised_add_pool(x: Tensor, batch: Tensor, size: int | None = None) -> Tensor:
+    """Each graph's sum of node embeddings divided by the square root of its number of nodes.
+
+    A plain sum grows with the graph: over causal sets of 32 to 64 elements it made the
+    untrained model's first loss 7.9 for three classes (chance: 1.1). Divided by sqrt(n) it
+    is sqrt(n) times the mean, so it still tells graphs of different sizes apart.
+    """
+    total = global_add_pool(x, batch, size)
+    # counted in float32 (exact to 2^24 nodes, in any order, also under bf16 autocast)
+    nodes = degree(batch, total.shape[0], dtype=torch.float32).clamp(min=1)
+    return total / nodes.sqrt().to(total.dtype).unsqueeze(-1)
+
+
+# "add" is the plain sum (the default until 0.x, and what older checkpoints were trained with);
+# "scaled_add", the default now, divides it by sqrt(n).
+POOLING = {
+    "mean": global_mean_pool,
+    "max": global_max_pool,
+    "add": global_add_pool,
+    "scaled_add": size_normalised_add_pool,
+}
 
 
 class GNNModel(nn.Module):
@@ -44,6 +66,11 @@ class GNNModel(nn.Module):
     norm (``graph``: GraphNorm) uses the statistics of each graph alone, so the output for a graph
     never depends on which other graphs share its batch. ``batch`` (BatchNorm) is available but
     gives up that property in training mode.
+
+    The ``scaled_add`` read-out (a default) is the sum over a graph's nodes divided by the
+    square root of their number: it keeps what the size of a graph says, but its scale grows
+    only as sqrt(n) times the mean, so the untrained model's outputs, and its first loss, are
+    close to chance. ``add`` is the plain sum.
     """
 
     def __init__(
@@ -60,7 +87,7 @@ class GNNModel(nn.Module):
         dropout: float = 0.0,
         residual: bool = True,
         norm: str = "graph",
-        pooling: Sequence[str] = ("mean", "max", "add"),
+        pooling: Sequence[str] = ("mean", "max", "scaled_add"),
         head_channels: Sequence[int] = (64,),
         graph_features: Sequence[str] = (),
         graph_feature_channels: int = 0,

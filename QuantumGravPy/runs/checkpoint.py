@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..errors import CheckpointError, cause
+from ..logs import get_logger
 
 # 2: the full state needed to resume (random states, scaler, EMA, best weights, config digest)
 FORMAT_VERSION = 2
@@ -139,6 +140,11 @@ def load_model_state(
             f"{path}: does not fit the configured model: "
             + "; ".join([*_model_changes(trained, configured), _tensor_mismatch(model, weights)])
         ) from None
+    changed = _model_changes(trained, configured)
+    if changed:  # the weights fit, but the model they were trained in computed otherwise
+        get_logger().warning(
+            "%s: %s; its results may differ from those of its run", path, changed[0]
+        )
 
 
 def _model_changes(
@@ -149,8 +155,8 @@ def _model_changes(
     before, now = trained.get("model") or {}, configured.get("model") or {}
     changed = [
         f"model.{key} {before.get(key)!r} (the config says {now.get(key)!r})"
-        for key in sorted(set(before) | set(now))
-        if before.get(key) != now.get(key)
+        for key in sorted(before)  # a key added since the checkpoint was written is no change
+        if key in now and before[key] != now[key]
     ]
     return [f"it was trained with {', '.join(changed)}"] if changed else []
 
