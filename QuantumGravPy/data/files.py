@@ -169,11 +169,8 @@ def check_file_targets(config: Any) -> None:
         if name in arrays:
             hint = f"; the files hold an array {name!r}: set data.targets: {{{name}: {name}}}"
         else:
-            shown = ", ".join(sorted(arrays)) or "no arrays"
-            hint = (
-                f"; map it to an array of the files, data.targets: {{{name}: ARRAY}} (the "
-                f"first causal set holds {shown})"
-            )
+            held = f" (the first causal set holds {', '.join(sorted(arrays))})" if arrays else ""
+            hint = f"; map it to an array of the files, data.targets: {{{name}: ARRAY}}{held}"
         raise ConfigError(
             f"{key}: {what} learns the graph attribute {name!r}, but data.targets reads "
             f"{reads} from data.files{hint}"
@@ -186,9 +183,7 @@ def _first_arrays(data_cfg: Any) -> set[str]:
     try:
         path = find_files(data_cfg.files)[0]
         with open_store(path) as store:
-            keys = list(store.keys())
-            groups = sorted(k for k in keys if k.startswith("cset_"))
-            return set(store[groups[0]].keys()) if groups else set(keys)
+            return Samples(store, path, data_cfg).arrays
     except Exception:
         return set()
 

@@ -105,6 +105,12 @@ def class_indices(
     known = torch.tensor(classes, device=labels.device, dtype=labels.dtype)
     match = labels.reshape(-1, 1) == known
     found = match.any(dim=1)
+    if labels.device.type != "cpu":
+        # On an accelerator, checked without waiting for it (no sync in the training step);
+        # the labels of data held in memory were checked, with the message below, when the
+        # task was built.
+        torch._assert_async(found.all(), f"a label of task {task!r} is not one of {classes}")
+        return match.int().argmax(dim=1)
     if not bool(found.all()):
         bad = labels[~found][0].item()
         where = key.rsplit(".", 1)[0] + ".classes" if key else "tasks[].classes"

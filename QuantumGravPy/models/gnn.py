@@ -113,7 +113,6 @@ class GNNModel(nn.Module):
             # into steps of the size of the learning rate, which makes results depend on how
             # sums are ordered (and so on the number of processes). Set conv_kwargs.bias to keep it.
             kwargs["bias"] = False
-        self.hidden_channels = hidden_channels
         self.act = _make_activation(act_cls)  # first: a wrong activation is named as such
         self.convs = nn.ModuleList(
             _make_conv(conv_cls, hidden_channels, kwargs, act_cls, given=conv_kwargs or {})
@@ -173,8 +172,6 @@ class GNNModel(nn.Module):
         x = self.encoder(x)
         for conv, norm in zip(self.convs, self.norms, strict=True):
             h = conv(x, edge_index)
-            if h.shape[-1] != self.hidden_channels:
-                raise ConfigError(_width_mistake(conv, h.shape[-1], self.hidden_channels))
             if self.norm_kind in ("graph", "layer"):
                 h = norm(h, index, num_graphs)
             else:
@@ -237,19 +234,18 @@ def _name(obj: Any) -> str:
     return f"{module}.{name}"
 
 
-def _width_mistake(conv: nn.Module, found: int, hidden: int) -> str:
-    """What to say when a conv layer changes the width of the node embeddings."""
+def _check_width(conv: nn.Module, hidden: int) -> nn.Module:
+    """An attention layer that puts its heads side by side (GATConv, TransformerConv, ...)
+    outputs heads x hidden features per node, where the blocks add up hidden ones."""
     heads = getattr(conv, "heads", None)
     if isinstance(heads, int) and heads > 1 and getattr(conv, "concat", False):
-        return (
+        raise ConfigError(
             f"model.conv_kwargs: {type(conv).__name__} with heads: {heads} concatenates its "
-            f"heads into {found} features per node, but the blocks add up hidden_channels "
-            f"({hidden}); add concat: false to model.conv_kwargs to average the heads instead"
+            f"heads into {heads * hidden} features per node, but the blocks add up "
+            f"hidden_channels ({hidden}); add concat: false to model.conv_kwargs to average "
+            "the heads instead"
         )
-    return (
-        f"model.conv: {type(conv).__name__} turned {hidden} features per node into {found}; "
-        f"every block must keep hidden_channels ({hidden}): check model.conv_kwargs"
-    )
+    return conv
 
 
 class _Lambda(nn.Module):
@@ -292,7 +288,7 @@ def _make_conv(
                 nn.Linear(channels, channels),
             )
             return conv_cls(nn=mlp, **kwargs)
-        return conv_cls(channels, channels, **kwargs)
+        conv = conv_cls(channels, channels, **kwargs)
     except ConfigError:
         raise
     except Exception as e:
@@ -302,6 +298,7 @@ def _make_conv(
             f"{key}: {_name(conv_cls)}({channels}, {channels}{', ' if shown else ''}{shown}) "
             f"cannot be built: {cause(e)}"
         ) from None
+    return _check_width(conv, channels)
 
 
 def _takes_two_inputs(forward: Any) -> bool:

@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from ..errors import CheckpointError, cause
-from ..logs import get_logger
 
 # 2: the full state needed to resume (random states, scaler, EMA, best weights, config digest)
 FORMAT_VERSION = 2
@@ -138,18 +137,15 @@ def load_model_state(
     except RuntimeError:
         raise CheckpointError(
             f"{path}: does not fit the configured model: "
-            + "; ".join([*_model_changes(trained, configured), _tensor_mismatch(model, weights)])
+            + "; ".join([*model_changes(trained, configured), _tensor_mismatch(model, weights)])
         ) from None
-    changed = _model_changes(trained, configured)
-    if changed:  # the weights fit, but the model they were trained in computed otherwise
-        get_logger().warning(
-            "%s: %s; its results may differ from those of its run", path, changed[0]
-        )
 
 
-def _model_changes(
+def model_changes(
     trained: Mapping[str, Any] | None, configured: Mapping[str, Any] | None
 ) -> list[str]:
+    """In words, the ``model`` keys whose values in ``configured`` differ from ``trained``'s
+    (both configs as dicts); empty when they agree or one is missing."""
     if not isinstance(trained, Mapping) or not isinstance(configured, Mapping):
         return []
     before, now = trained.get("model") or {}, configured.get("model") or {}

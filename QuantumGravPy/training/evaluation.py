@@ -21,9 +21,15 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch
 
 from ..errors import ConfigError, QGError
+from ..logs import get_logger
 from ..models import forward_failure
 from ..parallel import distributed
-from ..runs.checkpoint import evaluation_weights, load_checkpoint, load_model_state
+from ..runs.checkpoint import (
+    evaluation_weights,
+    load_checkpoint,
+    load_model_state,
+    model_changes,
+)
 from .metrics import TaskMetrics
 from .tasks import Task, make_criterion
 
@@ -251,10 +257,15 @@ def checkpoint_model(
     settings that differ when the weights do not fit."""
     state = load_checkpoint(checkpoint, device)
     model = copy.deepcopy(model)
+    trained = state.get("config")
     load_model_state(
-        model, evaluation_weights(state), checkpoint, trained=state.get("config"),
-        configured=configured,
-    )  # fmt: skip
+        model, evaluation_weights(state), checkpoint, trained=trained, configured=configured
+    )
+    changed = model_changes(trained, configured)
+    if changed:  # the weights fit, but the model they were trained in computed otherwise
+        get_logger().warning(
+            "%s: %s; its results may differ from those of its run", checkpoint, changed[0]
+        )
     scaling = state.get("target_scaling") or {}
     return model, [t.with_scaling(scaling.get(t.name)) for t in tasks]
 

@@ -69,7 +69,7 @@ def plot_params(trials: Sequence[Any], params: Sequence[Param], metric: str, out
     for ax, param in zip(axes, params, strict=False):  # the grid may have more panels
         finished = [t for t in shown if t.state.name == "COMPLETE" and param.key in t.params]
         pruned = [t for t in shown if t.state.name == "PRUNED" and param.key in t.params]
-        position = _positions(param, shown)
+        position = _position(param)
         image = ax.scatter(
             [position(t.params[param.key]) for t in finished],
             [float(t.value) for t in finished],
@@ -88,7 +88,9 @@ def plot_params(trials: Sequence[Any], params: Sequence[Param], metric: str, out
             ax.legend(fontsize="small")
         if param.log:
             ax.set_xscale("log")  # labels at powers of ten only: they never overlap
-        elif param.type != "categorical":
+        elif param.type == "categorical":
+            ax.set_xticks(range(len(param.choices)), [str(c) for c in param.choices])
+        else:
             ax.tick_params(axis="x", labelrotation=30)
         ax.set(xlabel=param.key, ylabel=metric)
         ax.grid(alpha=0.3)
@@ -104,7 +106,7 @@ def _columns(points: Sequence[tuple[float, float]]) -> tuple[list[float], list[f
     return [x for x, _ in points], [y for _, y in points]
 
 
-def _positions(param: Param, trials: Sequence[Any]):
+def _position(param: Param):
     """Where a value of ``param`` goes on the x axis: itself, or a categorical's index."""
     if param.type != "categorical":
         return float
