@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 REQUIREMENTS ?= requirements-cpu.txt
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-gpu lint bench clean
 
 $(STAMP): setup.cfg pyproject.toml $(REQUIREMENTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ demo: $(STAMP)
 # Two workers: most tests wait on process start-ups, so one worker leaves a core idle.
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadgroup
+
+# The CUDA paths, on a machine with a GPU (skipped elsewhere, so make test passes without one).
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -m gpu
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet ruff

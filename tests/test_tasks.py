@@ -336,3 +336,15 @@ def test_classes_of_data_not_held_in_memory_are_asked_for_not_counted(make_confi
         qg.Trainer(make_config(*on_demand, "tasks=[{name: ring, target: y}]"))
     trainer = qg.Trainer(make_config(*on_demand, "model.num_classes=2"))
     assert trainer.tasks[0].num_outputs == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_classes_map_labels_on_a_gpu_without_waiting_for_it():
+    from QuantumGravPy.data import class_indices
+
+    labels = torch.tensor([2, 1, 2], device="cuda")
+    assert class_indices(labels, (1, 2), task="kind").tolist() == [1, 0, 1]
+    with pytest.raises(RuntimeError):  # a label outside tasks[].classes stops the device
+        class_indices(torch.tensor([3], device="cuda"), (1, 2), task="kind")
+        torch.cuda.synchronize()
