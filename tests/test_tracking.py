@@ -70,6 +70,8 @@ def test_a_run_reaches_a_local_mlflow_store_with_its_files(make_config, tmp_path
     assert mlflow_steps(client, run.info.run_id, "test_accuracy") == [
         (3, round(metrics["test_accuracy"], 6))
     ]
+    timed = [(r["epoch"], round(r["epoch_s"], 6)) for r in rd.read_ranks(tmp_path / "run")]
+    assert mlflow_steps(client, run.info.run_id, "ranks/0/epoch_s") == timed
     files = {f.path for f in client.list_artifacts(run.info.run_id)}
     assert {"curves.png", "summary.json", "history.csv", "config.yaml", "best.pt"} <= files
     assert (tmp_path / "mlartifacts").is_dir()  # beside the store, not in the working folder
@@ -144,6 +146,10 @@ def test_under_ddp_rank_0_alone_writes_the_events(make_config, tmp_path):
     )
     history, _ = run_ranks(2, train_ranks, cfg)
     assert len(list((tmp_path / "run" / "tensorboard").glob("events.*"))) == 1  # one writer
-    assert steps(events(tmp_path / "run"), "val_loss") == [
-        (r["epoch"], round(r["val_loss"], 6)) for r in history
-    ]
+    found = events(tmp_path / "run")
+    assert steps(found, "val_loss") == [(r["epoch"], round(r["val_loss"], 6)) for r in history]
+    # where each rank's time went, beside the curves: ranks/<rank>/<column of ranks.csv>
+    for row in rd.read_ranks(tmp_path / "run"):
+        for column in ("epoch_s", "data_s", "exchange_exposed_s"):
+            tag = f"ranks/{row['rank']}/{column}"
+            assert (row["epoch"], round(row[column], 6)) in steps(found, tag), tag

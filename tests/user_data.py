@@ -151,3 +151,26 @@ def rings_labelled_from_one(num_graphs: int = 40) -> list[Data]:
     for g in graphs:
         g.y = g.y + 1
     return graphs
+
+
+class SlowOnRank1(torch.utils.data.Dataset):
+    """``ring_graphs``, each read taking 20 ms on rank 1 of a distributed job."""
+
+    def __init__(self, num_graphs: int):
+        self.graphs = ring_graphs(num_graphs)
+
+    def __len__(self):
+        return len(self.graphs)
+
+    def __getitem__(self, index):
+        import time
+
+        import torch.distributed as dist
+
+        if dist.is_initialized() and dist.get_rank() == 1:
+            time.sleep(0.02)
+        return self.graphs[index]
+
+
+def slow_on_rank_1(num_graphs: int = 80) -> SlowOnRank1:
+    return SlowOnRank1(num_graphs)

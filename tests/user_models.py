@@ -112,3 +112,46 @@ class FailsOnRankOne(MeanFeatures):
         if self.training and torch.distributed.get_rank() == 1:
             raise RuntimeError("rank 1 cannot train")
         return super().forward(batch)
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+class _CountsSteps(MeanFeatures):
+    """Counts its training forward passes (not the check before training, which has no grad)."""
+
+    steps = 0
+
+    def training_step(self) -> int:
+        if self.training and torch.is_grad_enabled():
+            self.steps += 1
+            return self.steps
+        return 0
+
+
+class DriftsOnRank1(_CountsSteps):
+    """Changes its own bias outside the optimizer on rank 1, in its third training step."""
+
+    def forward(self, batch):
+        if self.training_step() == 3 and _rank() == 1:
+            with torch.no_grad():
+                self.linear.bias.add_(1.0)
+        return super().forward(batch)
+
+
+class NaNGradientOnRank1(_CountsSteps):
+    """Its parameter ``scale`` gets a NaN gradient on rank 1 in the third training step; the
+    loss and every other gradient stay finite."""
+
+    def __init__(self, in_channels, outputs):
+        super().__init__(in_channels, outputs)
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, batch):
+        scale = self.scale * 1.0
+        if self.training_step() == 3 and _rank() == 1:
+            scale.register_hook(lambda grad: grad * float("nan"))
+        return super().forward(batch) * scale

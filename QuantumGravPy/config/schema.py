@@ -254,6 +254,23 @@ class ParallelConfig:
     shared_memory: bool = True
 
 
+@dataclass(frozen=True)
+class MonitorConfig:
+    # where each rank's time goes every epoch (data, forward, backward, gradient exchange,
+    # optimizer, evaluation, waits), its memory and the bytes it exchanges: RUN_DIR/ranks.csv
+    # and ranks.png, and the log names a straggling rank
+    timing: bool = True
+    # a rank whose own work (its epoch without waiting for the others) took more than this
+    # times the median rank's is named in the log, with what its extra time went to
+    straggler_ratio: float = field(default=1.25, metadata=_check(lambda v: v > 1, "a number > 1"))
+    # gradients that are NaN or infinite: error (stop, naming the rank and the parameter) or
+    # skip (every rank skips that step; counted in history.csv's skipped_steps)
+    nonfinite: Literal["error", "skip"] = "error"
+    # every N optimizer steps and at the end, the ranks compare checksums of their weights; a
+    # difference stops the job naming the rank and the parameter. 0: never
+    check_replicas_every: int = field(default=200, metadata=_NON_NEGATIVE)
+
+
 # The columns of history.csv that early stopping may watch in a config without tasks:
 # (config.tasks.history_columns gives any config's).
 EARLY_STOPPING_METRICS = (
@@ -337,6 +354,7 @@ class Config:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     augmentation: AugmentationSection = field(default_factory=AugmentationSection)  # training only
     tracking: TrackingConfig = field(default_factory=TrackingConfig)  # watching runs live
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)  # inside every run
 
     def validate(self) -> None:
         validate_tasks(self)

@@ -171,7 +171,8 @@ def task_list(config: Config) -> tuple[TaskConfig, ...]:
 
 
 def history_columns(config: Config) -> tuple[str, ...]:
-    """The columns of history.csv a config's runs have (besides epoch, lr and epoch_seconds)."""
+    """The columns of history.csv a config's runs have, besides those of every run (epoch, lr,
+    epoch_seconds, and the monitor's grad_norm_mean, grad_norm_max and skipped_steps)."""
     tasks = task_list(config)
     single = len(tasks) == 1
     train, val = ["train_loss"], ["val_loss"]

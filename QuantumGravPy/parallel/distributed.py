@@ -20,6 +20,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+# DDP's own gradient averaging as a communication hook (the same numbers as DDP without one),
+# for a wrapper to time and check (training.monitor)
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
+    allreduce_hook as allreduce_hook,
+)
+
 from ..errors import QGError
 
 DEFAULT_TIMEOUT_S = 300.0

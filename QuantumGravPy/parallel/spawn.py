@@ -18,6 +18,7 @@ import gc
 import multiprocessing
 import os
 import pickle
+import re
 import tempfile
 import threading
 from collections.abc import Callable
@@ -193,6 +194,9 @@ def _spawn_once(
         return results
 
 
+_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*")
+
+
 def _failure(out: Path, rank: int, detail: str, context, timeout_s: float) -> Exception:
     if (out / "port_in_use").exists():
         return _PortTaken()
@@ -200,7 +204,10 @@ def _failure(out: Path, rank: int, detail: str, context, timeout_s: float) -> Ex
     if user_error.exists():
         return WorkerError(f"rank {rank}: {user_error.read_text()}", rank=rank)
     lines = [line for line in detail.strip().splitlines() if line.strip()]
-    last = lines[-1] if lines else detail
+    # the error's own line: the last one naming an exception (an error inside a callback, such
+    # as a communication hook's, is followed by the place it was raised)
+    errors = [line for line in lines if _ERROR_LINE.match(line)]
+    last = errors[-1] if errors else lines[-1] if lines else detail
     if "timed out" in last.lower() or "timeout" in last.lower():
         # The rank that raised is the one that waited; the culprits are the ones that were
         # still running and had to be terminated.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import shutil
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ PREDICTIONS = "test_predictions.npz"  # each task's test predictions and targets
 # Anything a run writes; one of them present means the directory holds a run.
 TENSORBOARD = "tensorboard"  # tracking.tensorboard's event files
 MLFLOW = "mlflow.json"  # tracking.mlflow: the run's id, for a resumed run to continue it
+RANKS = "ranks.csv"  # monitor.timing: per epoch and rank, where the time went
 RUN_FILES = (
     CONFIG,
     HISTORY,
@@ -34,6 +36,7 @@ RUN_FILES = (
     PREDICTIONS,
     TENSORBOARD,
     MLFLOW,
+    RANKS,
 )
 
 
@@ -156,7 +159,8 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_history(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+def write_rows(file: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """A CSV file of ``rows`` (every key of any row is a column, in order), atomically."""
     if not rows:
         return
     buffer = io.StringIO()
@@ -164,13 +168,35 @@ def write_history(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     writer = csv.DictWriter(buffer, fieldnames=fields, restval="nan", lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    write_atomic(path / HISTORY, buffer.getvalue())
+    write_atomic(file, buffer.getvalue())
+
+
+def read_rows(file: Path) -> list[dict[str, float]]:
+    """A CSV file of numbers, as :func:`write_rows` writes them."""
+    with open(file, newline="", encoding="utf-8") as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def write_history(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    write_rows(path / HISTORY, rows)
 
 
 def read_history(path: Path) -> list[dict[str, float]]:
     """``history.csv`` of a run directory, numbers parsed."""
-    with open(path / HISTORY, newline="", encoding="utf-8") as f:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    return read_rows(path / HISTORY)
+
+
+def read_ranks(path: Path, *, up_to: int | None = None) -> list[dict[str, float]]:
+    """The rows of ``ranks.csv`` (of epochs up to ``up_to``); none if there is no such file."""
+    try:
+        rows = read_rows(path / RANKS)
+    except (OSError, ValueError, KeyError):
+        return []
+    for row in rows:
+        for key in ("epoch", "rank", "bytes_exchanged"):
+            if key in row and math.isfinite(row[key]):
+                row[key] = int(row[key])
+    return [row for row in rows if up_to is None or row.get("epoch", 0) <= up_to]
 
 
 def record_environment(path: Path, entry: dict[str, Any]) -> None:

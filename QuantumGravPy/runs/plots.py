@@ -6,7 +6,8 @@ overlays the curves of several runs:
 - ``curves.png``: the losses, each task's first metric, and the learning rate per epoch;
 - a classification or binary task: its test confusion matrix (``confusion_matrix.png``);
 - a binary task: its ROC curve on the test set (``roc.png``);
-- a regression task: predicted against true values, and the residuals (``regression.png``).
+- a regression task: predicted against true values, and the residuals (``regression.png``);
+- with ``monitor.timing``: where each rank's time went (``ranks.png``, from ``ranks.csv``).
 
 With several tasks the per-task files are named ``confusion_matrix_<task>.png`` and so on. The
 pictures of the test set are drawn from ``summary.json`` and ``test_predictions.npz``.
@@ -32,6 +33,17 @@ CURVES = "curves.png"
 CONFUSION = "confusion_matrix.png"
 ROC = "roc.png"
 REGRESSION = "regression.png"
+RANKS = "ranks.png"
+# The parts of a rank's epoch in ranks.csv, as the picture names them.
+_RANK_PARTS = (
+    ("data_s", "data"),
+    ("forward_s", "forward"),
+    ("backward_s", "backward"),
+    ("exchange_exposed_s", "exchange (exposed)"),
+    ("optimizer_s", "optimizer"),
+    ("eval_s", "evaluation"),
+    ("wait_s", "waiting"),
+)
 _MAX_POINTS = 20_000  # a scatter plot of more shows nothing more
 
 
@@ -246,6 +258,53 @@ def plot_regression(
     return output
 
 
+def plot_ranks(rows: Sequence[dict[str, float]], output: str | Path) -> Path:
+    """Where each rank's time went: the parts of the last epoch as stacked bars, one per rank
+    (the hidden part of the gradient exchange hatched beside them), and each rank's epoch time
+    over the epochs."""
+    from matplotlib.ticker import MaxNLocator
+
+    output = Path(output)
+    last = max(row["epoch"] for row in rows)
+    ranks = sorted({int(row["rank"]) for row in rows})
+    final = {int(r["rank"]): r for r in rows if r["epoch"] == last}
+    fig = new_figure(11, 0.9 + 0.45 * len(ranks) + 2.6)
+    bars, lines = fig.subplots(1, 2, width_ratios=(3, 2))
+    shown = [r for r in ranks if r in final]
+    left = np.zeros(len(shown))
+    for i, (column, label) in enumerate(_RANK_PARTS):
+        widths = np.array([final[r].get(column, 0.0) for r in shown])
+        bars.barh(shown, widths, left=left, color=f"C{i}", label=label)
+        left += widths
+    hidden = np.array([final[r]["exchange_s"] - final[r]["exchange_exposed_s"] for r in shown])
+    if hidden.max(initial=0) > 0:
+        bars.barh(
+            shown, hidden, left=left, color="none", edgecolor="0.4", hatch="///", height=0.5,
+            label="exchange behind the backward pass",
+        )  # fmt: skip
+    bars.set_yticks(shown, [f"rank {r}" for r in shown])
+    bars.invert_yaxis()
+    bars.set_xlabel("seconds")
+    bars.set_title(f"epoch {int(last)}: where each rank's time went")
+    bars.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=4)
+    bars.grid(axis="x", alpha=0.3)
+    for r in ranks:
+        mine = sorted((row for row in rows if int(row["rank"]) == r), key=lambda x: x["epoch"])
+        lines.plot(
+            [x["epoch"] for x in mine], [x["epoch_s"] for x in mine], ".-", label=f"rank {r}"
+        )
+    lines.set_xlabel("epoch")
+    lines.set_ylabel("seconds")
+    lines.set_title("epoch time per rank")
+    lines.xaxis.set_major_locator(MaxNLocator(integer=True))
+    lines.grid(alpha=0.3)
+    if len(ranks) <= 16:
+        lines.legend(fontsize="small")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, dpi=100)
+    return output
+
+
 def run_config(path: str | Path) -> Config | None:
     """A run directory's config.yaml, if it has a readable one."""
     try:
@@ -255,7 +314,8 @@ def run_config(path: str | Path) -> Config | None:
 
 
 def write_run_plots(path: str | Path, config: Config | None = None) -> list[Path]:
-    """``curves.png`` and, once the run was tested, each task's pictures of the test set.
+    """``curves.png``, ``ranks.png`` and, once the run was tested, each task's pictures of the
+    test set.
 
     ``config``: the run's (default: read from its config.yaml), which names the tasks.
     """
@@ -266,6 +326,9 @@ def write_run_plots(path: str | Path, config: Config | None = None) -> list[Path
     if (path / rd.SUMMARY).is_file():
         summary = json.loads((path / rd.SUMMARY).read_text(encoding="utf-8"))
     written = [plot_curves([read_run(path)], path / CURVES, metrics, [best_epoch(path)])]
+    ranks = rd.read_ranks(path)
+    if ranks:
+        written.append(plot_ranks(ranks, path / RANKS))
     tasks = task_list(config) if config is not None else ()
     if not tasks and summary.get("test_confusion"):  # a run of an older version
         written.append(plot_confusion(summary["test_confusion"], path / CONFUSION))

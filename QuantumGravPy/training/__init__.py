@@ -6,8 +6,9 @@
   rank-0 decisions broadcast to every rank;
 - :mod:`.launch`: :func:`launch`, a whole training job over several processes;
 - :mod:`.evaluation`: loss and metrics as sums over graphs, exact for any number of processes;
-- :mod:`.metrics`: task metrics from torchmetrics, combined over processes (not yet used by the
-  loop: the ``tasks:`` section will);
+- :mod:`.metrics`: task metrics from torchmetrics, combined over processes;
+- :mod:`.monitor`: inside every run: where each rank's time goes, the gradient norm, non-finite
+  gradients and replica checks;
 - :mod:`.early_stopping`, :mod:`.ema`, :mod:`.optim`, :mod:`.devices`: the pieces the loop uses.
 
 Imports every layer below it (``data``, ``models``, ``runs``, ``parallel``, ``config``).
@@ -17,13 +18,22 @@ from .early_stopping import EarlyStopping
 from .ema import EMA
 from .evaluation import MetricSums, Tester, Validator
 from .launch import launch, prepare_run, train_worker
-from .trainer import Trainer, TrainingDivergedError
+from .monitor import (
+    Monitor,
+    NonFiniteGradientError,
+    ReplicaMismatchError,
+    TrainingDivergedError,
+)
+from .trainer import Trainer
 from .trainer_ddp import TrainerDDP
 
 __all__ = [
     "EMA",
     "EarlyStopping",
     "MetricSums",
+    "Monitor",
+    "NonFiniteGradientError",
+    "ReplicaMismatchError",
     "Tester",
     "Trainer",
     "TrainerDDP",

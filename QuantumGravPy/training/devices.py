@@ -15,6 +15,11 @@ PRECISIONS = {
 }
 
 
+def autocast(device: torch.device, dtype: torch.dtype | None) -> torch.autocast:
+    """Autocast to ``dtype`` (bfloat16 or float16) on ``device``; None: off."""
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)
+
+
 def select_device(spec: str) -> torch.device:
     """``training.device`` of a single process: auto, cpu, cuda or cuda:N, checked."""
     if spec == "auto":

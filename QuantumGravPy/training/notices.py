@@ -17,6 +17,7 @@ import torch
 
 from ..config import Config, task_list
 from ..data import label_notice
+from ..runs import reproducibility as rs
 from .optim import schedule_notice
 
 
@@ -76,3 +77,11 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def invariance_note(config: Config) -> str | None:
+    """Why the results of ``config`` would depend on the number of processes, if they would."""
+    breaks = rs.invariance_breaks(config)
+    if not breaks:
+        return None
+    return f"note: results depend on the number of processes because {'; '.join(breaks)}"

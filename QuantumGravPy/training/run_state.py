@@ -31,6 +31,7 @@ from ..runs.resume import config_digest, read_resume_state
 from ..runs.tracking import MLflowTracker, TensorBoardTracker
 from .early_stopping import MetricStopping
 from .ema import EMA
+from .monitor import stragglers
 from .tasks import Task, scalings
 
 
@@ -67,6 +68,8 @@ class RunStateMixin:
         self.run_tags: dict[str, str] = {}  # for MLflow: a tuning trial's study and number
         self.global_step = 0  # optimizer steps
         self.history: list[dict[str, Any]] = []
+        self.rank_rows: list[dict[str, Any]] = []  # ranks.csv's rows of the last epoch
+        self.rank_history: list[dict[str, Any]] = []  # and of every epoch (rank 0)
         self.stopped_early = False
         self.pruned = False  # stopped by the judge (a tuning trial's pruner)
         self.best_state: dict[str, torch.Tensor] | None = None  # weights of the best epoch, on CPU
@@ -97,11 +100,22 @@ class RunStateMixin:
             self.save_checkpoint(f"epoch_{self.epoch:04d}.pt")
         if improved:
             self.save_checkpoint("best.pt")
+        per_rank = {
+            f"ranks/{r['rank']}/{k}": v
+            for r in self.rank_rows
+            for k, v in r.items()
+            if k[-2:] == "_s"
+        }
         for tracker in self.trackers:
-            tracker.log_epoch(row)
+            tracker.log_epoch({**row, **per_rank})
         self.save_checkpoint("last.pt")
         if self.is_main:
             rd.write_history(self.run_dir, self.history)
+            if self.rank_rows:
+                self.rank_history += self.rank_rows
+                rd.write_rows(self.run_dir / rd.RANKS, self.rank_history)
+            for line in stragglers(self.rank_rows, self.config.monitor.straggler_ratio):
+                self.logger.warning("straggler: %s", line)
         columns = ("train_loss", "val_loss", *shown_columns(self.config))  # what decides *best
         self.logger.info(
             "epoch %d/%d  %s  lr %.2e  %.1fs%s",
@@ -147,6 +161,8 @@ class RunStateMixin:
             self._log_handler = add_file_handler(self.run_dir / rd.LOG, prefix=self.log_prefix)
             if self.resumed_from is not None:
                 rd.write_history(self.run_dir, self.history)
+                self.rank_history = rd.read_ranks(self.run_dir, up_to=self.epoch)
+                rd.write_rows(self.run_dir / rd.RANKS, self.rank_history)
                 self.logger.info(
                     "resumed from %s after epoch %d (step %d)",
                     self.resumed_from,

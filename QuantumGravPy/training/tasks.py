@@ -144,6 +144,18 @@ def fit_scaling(tasks: Sequence[Task], train_dataset: Dataset | list) -> list[Ta
     return fitted
 
 
+def add_train_sums(
+    sums: torch.Tensor, tasks: list[Task], losses: list[Tensor], outputs: dict, batch: Any
+) -> None:
+    """Add a batch to ``sums`` (per task: loss summed over rows, rows right, rows)."""
+    for j, (task, loss) in enumerate(zip(tasks, losses, strict=True)):
+        rows = task.rows(batch)
+        sums[j, 0] += loss.detach().double() * rows
+        if task.type != "regression":
+            sums[j, 1] += task.correct(outputs[task.name].detach(), batch)
+        sums[j, 2] += rows
+
+
 def train_columns(tasks: list[Task], sums: torch.Tensor) -> dict[str, float]:
     """The training columns of history.csv from the summed per-task losses and counts."""
     single = len(tasks) == 1

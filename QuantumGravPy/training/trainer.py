@@ -11,7 +11,6 @@ import contextlib
 import copy
 import itertools
 import logging
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,24 +38,29 @@ from ..data import (
     num_node_features,
     split_dataset,
 )
-from ..errors import ConfigError, DataError, QGError
+from ..errors import ConfigError, DataError
 from ..logs import configure_logging
 from ..models import build_model
 from ..runs import reproducibility as rs
 from ..runs.directory import check_flags
 from ..runs.reproducibility import seed_everything
-from .devices import PRECISIONS, select_device
+from .devices import PRECISIONS, autocast, select_device
 from .early_stopping import MetricStopping
 from .ema import EMA
 from .evaluation import Tester, Validator, check_forward, checkpoint_model, to_device
-from .notices import describe_run, start_notices
+from .monitor import Monitor, check_loss
+from .notices import describe_run, invariance_note, start_notices
 from .optim import build_optimizer, build_scheduler, step_groups, step_scheduler
 from .run_state import RunStateMixin
-from .tasks import Task, build_tasks, fit_scaling, select_outputs, total_loss, train_columns
-
-
-class TrainingDivergedError(QGError):
-    """The training loss became NaN or infinite."""
+from .tasks import (
+    Task,
+    add_train_sums,
+    build_tasks,
+    fit_scaling,
+    select_outputs,
+    total_loss,
+    train_columns,
+)
 
 
 class Trainer(RunStateMixin):
@@ -146,6 +150,7 @@ class Trainer(RunStateMixin):
             delta=es.delta,
             grace_period=es.grace_period,
         )
+        self.monitor = Monitor(config.monitor, self.device, self.rank, self.world_size, self.model)
         if resume:
             self.resume(force=force)
 
@@ -205,11 +210,8 @@ class Trainer(RunStateMixin):
                 local_processes=self.local_processes, device=self.device,
             ):  # fmt: skip
                 self.logger.warning("%s", notice)
-        breaks = rs.invariance_breaks(self.config)
-        if breaks:
-            self.logger.info(
-                "note: results depend on the number of processes because %s", "; ".join(breaks)
-            )
+        if note := invariance_note(self.config):
+            self.logger.info("%s", note)
 
     def on_epoch_start(self, train_loader: DataLoader) -> None:  # hook
         for part in (train_loader.sampler, train_loader.dataset):
@@ -304,16 +306,22 @@ class Trainer(RunStateMixin):
             self.on_epoch_start(train_loader)
             lr = self.optimizer.param_groups[0]["lr"]
             start = time.perf_counter()
+            self.monitor.start_epoch()
             train = self.train_epoch(train_loader)
             seconds = time.perf_counter() - start
-            row = {"epoch": self.epoch + 1, **train, **self.validate(val_loader)}
+            with self.monitor.phase("eval"):
+                row = {"epoch": self.epoch + 1, **train, **self.validate(val_loader)}
             row.update(lr=lr, epoch_seconds=seconds)
+            with self.monitor.phase("wait"):
+                improved, stop = self.decide(row)
+            columns, self.rank_rows = self.monitor.end_epoch(epoch=self.epoch + 1)
+            row.update(columns)
             self.epoch += 1
             self.history.append(row)
-            improved, stop = self.decide(row)
             self.stopped_early, self.pruned = stop == "early stopping", stop == "pruned"
             step_scheduler(self.lr_scheduler, row[self.early_stopping.columns[0]])
             self.end_epoch(row, improved)
+        self.monitor.check_replicas(step=None)
         if self.stopped_early:
             self.logger.info(
                 "early stopping after epoch %d: no improvement of %s for %d epochs "
@@ -352,18 +360,18 @@ class Trainer(RunStateMixin):
         # With drop_last, a step short of k batches is dropped too, as a short batch would be.
         batches = len(loader) - len(loader) % k if t.drop_last else len(loader)
         bar = tqdm(
-            itertools.islice(loader, batches),
-            total=batches,
-            desc=f"epoch {self.epoch + 1}",
-            unit="batch",
-            leave=False,
-            disable=None if self.is_main else True,  # None: only on a terminal
-        )
+            itertools.islice(loader, batches), total=batches, desc=f"epoch {self.epoch + 1}",
+            unit="batch", leave=False, disable=None if self.is_main else True,  # None: a terminal
+        )  # fmt: skip
+        monitor = self.monitor
         for group in step_groups(bar, k):
             graphs = sum(batch.num_graphs for batch in group)
+            monitor.graphs += graphs
+            step_sums = torch.zeros_like(sums)  # added to the epoch's if the step is taken
             self.optimizer.zero_grad(set_to_none=True)
             for i, batch in enumerate(group):
                 batch = to_device(batch, self.device, self.float_dtype)
+                monitor.lap("data")
                 last = i == len(group) - 1
                 # Gradients are exchanged once per step, on its last batch.
                 with contextlib.nullcontext() if last else self.no_sync():
@@ -371,33 +379,27 @@ class Trainer(RunStateMixin):
                         outputs = self.select(model(batch), batch)
                         losses = [task.loss(outputs[task.name], batch) for task in tasks]
                         loss = total_loss(tasks, losses)
+                    add_train_sums(step_sums, tasks, losses, outputs, batch)
+                    monitor.lap("forward")
                     self.scaler.scale(loss * (batch.num_graphs / graphs)).backward()
-                for j, (task, x) in enumerate(zip(tasks, losses, strict=True)):
-                    rows = task.rows(batch)
-                    sums[j, 0] += x.detach().double() * rows
-                    if task.type != "regression":
-                        sums[j, 1] += task.correct(outputs[task.name].detach(), batch)
-                    sums[j, 2] += rows
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            if self.ema is not None:
-                self.ema.update(self.model)
+                monitor.lap("backward")
+            scaled = self.scaler.is_enabled()
+            if scaled:
+                self.scaler.unscale_(self.optimizer)  # the gradient norm in its true units
+            if monitor.gradients_ok(step_sums, self.global_step, self.epoch + 1, scaled):
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                if self.ema is not None:
+                    self.ema.update(self.model)
+                sums += step_sums
             self.global_step += 1
-        metrics = train_columns(tasks, self.reduce_sums(sums))
-        if not math.isfinite(metrics["train_loss"]):
-            raise TrainingDivergedError(
-                f"the training loss is {metrics['train_loss']} after epoch {self.epoch + 1}; "
-                "lower training.optimizer.kwargs.lr or check the data for NaN features"
-            )
-        return metrics
+            monitor.lap("optimizer")
+            monitor.check_replicas(step=self.global_step)
+        return check_loss(train_columns(tasks, self.reduce_sums(sums)), epoch=self.epoch + 1)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """``training.precision``: float32, or autocast to bfloat16 / float16."""
-        return torch.autocast(
-            self.device.type,
-            dtype=self.autocast_dtype,
-            enabled=self.autocast_dtype is not None,
-        )
+        return autocast(self.device, self.autocast_dtype)
 
     def end_epoch(self, row: dict[str, Any], improved: bool) -> None:
         if improved:

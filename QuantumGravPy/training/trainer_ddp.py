@@ -91,13 +91,16 @@ class TrainerDDP(Trainer):
         )
         self.gradient_sync = "nccl" if self.device.type == "cuda" else "gloo"
         self._shm: shm_comm.SharedMemoryAllReduce | None = None
+        hook = distributed.allreduce_hook  # what DDP does without a hook
         params = [p for p in self.model.parameters() if p.requires_grad]
         if config.parallel.shared_memory and shm_comm.supported(self.device, params):
             self._shm = shm_comm.SharedMemoryAllReduce(
                 sum(p.numel() for p in params), timeout_s=distributed.get_timeout_s()
             )
-            self.ddp_model.register_comm_hook(None, self._shm.hook)
+            hook = self._shm.hook
             self.gradient_sync = "shared memory"
+        # timed, and each rank's own gradients checked before they are averaged
+        self.ddp_model.register_comm_hook(None, self.monitor.wrap_hook(hook))
 
     # --- who does what -------------------------------------------------------------------------
 
@@ -161,9 +164,10 @@ class TrainerDDP(Trainer):
                 result = fn()
             except Exception as e:
                 error = e
-        distributed.barrier()
         failure = None if error is None else f"{type(error).__name__}: {error}"
-        result, failure = distributed.broadcast_object((result, failure))
+        with self.monitor.phase("wait"):
+            distributed.barrier()
+            result, failure = distributed.broadcast_object((result, failure))
         if error is not None:
             raise error
         if failure is not None:
@@ -257,7 +261,8 @@ class TrainerDDP(Trainer):
         )
 
     def reduce_sums(self, sums: torch.Tensor) -> torch.Tensor:
-        return distributed.all_reduce_sum(sums)
+        with self.monitor.phase("wait"):
+            return distributed.all_reduce_sum(sums)
 
     def _evaluate(
         self, evaluator: Validator, model: torch.nn.Module, loader, predictions: bool, tasks=None

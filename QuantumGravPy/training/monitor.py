@@ -1,0 +1,434 @@
+"""Inside a run: where each rank's time goes, and the checks on its gradients and replicas.
+
+The loop calls a :class:`Monitor` at a few fixed points. ``lap(part)`` charges the time since
+the previous call to ``part``, so the parts tile the epoch and account for all of it; waits
+at collectives and evaluation are timed with ``phase``. The gradient exchange is timed by
+wrapping DDP's communication hook: each bucket's launch, return and completion. The exposed
+part of the exchange is the time the backward pass spent inside the hook (a hook that
+exchanges synchronously, like the shared-memory one, hides nothing) plus the wait after the
+last bucket was handed over; the rest of the exchange ran while gradients were still being
+computed. On a CPU the clock is ``time.perf_counter``; on a GPU each mark is a CUDA event on
+the current stream, read after one synchronisation at the end of the epoch, so the parts
+measure the GPU's timeline (the data part is the time the GPU waited for its next batch).
+
+Once per epoch every rank's numbers are gathered to rank 0 in one collective
+(:meth:`Monitor.end_epoch`); rank 0 writes them to ``ranks.csv`` and names stragglers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import math
+import resource
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import MonitorConfig
+from ..errors import QGError
+from ..parallel import distributed
+
+# The parts of a rank's epoch, in the order the columns of ranks.csv list them.
+PARTS = ("data", "forward", "backward", "exchange_exposed", "optimizer", "eval", "wait")
+COLUMNS = (
+    "epoch",
+    "rank",
+    "epoch_s",
+    "data_s",
+    "forward_s",
+    "backward_s",
+    "exchange_s",
+    "exchange_exposed_s",
+    "optimizer_s",
+    "eval_s",
+    "wait_s",
+    "graphs_per_s",
+    "peak_memory_mb",
+    "bytes_exchanged",
+)
+# What a straggler's extra time went to, in words.
+SPENT_ON = {
+    "data": "waiting for data",
+    "forward": "in the forward pass",
+    "backward": "in the backward pass",
+    "optimizer": "in the optimizer step",
+}
+_TRAINING = ("data", "forward", "backward", "exchange_exposed", "optimizer")
+
+
+class TrainingDivergedError(QGError):
+    """The training loss or the gradients became NaN or infinite."""
+
+
+class NonFiniteGradientError(TrainingDivergedError):
+    """A step's gradients were NaN or infinite (``monitor.nonfinite: error``)."""
+
+
+class ReplicaMismatchError(QGError):
+    """The ranks' copies of the model are no longer the same."""
+
+
+class _CpuClock:
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def seconds(self, marks: list) -> list[float]:
+        return marks
+
+
+class _CudaClock:
+    """Marks on the current CUDA stream, read once per epoch (after one synchronisation)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def mark(self) -> torch.cuda.Event:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, marks: list) -> list[float]:
+        if not marks:
+            return []
+        torch.cuda.synchronize(self.device)
+        first = marks[0]
+        return [first.elapsed_time(m) / 1000.0 for m in marks]
+
+
+def _reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    with contextlib.suppress(OSError):  # Linux: "5" resets the peak resident set (VmHWM)
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the process's peak
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of ``intervals``."""
+    total, end = 0.0, -math.inf
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+class Monitor:
+    """One rank's timing and checks; the trainer calls it at a few fixed points.
+
+    ``Monitor(config.monitor, device, rank, world_size, model)``, then per epoch:
+    ``start_epoch()``, ``lap(part)`` after each part of each step, ``phase(part)`` around
+    evaluation and waits, ``gradients_ok(step)`` before each optimizer step,
+    ``check_replicas(step)`` after it, and ``end_epoch(epoch)``, which returns the
+    history columns and (to every rank) every rank's row of ranks.csv.
+    """
+
+    def __init__(
+        self,
+        config: MonitorConfig,
+        device: torch.device,
+        rank: int,
+        world_size: int,
+        model: nn.Module,
+    ):
+        self.config = config
+        self.device = device
+        self.rank, self.world_size = rank, world_size
+        self.model = model
+        self.clock = _CudaClock(device) if device.type == "cuda" else _CpuClock()
+        self.current = "data"
+        self.profiling = False  # qg profile: label the exchange in the trace
+        self._start_epoch_state()
+
+    def _start_epoch_state(self) -> None:
+        self._laps: list[tuple[str, Any]] = []  # (part, the mark that ended it)
+        self._steps: list[tuple[list, int]] = []  # a step's buckets, and its backward lap
+        self._buckets: list[list] = []  # this step's: [launch, return, done, bytes]
+        self._flags: list[tuple[list, torch.Tensor, torch.Tensor]] = []  # before the exchange
+        self._norm_sum, self._norm_max, self._norms, self.skipped = 0.0, 0.0, 0, 0
+        self._bytes, self._exchanges = 0, 0
+        self.graphs = 0  # trained on by this rank (the loop counts them)
+
+    # --- timing ------------------------------------------------------------------------------
+
+    def start_epoch(self) -> None:
+        self._start_epoch_state()
+        self.current = "data"
+        if self.config.timing:
+            _reset_peak_memory(self.device)
+            self._laps.append(("start", self.clock.mark()))
+
+    def lap(self, part: str) -> None:
+        """Charge the time since the previous mark to ``part``."""
+        if not self.config.timing:
+            return
+        self._laps.append((part, self.clock.mark()))
+        if part == "backward" and self._buckets:
+            self._steps.append((self._buckets, len(self._laps) - 1))
+            self._bytes += sum(b[3] for b in self._buckets)
+            self._exchanges += 1
+            self._buckets = []
+
+    @contextlib.contextmanager
+    def phase(self, part: str) -> Iterator[None]:
+        """Time spent inside goes to ``part``; what ran before it to the enclosing part."""
+        outer = self.current
+        self.lap(outer)
+        self.current = part
+        try:
+            yield
+        finally:
+            self.lap(part)
+            self.current = outer
+
+    def wrap_hook(self, hook: Callable) -> Callable:
+        """DDP's communication hook ``hook(state, bucket) -> future``, timed and checked.
+
+        Before the exchange, the bucket's own gradients are checked for NaN and infinities
+        (the flags stay on the device; they are read only when the averaged gradients turn
+        out non-finite), so that the rank that produced them can be named.
+        """
+
+        # not annotated: DDP checks a hook's annotations, and these would be strings here
+        def monitored(state, bucket):
+            buffer = bucket.buffer()
+            finite = torch.isfinite(buffer)
+            # argmin of the flags: the first non-finite element (0 when there is none)
+            first = finite.view(torch.uint8).argmin()
+            self._flags.append((bucket.parameters(), finite.all(), first))
+            if not self.config.timing:
+                return hook(state, bucket)
+            record = [self.clock.mark(), None, None, buffer.numel() * buffer.element_size()]
+            if self.profiling:
+                with torch.profiler.record_function("qg.gradient_exchange"):
+                    future = hook(state, bucket)
+            else:
+                future = hook(state, bucket)
+            record[1] = self.clock.mark()
+            self._buckets.append(record)
+
+            def done(_: torch.futures.Future) -> None:  # a failed exchange is DDP's to report
+                record[2] = self.clock.mark()
+
+            future.add_done_callback(done)  # run by the time the epoch's numbers are read
+            return future
+
+        return monitored
+
+    def end_epoch(self, *, epoch: int) -> tuple[dict[str, float], list[dict]]:
+        """(this epoch's history columns, every rank's row of ranks.csv, in rank order).
+
+        The rows are gathered in one collective; without ``monitor.timing`` there are none.
+        """
+        history = {
+            "grad_norm_mean": self._norm_sum / self._norms if self._norms else math.nan,
+            "grad_norm_max": self._norm_max if self._norms else math.nan,
+            "skipped_steps": self.skipped,
+        }
+        if not self.config.timing:
+            return history, []
+        self.lap(self.current)
+        steps = [(bs, i) for bs, i in self._steps if all(b[2] is not None for b in bs)]
+        bucket_marks = [m for bs, _ in steps for b in bs for m in b[:3]]
+        resolved = self.clock.seconds([m for _, m in self._laps] + bucket_marks)
+        at, exchange_at = resolved[: len(self._laps)], iter(resolved[len(self._laps) :])
+        parts = dict.fromkeys(PARTS, 0.0)
+        for i, (part, _) in enumerate(self._laps[1:], start=1):
+            parts[part] += at[i] - at[i - 1]
+        exchange = exposed = 0.0
+        for buckets, end in steps:
+            marks = [(next(exchange_at), next(exchange_at), next(exchange_at)) for _ in buckets]
+            handed = max(m[1] for m in marks)  # the last bucket: the gradients are done
+            inside = sum(m[1] - m[0] for m in marks)  # the backward pass stood still
+            whole = max(_union([(m[0], m[2]) for m in marks]), inside)
+            exchange += whole
+            exposed += min(inside + max(0.0, at[end] - handed), whole)
+        parts["exchange_exposed"] = min(exposed, parts["backward"])
+        parts["backward"] -= parts["exchange_exposed"]
+        training = sum(parts[p] for p in _TRAINING)
+        row = {
+            "epoch": epoch,
+            "rank": self.rank,
+            "epoch_s": at[-1] - at[0],
+            **{f"{p}_s": parts[p] for p in PARTS[:3]},
+            "exchange_s": exchange,
+            **{f"{p}_s": parts[p] for p in PARTS[3:]},
+            "graphs_per_s": self.graphs / training if training > 0 else math.nan,
+            "peak_memory_mb": _peak_memory_mb(self.device),
+            "bytes_exchanged": self._bytes // self._exchanges if self._exchanges else 0,
+        }
+        rows = distributed.all_gather_object(row) if self.world_size > 1 else [row]
+        return history, rows
+
+    # --- gradients ---------------------------------------------------------------------------
+
+    def gradients_ok(self, sums: torch.Tensor, step: int, epoch: int, scaled: bool) -> bool:
+        """Whether the optimizer may take this step; records the global gradient norm.
+
+        Called on every rank after the backward pass (and the exchange: the gradients are the
+        averaged ones, the same on every rank, so every rank reaches the same answer without
+        a collective). ``scaled``: a float16 gradient scaler is on, and skips overflowing steps
+        itself; they are counted, not errors. Otherwise non-finite gradients end the run
+        (``monitor.nonfinite: error``), naming the rank, the parameter and whether the step's
+        loss was finite (this rank's ``sums`` of the step, read only then), or skip the step.
+        """
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        norm = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+        flags, self._flags = self._flags, []
+        if math.isfinite(norm):
+            self._norm_sum += norm
+            self._norm_max = max(self._norm_max, norm)
+            self._norms += 1
+            return True
+        self.skipped += 1
+        if scaled:
+            return True  # the scaler sees the same gradients and skips the step itself
+        if self.config.nonfinite == "skip":
+            return False
+        raise NonFiniteGradientError(
+            self._nonfinite_message(flags, sums[:, 0].sum(), step=step, epoch=epoch)
+        )
+
+    def _first_nonfinite(self, flags: list) -> str | None:
+        """The first of this rank's parameters whose own gradient was not finite."""
+        names = {id(p): name for name, p in self.model.named_parameters()}
+        order = {name: i for i, name in enumerate(names.values())}
+        if not flags:  # one process: the gradients are still this rank's own
+            return next(
+                (
+                    name
+                    for name, p in self.model.named_parameters()
+                    if p.grad is not None and not bool(torch.isfinite(p.grad).all())
+                ),
+                None,
+            )
+        found = []
+        for params, finite, first in flags:
+            if bool(finite):
+                continue
+            offsets = [0]
+            for p in params:
+                offsets.append(offsets[-1] + p.numel())
+            index = bisect.bisect_right(offsets, int(first)) - 1
+            found.append(names.get(id(params[index]), "?"))
+        return min(found, key=lambda n: order.get(n, len(order)), default=None)
+
+    def _nonfinite_message(self, flags: list, loss: torch.Tensor, *, step: int, epoch: int) -> str:
+        local = (self._first_nonfinite(flags), float(loss))
+        reports = distributed.all_gather_object(local) if self.world_size > 1 else [local]
+        culprits = [(r, name, x) for r, (name, x) in enumerate(reports) if name is not None]
+        if not culprits:
+            where = "the ranks' own gradients were finite; their sum was not"
+        else:
+            rank, name, x = culprits[0]
+            who = f"rank {rank}" if self.world_size > 1 else "the step"
+            why = f"its training loss is {x}" if not math.isfinite(x) else "its loss is finite"
+            where = f"{who} produced them ({why}), first in parameter {name}"
+        return (
+            f"non-finite gradients at step {step + 1} (epoch {epoch}): {where}; lower "
+            "training.optimizer.kwargs.lr, check the data for NaN features, or set "
+            "monitor.nonfinite: skip"
+        )
+
+    # --- replicas ----------------------------------------------------------------------------
+
+    def check_replicas(self, *, step: int | None) -> None:
+        """Compare every rank's weights (a checksum each), every ``check_replicas_every``
+        steps, or now with ``step=None``; a difference ends the run on every rank.
+
+        Buffers are not compared: DDP overwrites them with rank 0's at every forward pass, and
+        normalisation statistics legitimately differ between ranks until then.
+        """
+        every = self.config.check_replicas_every
+        if self.world_size == 1 or not every or (step is not None and step % every):
+            return
+        with self.phase("wait"):
+            sums = _checksums(self.model)
+            every_rank = distributed.all_gather_object(sums)
+        for i, (name, _) in enumerate(every_rank[0]):
+            values = [theirs[i][1] for theirs in every_rank]
+            if len(set(values)) == 1:
+                continue
+            # the odd one out: the rank whose copy differs from most (ties: from rank 0's)
+            common = max(values, key=lambda v: (values.count(v), v == values[0]))
+            rank = next(r for r, v in enumerate(values) if v != common)
+            when = "at the end of training" if step is None else f"after step {step}"
+            raise ReplicaMismatchError(
+                f"the ranks' models differ {when}: rank {rank}'s parameter {name} is not the "
+                f"other ranks'; something changed the weights outside the optimizer on one "
+                f"rank (checked every {every} steps: monitor.check_replicas_every)"
+            )
+
+
+def check_loss(columns: dict[str, float], *, epoch: int) -> dict[str, float]:
+    """The training columns of an epoch, if its loss is finite."""
+    if not math.isfinite(columns["train_loss"]):
+        raise TrainingDivergedError(
+            f"the training loss is {columns['train_loss']} after epoch {epoch}; lower "
+            "training.optimizer.kwargs.lr or check the data for NaN features"
+        )
+    return columns
+
+
+def stragglers(rows: list[dict[str, Any]], ratio: float) -> list[str]:
+    """A line for each rank whose own work took more than ``ratio`` times the median rank's,
+    saying what its extra time went to.
+
+    A rank's own work is its training pass without the time it waited for the others (the
+    exposed exchange): in a synchronous job every rank's epoch lasts as long as the slowest's,
+    and the faster ones spend the difference waiting. Evaluation is left out: under
+    ``validation.mode: rank0`` rank 0 evaluates alone by design.
+    """
+    if len(rows) < 2:
+        return []
+
+    def work(row: dict[str, Any]) -> float:
+        return sum(row[f"{p}_s"] for p in SPENT_ON)
+
+    def median(values: list[float]) -> float:
+        values = sorted(values)
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+    typical = median([work(r) for r in rows])
+    lines = []
+    for row in rows:
+        if typical <= 0 or work(row) <= ratio * typical:
+            continue
+        extra = {p: row[f"{p}_s"] - median([r[f"{p}_s"] for r in rows]) for p in SPENT_ON}
+        part = max(extra, key=extra.get)
+        share = extra[part] / (work(row) - typical)
+        lines.append(
+            f"rank {row['rank']}: {work(row) / typical:.1f}x the median rank's work this epoch "
+            f"({work(row):.2f} s against {typical:.2f} s), {min(share, 1.0):.0%} of the extra "
+            f"{SPENT_ON[part]}"
+        )
+    return lines
+
+
+def _checksums(model: nn.Module) -> list[tuple[str, int]]:
+    """A checksum of each parameter's bits, sensitive to the position of every element."""
+    out = []
+    for name, p in model.named_parameters():
+        t = p.detach().contiguous().reshape(-1)
+        if t.is_floating_point():
+            t = t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+        weights = torch.arange(t.numel(), device=t.device) % 1021 + 1
+        out.append((name, t.long().mul(weights).sum()))
+    values = torch.stack([v for _, v in out]).tolist() if out else []
+    return [(name, v) for (name, _), v in zip(out, values, strict=True)]

@@ -1,0 +1,143 @@
+"""Inside a run (``monitor:``): where each rank's time goes, the gradient norm, non-finite
+gradients and the replica checks, with real processes."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import run_main, run_ranks
+
+import QuantumGravPy as qg
+from QuantumGravPy.training.monitor import COLUMNS, PARTS
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, float]]]:
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        rows = [{k: float(v) for k, v in row.items()} for row in reader]
+        return list(reader.fieldnames or []), rows
+
+
+def parameter_bytes(run: Path) -> int:
+    state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)["model"]
+    return sum(t.numel() * t.element_size() for t in state.values() if t.is_floating_point())
+
+
+@pytest.mark.timeout(240)
+def test_a_two_process_run_says_where_each_rank_spent_its_time(capsys, config_file, tmp_path):
+    # rank 1 reads each graph 20 ms slowly (a user's dataset): a straggler waiting for data
+    config = config_file(
+        training={"num_epochs": 3, "batch_size": 8},
+        parallel={"world_size": 2},
+        data={"dataset": "user_data.slow_on_rank_1"},
+        model={"num_classes": 2},
+    )
+    result = run_main(capsys, "train", config)
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "run"
+    header, rows = read_csv(run / "ranks.csv")
+    assert header == list(COLUMNS)
+    assert [(r["epoch"], r["rank"]) for r in rows] == [(e, r) for e in (1, 2, 3) for r in (0, 1)]
+    for row in rows:
+        # the parts account for the epoch
+        parts = sum(row[f"{p}_s"] for p in PARTS)
+        assert abs(parts - row["epoch_s"]) <= 0.1 * row["epoch_s"], row
+        assert 0 < row["exchange_exposed_s"] <= row["exchange_s"] + 1e-9, row
+        assert row["bytes_exchanged"] == parameter_bytes(run)  # every gradient, once a step
+        assert row["graphs_per_s"] > 0 and row["peak_memory_mb"] > 50
+    for epoch in (1, 2, 3):
+        rank0, rank1 = (r for r in rows if r["epoch"] == epoch)
+        # 28 graphs at 20 ms: rank 1 waited for its data; rank 0 waited for rank 1's gradients
+        assert rank1["data_s"] > rank0["data_s"] + 0.2
+        assert rank0["exchange_exposed_s"] > rank1["exchange_exposed_s"]
+    log = (run / "train.log").read_text()
+    stragglers = [line for line in log.splitlines() if "straggler: " in line]
+    assert len(stragglers) == 3, log
+    assert all("rank 1: " in line and "waiting for data" in line for line in stragglers)
+    assert (run / "ranks.png").stat().st_size > 10_000
+    _, history = read_csv(run / "history.csv")
+    for row in history:
+        assert 0 < row["grad_norm_mean"] <= row["grad_norm_max"] and row["skipped_steps"] == 0
+
+
+def test_one_process_records_its_time_and_gradient_norms_and_can_be_quiet(
+    capsys, config_file, tmp_path
+):
+    result = run_main(capsys, "train", config_file())
+    assert result.returncode == 0, result.stderr
+    _, rows = read_csv(tmp_path / "run" / "ranks.csv")
+    assert [(r["epoch"], r["rank"]) for r in rows] == [(1, 0), (2, 0)]
+    assert all(r["exchange_s"] == r["bytes_exchanged"] == 0 for r in rows)
+    assert "straggler" not in (tmp_path / "run" / "train.log").read_text()
+
+    quiet = config_file(monitor={"timing": False}, training={"path": str(tmp_path / "quiet")})
+    assert run_main(capsys, "train", quiet).returncode == 0
+    assert not (tmp_path / "quiet" / "ranks.csv").exists()
+    assert not (tmp_path / "quiet" / "ranks.png").exists()
+    _, history = read_csv(tmp_path / "quiet" / "history.csv")
+    assert all(math.isfinite(row["grad_norm_mean"]) for row in history)
+
+
+@pytest.mark.timeout(180)
+def test_weights_that_drift_apart_on_one_rank_end_the_job_naming_rank_and_parameter(
+    capsys, config_file, tmp_path
+):
+    # rank 1 changes its bias in step 3; the check every 2 steps catches it after step 4
+    config = config_file(
+        model={"type": "user_models.DriftsOnRank1"},
+        training={"batch_size": 8},
+        parallel={"world_size": 2},
+        monitor={"check_replicas_every": 2},
+    )
+    result = run_main(capsys, "train", config)
+    assert result.returncode == 2, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "the ranks' models differ after step 4: rank 1's parameter linear.bias" in line
+    assert "monitor.check_replicas_every" in line
+    assert "Traceback" not in result.stderr
+    assert "differ after step 4" in (tmp_path / "run" / "train.log").read_text()
+
+
+@pytest.mark.timeout(180)
+def test_a_nan_gradient_on_one_rank_stops_the_job_naming_rank_and_parameter(
+    capsys, config_file, tmp_path
+):
+    config = config_file(
+        model={"type": "user_models.NaNGradientOnRank1"},
+        training={"batch_size": 8},
+        parallel={"world_size": 2},
+    )
+    result = run_main(capsys, "train", config)
+    assert result.returncode == 2, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "non-finite gradients at step 3 (epoch 1): rank 1 produced them" in line
+    assert "first in parameter scale" in line and "monitor.nonfinite: skip" in line
+
+
+def train_and_keep_weights(rank, world_size, config):
+    trainer = qg.TrainerDDP(rank, config)
+    history = trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    weights = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    trainer.close()
+    return history, weights
+
+
+@pytest.mark.timeout(180)
+def test_a_nan_gradient_is_skipped_on_every_rank_alike(make_config):
+    config = make_config(
+        "model.type=user_models.NaNGradientOnRank1",
+        "monitor.nonfinite=skip",
+        "training.num_epochs=2",
+    )
+    (history0, weights0), (history1, weights1) = run_ranks(2, train_and_keep_weights, config)
+    # 42 graphs per rank at 16 a batch: 3 steps an epoch; the third was skipped
+    assert [row["skipped_steps"] for row in history0] == [1, 0]
+    assert history0 == history1
+    assert all(math.isfinite(row["train_loss"]) for row in history0)
+    assert weights0.keys() == weights1.keys()
+    for name in weights0:
+        assert torch.equal(weights0[name], weights1[name]), name
