@@ -1,4 +1,5 @@
-"""The command line: ``qg train | test | tune | generate | plot`` (``python -m QuantumGravPy``).
+"""The command line: ``qg train | test | tune | generate | plot | profile`` (``python -m
+QuantumGravPy``).
 
 A mistake in what the user passed (config, override, path, checkpoint) prints one line starting
 with ``error:`` and exits with status 2; ``--debug`` shows the traceback as well.
@@ -55,6 +56,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     test = command("test", "evaluate a checkpoint on the test split; prints JSON")
     test.add_argument("--checkpoint", required=True, metavar="PATH", help="checkpoint file")
+    prof = command(
+        "profile",
+        "profile a few training steps on every rank: a trace per rank and where the time went",
+    )
+    prof.add_argument(
+        "--steps",
+        type=int,
+        default=20,
+        metavar="N",
+        help="training steps to profile, after 3 warm-up steps (default 20)",
+    )
+    prof.add_argument(
+        "--world-size", type=int, metavar="W", help="processes (default parallel.world_size)"
+    )
+    prof.add_argument(
+        "--output",
+        metavar="DIR",
+        help="an empty or new folder for rank<r>.trace.json and summary.csv (default "
+        "training.path/profile, in a run directory that holds no run)",
+    )
     tune = sub.add_parser(
         "tune",
         help="search hyperparameters with Optuna: trials of a search space, best.yaml",
@@ -303,6 +324,17 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _profile(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .training.profile import SUMMARY, profile, summary_table
+
+    config = load_config(args.config, args.overrides)
+    target, rows = profile(config, steps=args.steps, world_size=args.world_size, output=args.output)
+    print(summary_table(rows))
+    print(f"traces (rank<r>.trace.json) and {SUMMARY} in {target}")
+    return 0
+
+
 def _plot(args: argparse.Namespace) -> int:
     from .runs import plots
 
@@ -323,4 +355,5 @@ COMMANDS = {
     "tune": _tune,
     "generate": _generate,
     "plot": _plot,
+    "profile": _profile,
 }

@@ -4,12 +4,13 @@ gradients and the replica checks, with real processes."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_main, run_ranks
+from conftest import assert_refused, run_main, run_ranks
 
 import QuantumGravPy as qg
 from QuantumGravPy.training.monitor import COLUMNS, PARTS
@@ -18,7 +19,9 @@ from QuantumGravPy.training.monitor import COLUMNS, PARTS
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, float]]]:
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        rows = [{k: float(v) for k, v in row.items()} for row in reader]
+        rows = [
+            {k: float(v) if k != "top_operators" else v for k, v in row.items()} for row in reader
+        ]
         return list(reader.fieldnames or []), rows
 
 
@@ -141,3 +144,51 @@ def test_a_nan_gradient_is_skipped_on_every_rank_alike(make_config):
     assert weights0.keys() == weights1.keys()
     for name in weights0:
         assert torch.equal(weights0[name], weights1[name]), name
+
+
+def trace_events(path: Path) -> list[dict]:
+    with open(path) as f:
+        return json.load(f)["traceEvents"]
+
+
+@pytest.mark.timeout(180)
+def test_profile_writes_a_trace_per_rank_with_compute_and_exchange_and_a_summary(
+    capsys, config_file, tmp_path
+):
+    config = config_file(parallel={"world_size": 2, "shared_memory": False})
+    result = run_main(capsys, "profile", config, "--steps", "4")
+    assert result.returncode == 0, result.stderr
+    folder = tmp_path / "run" / "profile"
+    for rank in (0, 1):
+        names = {e.get("name", "") for e in trace_events(folder / f"rank{rank}.trace.json")}
+        assert any(n.startswith("aten::") for n in names)  # compute
+        assert "qg.gradient_exchange" in names  # communication
+        assert any("gloo" in n or "all_reduce" in n for n in names)
+    header, rows = read_csv(folder / "summary.csv")
+    assert header[:2] == ["rank", "steps"] and [r["rank"] for r in rows] == [0, 1]
+    for row in rows:
+        assert row["steps"] == 4
+        shares = ("compute", "exchange_exposed", "data", "idle")
+        assert 0.9 <= sum(row[f"{s}_share"] for s in shares) <= 1.1
+    assert "rank 1 busiest operators: " in result.stdout
+    assert not (tmp_path / "run" / "history.csv").exists()  # a profile is not a run
+    # nothing is overwritten: the folder now holds a profile
+    again = run_main(capsys, "profile", config, "--steps", "4", "--output", str(folder))
+    assert_refused(again, str(folder), "--output")
+
+
+def test_profile_refuses_bad_arguments_in_one_line(capsys, config_file, tmp_path):
+    config = config_file()
+    assert_refused(run_main(capsys, "profile", config, "--steps", "0"), "--steps", "0")
+    assert_refused(run_main(capsys, "profile", config, "trainig.num_epochs=3"), "trainig")
+    assert run_main(capsys, "train", config).returncode == 0
+    line = assert_refused(run_main(capsys, "profile", config), "holds a run", "--output")
+    assert str(tmp_path / "run") in line
+
+
+def test_profile_from_python(make_config, tmp_path):
+    folder, rows = qg.profile(make_config(), steps=2, output=str(tmp_path / "p"))
+    assert folder == tmp_path / "p" and len(rows) == 1 and rows[0]["steps"] == 2
+    assert trace_events(folder / "rank0.trace.json")
+    with pytest.raises(qg.RunDirectoryError, match="choose another output or remove it"):
+        qg.profile(make_config(), steps=2, output=str(folder))

@@ -5,6 +5,7 @@
 - :mod:`.trainer_ddp`: :class:`TrainerDDP`, the same loop in every process of a DDP job, with
   rank-0 decisions broadcast to every rank;
 - :mod:`.launch`: :func:`launch`, a whole training job over several processes;
+- :mod:`.profile`: :func:`profile` (``qg profile``), a few steps under ``torch.profiler``;
 - :mod:`.evaluation`: loss and metrics as sums over graphs, exact for any number of processes;
 - :mod:`.metrics`: task metrics from torchmetrics, combined over processes;
 - :mod:`.monitor`: inside every run: where each rank's time goes, the gradient norm, non-finite
@@ -24,6 +25,7 @@ from .monitor import (
     ReplicaMismatchError,
     TrainingDivergedError,
 )
+from .profile import profile
 from .trainer import Trainer
 from .trainer_ddp import TrainerDDP
 
@@ -41,5 +43,6 @@ __all__ = [
     "Validator",
     "launch",
     "prepare_run",
+    "profile",
     "train_worker",
 ]

@@ -92,6 +92,12 @@ def prepare_run(
         check_resumable(config, world_size=world_size, force=force)
     else:
         check_run_dir(config.run_dir, overwrite=overwrite)
+    build_cache(config, world_size)
+
+
+def build_cache(config: Config, world_size: int = 1) -> None:
+    """Build the processed cache of ``config``'s data once, before the ranks start, so that
+    they only read it (with up to ``world_size`` processes when that pays)."""
     if config.data.dataset is None:
         check_file_targets(config)
         dataset_from_config(

@@ -68,7 +68,7 @@ class RunStateMixin:
         self.run_tags: dict[str, str] = {}  # for MLflow: a tuning trial's study and number
         self.global_step = 0  # optimizer steps
         self.history: list[dict[str, Any]] = []
-        self.rank_rows: list[dict[str, Any]] = []  # ranks.csv's rows of the last epoch
+        self.rank_rows: list[dict[str, Any]] = []  # ranks.csv's rows of the last epoch, rank 0's
         self.rank_history: list[dict[str, Any]] = []  # and of every epoch (rank 0)
         self.stopped_early = False
         self.pruned = False  # stopped by the judge (a tuning trial's pruner)
@@ -85,9 +85,9 @@ class RunStateMixin:
 
     # --- an epoch's records ---------------------------------------------------------------------
 
-    def gather_rng_states(self) -> list[dict[str, Any]]:  # hook
-        """Every process's random states, in rank order (DDP gathers them)."""
-        return [rs.rng_state(self.device)]
+    def gather_records(self, record: dict[str, Any]) -> list[dict[str, Any]]:  # hook
+        """Every process's ``record`` of the epoch's end, in rank order (DDP gathers them)."""
+        return [record]
 
     def write_epoch_files(self, row: dict[str, Any], improved: bool) -> None:  # hook
         """Checkpoints, history.csv and the epoch's log line (hook: DDP guards it on rank 0).

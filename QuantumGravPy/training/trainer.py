@@ -314,13 +314,13 @@ class Trainer(RunStateMixin):
             row.update(lr=lr, epoch_seconds=seconds)
             with self.monitor.phase("wait"):
                 improved, stop = self.decide(row)
-            columns, self.rank_rows = self.monitor.end_epoch(epoch=self.epoch + 1)
+            columns, timing = self.monitor.end_epoch(epoch=self.epoch + 1)
             row.update(columns)
             self.epoch += 1
             self.history.append(row)
             self.stopped_early, self.pruned = stop == "early stopping", stop == "pruned"
             step_scheduler(self.lr_scheduler, row[self.early_stopping.columns[0]])
-            self.end_epoch(row, improved)
+            self.end_epoch(row, improved, timing)
         self.monitor.check_replicas(step=None)
         if self.stopped_early:
             self.logger.info(
@@ -341,29 +341,27 @@ class Trainer(RunStateMixin):
     def train_epoch(self, loader: DataLoader) -> dict[str, float]:
         """One pass over ``loader``; returns ``train_loss`` (each task's loss over its rows,
         weighted as the tasks say), and each task's loss and accuracy as the columns of
-        :func:`~QuantumGravPy.config.history_columns` name them.
-
-        All are those of the weights as they were when each batch was seen.
+        :func:`~QuantumGravPy.config.history_columns` name them, those of the weights as they
+        were when each batch was seen; a step the monitor skipped does not count.
 
         With ``training.accumulate_grad_batches`` k, the optimizer steps once per k batches.
         Each batch's loss is weighted by its share of the step's graphs, so k batches of b
-        graphs make the same step as one batch of k*b graphs (the loss must be a mean over the
-        rows of a batch, as PyTorch's losses are by default).
+        graphs make the same step as one batch of k*b graphs (for a loss that is a mean over
+        the rows of a batch, as PyTorch's losses are by default).
         """
         model = self.train_module
         model.train()
         tasks = self.tasks
         # per task: loss summed over rows, rows right (classification, binary), rows
         sums = torch.zeros(len(tasks), 3, dtype=torch.float64, device=self.device)
-        t = self.config.training
-        k = t.accumulate_grad_batches
+        k = self.config.training.accumulate_grad_batches
         # With drop_last, a step short of k batches is dropped too, as a short batch would be.
-        batches = len(loader) - len(loader) % k if t.drop_last else len(loader)
+        batches = len(loader) - len(loader) % k if self.config.training.drop_last else len(loader)
         bar = tqdm(
             itertools.islice(loader, batches), total=batches, desc=f"epoch {self.epoch + 1}",
             unit="batch", leave=False, disable=None if self.is_main else True,  # None: a terminal
         )  # fmt: skip
-        monitor = self.monitor
+        monitor = self.monitor  # marks each part of each step
         for group in step_groups(bar, k):
             graphs = sum(batch.num_graphs for batch in group)
             monitor.graphs += graphs
@@ -401,13 +399,15 @@ class Trainer(RunStateMixin):
         """``training.precision``: float32, or autocast to bfloat16 / float16."""
         return autocast(self.device, self.autocast_dtype)
 
-    def end_epoch(self, row: dict[str, Any], improved: bool) -> None:
+    def end_epoch(self, row: dict[str, Any], improved: bool, timing: dict | None = None) -> None:
         if improved:
             self.best_state = {
                 k: v.detach().to("cpu", copy=True) for k, v in self.eval_model.state_dict().items()
             }
-        # Every rank's random state as it is now, where the next epoch starts from.
-        self._rng_states = self.gather_rng_states()
+        # Each rank's random state, where the next epoch starts from, and its time: one gather.
+        records = self.gather_records({"rng": rs.rng_state(self.device), "timing": timing})
+        self._rng_states = [r["rng"] for r in records]
+        self.rank_rows = [r["timing"] for r in records if r["timing"] is not None]
         self.write_epoch_files(row, improved)
 
     # --- testing -------------------------------------------------------------------------------

@@ -117,8 +117,8 @@ class TrainerDDP(Trainer):
     def no_sync(self):
         return self.train_module.no_sync()
 
-    def gather_rng_states(self) -> list[dict]:
-        return distributed.all_gather_object(super().gather_rng_states()[0])
+    def gather_records(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+        return distributed.all_gather_object(record)
 
     def read_resume_state(self, force: bool) -> dict[str, Any] | None:
         # Rank 0 reads and checks the checkpoint; every rank gets the same state (and any
