@@ -1,8 +1,9 @@
 """The cost of looking inside: training epochs with the monitor's defaults against none of it.
 
 The defaults are `monitor.timing: true` (a clock read at each part of each step, the gradient
-exchange timed through DDP's communication hook, one gather per epoch), the global gradient
-norm and the non-finite check of every step, and the replica checksums every 200 steps. The
+exchange timed through DDP's communication hook, each rank's row carried by the gather the
+trainer makes at every epoch's end anyway), the global gradient norm and the non-finite check
+of every step, and the replica checksums every 200 steps. The
 baseline is the same trainer with a monitor that does nothing (and, under DDP, the unwrapped
 communication hook): one trainer switches its monitor on and off from epoch to epoch, so
 that both sides train the same model on the same batches (two trainers differed by more than

@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = (
     ("overhead.py", "Framework overhead: `qg.Trainer` against a hand-written loop and Lightning"),
     ("ddp_scaling.py", "1 against 2 processes: ours, a hand-written DDP loop and Lightning's DDP"),
+    ("monitor.py", "The cost of looking inside a run: the monitor's defaults against none"),
     (
         "samplers.py",
         "Distributed samplers: ours against Lightning's wrapper and DistributedSampler",

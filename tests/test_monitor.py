@@ -192,3 +192,24 @@ def test_profile_from_python(make_config, tmp_path):
     assert trace_events(folder / "rank0.trace.json")
     with pytest.raises(qg.RunDirectoryError, match="choose another output or remove it"):
         qg.profile(make_config(), steps=2, output=str(folder))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_a_gpu_the_parts_are_cuda_event_times_and_memory_is_the_devices(make_config, tmp_path):
+    from conftest import train
+
+    from QuantumGravPy.training.monitor import Monitor
+
+    trainer, history, _ = train(make_config("training.device=cuda", "training.num_epochs=2"))
+    assert isinstance(trainer.monitor, Monitor) and type(trainer.monitor.clock).__name__ == (
+        "_CudaClock"
+    )
+    _, rows = read_csv(tmp_path / "run" / "ranks.csv")
+    assert len(rows) == 2
+    for row in rows:
+        parts = sum(row[f"{p}_s"] for p in PARTS)
+        assert abs(parts - row["epoch_s"]) <= 0.1 * row["epoch_s"], row
+        # torch.cuda.max_memory_allocated: the model, its gradients and a batch at least
+        assert 0 < row["peak_memory_mb"] < 2_000
+    assert all(math.isfinite(r["grad_norm_mean"]) and r["skipped_steps"] == 0 for r in history)

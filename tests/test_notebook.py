@@ -29,5 +29,6 @@ def test_the_tutorial_runs_in_a_fresh_kernel(tmp_path, monkeypatch):
     assert "2 processes, test accuracy" in text
     assert "best: trial" in text and "number,state," in text  # the tiny study and trials.csv
     images = [out for out in outputs if "image/png" in out.get("data", {})]
-    assert len(images) >= 3  # the curves, the confusion matrix and the study's history
+    assert "exchange waited for" in text  # each rank's time, from ranks.csv
+    assert len(images) >= 4  # the curves, the confusion matrix, ranks.png, the study's history
     assert (tmp_path / "two-processes" / "curves.png").is_file()

@@ -161,7 +161,6 @@ class Monitor:
         self._steps: list[tuple[list, int]] = []  # a step's buckets, and its backward lap
         self._buckets: list[list] = []  # this step's: [launch, return, done, bytes]
         self._flags: list[tuple[list, torch.Tensor, torch.Tensor]] = []  # before the exchange
-        self._averaged: list[torch.Tensor] = []  # this step's averaged buckets' norms
         self._norm_sum, self._norm_max, self._norms, self.skipped = 0.0, 0.0, 0, 0
         self._bytes, self._exchanges = 0, 0
         self.graphs = 0  # trained on by this rank (the loop counts them)
@@ -229,15 +228,12 @@ class Monitor:
                 record[1] = self.clock.mark()
                 self._buckets.append(record)
 
-            def done(fut: torch.futures.Future) -> torch.Tensor:
-                averaged = fut.value()  # what DDP writes into the gradients
+            def done(_: torch.futures.Future) -> None:  # a failed exchange is DDP's to report
                 if timing:
                     record[2] = self.clock.mark()
-                # the averaged bucket's norm: the gradient norm, without a pass per parameter
-                self._averaged.append(torch.linalg.vector_norm(averaged))
-                return averaged
 
-            return future.then(done)
+            future.add_done_callback(done)  # run by the time the epoch's numbers are read
+            return future
 
         return monitored
 
@@ -296,11 +292,10 @@ class Monitor:
         (``monitor.nonfinite: error``), naming the rank, the parameter and whether the step's
         loss was finite (this rank's ``sums`` of the step, read only then), or skip the step.
         """
-        averaged, self._averaged = self._averaged, []
-        if averaged and not scaled:  # DDP's averaged buckets: the whole gradient
-            norms = averaged
-        else:  # per tensor (on a CPU 4x quicker than get_total_norm's grouping), unscaled
-            norms = [torch.linalg.vector_norm(p.grad) for p in self._params if p.grad is not None]
+        # Per parameter, in the model's order, then over them: the same bits however DDP laid out
+        # its buckets (a resumed run rebuilds them), and on a CPU 4x quicker than
+        # get_total_norm's grouping by device and dtype.
+        norms = [torch.linalg.vector_norm(p.grad) for p in self._params if p.grad is not None]
         norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
         flags, self._flags = self._flags, []
         if math.isfinite(norm):
