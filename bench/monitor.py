@@ -138,20 +138,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=41)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        config = qg.load_config(
-            ROOT / "configs" / "train.yaml",
-            [
-                f"data.root={ROOT / 'data'}",
-                f"data.num_graphs={args.graphs}",
-                f"training.path={tmp}/run",
-                "training.device=cpu",
-                "log_level=WARNING",
-            ],
-        )
-        qg.prepare_run(config, overwrite=True)  # the data cache, built once
-        rows = []
-        for world_size, batch in ((1, 32), (2, 16)):  # the same global batch
-            run = qg.load_config(
+
+        def load(*extra: str) -> qg.Config:
+            return qg.load_config(
                 ROOT / "configs" / "train.yaml",
                 [
                     f"data.root={ROOT / 'data'}",
@@ -159,10 +148,14 @@ def main() -> None:
                     f"training.path={tmp}/run",
                     "training.device=cpu",
                     "log_level=WARNING",
-                    f"training.batch_size={batch}",
-                    "parallel.backend=gloo",
+                    *extra,
                 ],
             )
+
+        qg.prepare_run(load(), overwrite=True)  # the data cache, built once
+        rows = []
+        for world_size, batch in ((1, 32), (2, 16)):  # the same global batch
+            run = load(f"training.batch_size={batch}", "parallel.backend=gloo")
             pairs = qg.spawn(compare, world_size, run, args.repeats, backend="gloo")[0]
             rows.append((world_size, pairs))
     print(
