@@ -313,11 +313,14 @@ def run_config(path: str | Path) -> Config | None:
         return None
 
 
-def write_run_plots(path: str | Path, config: Config | None = None) -> list[Path]:
+def write_run_plots(
+    path: str | Path, config: Config | None = None, *, ranks: bool = True
+) -> list[Path]:
     """``curves.png``, ``ranks.png`` and, once the run was tested, each task's pictures of the
     test set.
 
-    ``config``: the run's (default: read from its config.yaml), which names the tasks.
+    ``config``: the run's (default: read from its config.yaml), which names the tasks;
+    ``ranks=False`` leaves ``ranks.png`` as it is.
     """
     path = Path(path)
     config = config if config is not None else run_config(path)
@@ -326,9 +329,9 @@ def write_run_plots(path: str | Path, config: Config | None = None) -> list[Path
     if (path / rd.SUMMARY).is_file():
         summary = json.loads((path / rd.SUMMARY).read_text(encoding="utf-8"))
     written = [plot_curves([read_run(path)], path / CURVES, metrics, [best_epoch(path)])]
-    ranks = rd.read_ranks(path)
-    if ranks:
-        written.append(plot_ranks(ranks, path / RANKS))
+    timing = rd.read_ranks(path) if ranks else []
+    if timing:
+        written.append(plot_ranks(timing, path / RANKS))
     tasks = task_list(config) if config is not None else ()
     if not tasks and summary.get("test_confusion"):  # a run of an older version
         written.append(plot_confusion(summary["test_confusion"], path / CONFUSION))
