@@ -21,6 +21,7 @@ import bisect
 import contextlib
 import math
 import resource
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -200,9 +201,10 @@ class Monitor:
     def wrap_hook(self, hook: Callable) -> Callable:
         """DDP's communication hook ``hook(state, bucket) -> future``, timed and checked.
 
-        Before the exchange, the bucket's own gradients are checked for NaN and infinities
-        (the flags stay on the device; they are read only when the averaged gradients turn
-        out non-finite), so that the rank that produced them can be named.
+        Before the exchange, the bucket's own gradients are checked for NaN and infinities, so
+        that the rank that produced them can be named if the averaged gradients turn out
+        non-finite. With ``monitor.timing``, the bucket's launch, return and completion are
+        marked.
         """
 
         # not annotated: DDP checks a hook's annotations, and these would be strings here
@@ -216,21 +218,19 @@ class Monitor:
                 # argmin of the flags: the first non-finite element (0 when there is none)
                 first = finite.view(torch.uint8).argmin()
                 self._flags.append((bucket.parameters(), finite.all(), first))
-            timing = self.config.timing
-            bytes_ = buffer.numel() * buffer.element_size()
-            record = [self.clock.mark() if timing else 0, 0, None, bytes_]
+            if not self.config.timing:
+                return hook(state, bucket)
+            record = [self.clock.mark(), None, None, buffer.numel() * buffer.element_size()]
             if self.profiling:
                 with torch.profiler.record_function("qg.gradient_exchange"):
                     future = hook(state, bucket)
             else:
                 future = hook(state, bucket)
-            if timing:
-                record[1] = self.clock.mark()
-                self._buckets.append(record)
+            record[1] = self.clock.mark()
+            self._buckets.append(record)
 
             def done(_: torch.futures.Future) -> None:  # a failed exchange is DDP's to report
-                if timing:
-                    record[2] = self.clock.mark()
+                record[2] = self.clock.mark()
 
             future.add_done_callback(done)  # run by the time the epoch's numbers are read
             return future
@@ -408,17 +408,12 @@ def stragglers(rows: list[dict[str, Any]], ratio: float) -> list[str]:
     def work(row: dict[str, Any]) -> float:
         return sum(row[f"{p}_s"] for p in SPENT_ON)
 
-    def median(values: list[float]) -> float:
-        values = sorted(values)
-        mid = len(values) // 2
-        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-
-    typical = median([work(r) for r in rows])
+    typical = statistics.median(work(r) for r in rows)
     lines = []
     for row in rows:
         if typical <= 0 or work(row) <= ratio * typical:
             continue
-        extra = {p: row[f"{p}_s"] - median([r[f"{p}_s"] for r in rows]) for p in SPENT_ON}
+        extra = {p: row[f"{p}_s"] - statistics.median(r[f"{p}_s"] for r in rows) for p in SPENT_ON}
         part = max(extra, key=extra.get)
         share = extra[part] / (work(row) - typical)
         lines.append(

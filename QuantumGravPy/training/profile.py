@@ -22,7 +22,6 @@ from ..config import Config
 from ..errors import ConfigError, RunDirectoryError, option
 from ..parallel import distributed, run_distributed
 from ..runs.directory import results, write_rows
-from .evaluation import check_forward
 from .launch import build_cache
 from .trainer import Trainer
 from .trainer_ddp import TrainerDDP
@@ -75,11 +74,7 @@ def profile_worker(
     trainer = TrainerDDP(rank, config) if world_size > 1 else Trainer(config)
     try:
         train_loader, _, _ = trainer.prepare_dataloaders()
-        trainer.fit_scaling(train_loader.dataset)
-        check_forward(
-            trainer.model, train_loader.dataset, trainer.tasks, config.model, trainer.select,
-            trainer.autocast, device=trainer.device, float_dtype=trainer.float_dtype,
-        )  # fmt: skip
+        trainer.check_model(train_loader.dataset)
         k = config.training.accumulate_grad_batches
         trainer.train_epoch(_Steps(train_loader, WARMUP_STEPS, k, trainer))
         activities = [torch.profiler.ProfilerActivity.CPU]

@@ -104,7 +104,7 @@ class RunStateMixin:
             f"ranks/{r['rank']}/{k}": v
             for r in self.rank_rows
             for k, v in r.items()
-            if k[-2:] == "_s"
+            if k.endswith("_s")
         }
         for tracker in self.trackers:
             tracker.log_epoch({**row, **per_rank})

@@ -280,23 +280,22 @@ class Trainer(RunStateMixin):
 
     # --- the loop ------------------------------------------------------------------------------
 
-    def run_training(
-        self, train_loader: DataLoader, val_loader: DataLoader
-    ) -> list[dict[str, Any]]:
+    def run_training(self, train_loader: DataLoader, val_loader: DataLoader) -> list[dict]:
         """Train until ``training.num_epochs`` or early stopping; returns one dict per epoch."""
-        self.fit_scaling(train_loader.dataset)
-        # The model's first forward pass, on two graphs: a model that cannot run on this data
-        # fails in one line naming the config key, before anything is written.
-        check_forward(
-            self.model, train_loader.dataset, self.tasks, self.config.model, self.select,
-            self.autocast, device=self.device, float_dtype=self.float_dtype,
-        )  # fmt: skip
+        self.check_model(train_loader.dataset)  # before anything is written
         self.open_run()
         try:
             return self._train_epochs(train_loader, val_loader)
         except BaseException as e:
             self.record_failure(e)  # in train.log: why the run stopped where it did
             raise
+
+    def check_model(self, train: Dataset) -> None:
+        """Fit the targets' scaling on ``train`` and run the model once on two of its graphs:
+        a model that cannot run on this data fails in one line naming the config key."""
+        self.fit_scaling(train)
+        check_forward(self.model, train, self.tasks, self.config.model, self.select,
+                      self.autocast, device=self.device, float_dtype=self.float_dtype)  # fmt: skip
 
     def _train_epochs(self, train_loader: DataLoader, val_loader: DataLoader) -> list[dict]:
         num_epochs = self.config.training.num_epochs
@@ -354,6 +353,7 @@ class Trainer(RunStateMixin):
         tasks = self.tasks
         # per task: loss summed over rows, rows right (classification, binary), rows
         sums = torch.zeros(len(tasks), 3, dtype=torch.float64, device=self.device)
+        step_sums = torch.zeros_like(sums)
         k = self.config.training.accumulate_grad_batches
         # With drop_last, a step short of k batches is dropped too, as a short batch would be.
         batches = len(loader) - len(loader) % k if self.config.training.drop_last else len(loader)
@@ -365,7 +365,7 @@ class Trainer(RunStateMixin):
         for group in step_groups(bar, k):
             graphs = sum(batch.num_graphs for batch in group)
             monitor.graphs += graphs
-            step_sums = torch.zeros_like(sums)  # added to the epoch's if the step is taken
+            step_sums.zero_()  # added to the epoch's if the step is taken
             self.optimizer.zero_grad(set_to_none=True)
             for i, batch in enumerate(group):
                 batch = to_device(batch, self.device, self.float_dtype)
@@ -381,8 +381,7 @@ class Trainer(RunStateMixin):
                     monitor.lap("forward")
                     self.scaler.scale(loss * (batch.num_graphs / graphs)).backward()
                 monitor.lap("backward")
-            scaled = self.scaler.is_enabled()
-            if scaled:
+            if scaled := self.scaler.is_enabled():
                 self.scaler.unscale_(self.optimizer)  # the gradient norm in its true units
             if monitor.gradients_ok(step_sums, self.global_step, self.epoch + 1, scaled):
                 self.scaler.step(self.optimizer)
