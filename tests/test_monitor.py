@@ -153,6 +153,42 @@ def test_a_nan_gradient_is_skipped_on_every_rank_alike(make_config):
         assert torch.equal(weights0[name], weights1[name]), name
 
 
+def norms_by_the_definition(rank, world_size, config):
+    """Each step's recorded norm, next to the norm of the averaged gradients by its definition
+    (per parameter, then over them), over two epochs: DDP lays its buckets out anew after the
+    first step."""
+    trainer = qg.TrainerDDP(rank, config)
+    monitor, params = trainer.monitor, list(trainer.model.parameters())
+    recorded, defined = [], []
+    checked = monitor.gradients_ok
+
+    def gradients_ok(*args):
+        defined.append(float(torch.stack([p.grad.norm() for p in params]).norm()))
+        before = monitor._norm_sum
+        try:
+            return checked(*args)
+        finally:
+            recorded.append(monitor._norm_sum - before)
+
+    monitor.gradients_ok = gradients_ok
+    trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    trainer.close()
+    return recorded, defined, trainer.gradient_sync
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared-memory", "gloo"])
+def test_the_gradient_norm_under_ddp_is_the_norm_of_the_averaged_gradients(
+    make_config, shared_memory
+):
+    config = make_config("training.num_epochs=2", f"parallel.shared_memory={shared_memory}")
+    results = run_ranks(2, norms_by_the_definition, config)
+    (recorded, defined, sync), (recorded1, _, _) = results
+    assert sync == ("shared memory" if shared_memory else "gloo")
+    assert len(recorded) == 6 and recorded == recorded1  # the same bits on both ranks
+    assert recorded == pytest.approx(defined, rel=1e-6)
+
+
 def trace_events(path: Path) -> list[dict]:
     with open(path) as f:
         return json.load(f)["traceEvents"]

@@ -362,6 +362,16 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def all_gather(tensor: torch.Tensor) -> torch.Tensor:
+    """Every rank's ``tensor`` (the same shape on each), stacked in rank order."""
+    if not is_initialized():
+        return tensor.unsqueeze(0)
+    flat = tensor.contiguous().view(-1)
+    out = torch.empty(get_world_size() * flat.numel(), dtype=flat.dtype, device=flat.device)
+    _collective("all_gather", dist.all_gather_into_tensor, out, flat)
+    return out.view(get_world_size(), *tensor.shape)
+
+
 def all_gather_object(obj: Any) -> list[Any]:
     """Every rank's ``obj``, in rank order."""
     if not is_initialized():

@@ -99,7 +99,8 @@ class SharedMemoryAllReduce:
         ).view(2, w, numel)
 
     def allreduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Average ``tensor`` (float32, on the CPU) over the ranks; the same bits on every rank."""
+        """Average ``tensor`` (float32, on the CPU) over the ranks, in place (as gloo's
+        all-reduce does); the same bits on every rank. Returns ``tensor``."""
         flat = tensor.view(-1)
         n = flat.numel()
         if n > self.numel:
@@ -109,10 +110,11 @@ class SharedMemoryAllReduce:
         self.calls += 1
         self._counters[self.rank] = self.calls
         self._wait_for(self.calls)
-        total = rows[0].clone()
+        flat.copy_(rows[0])  # its own row is safe in the shared buffer now
         for r in range(1, self.world_size):
-            total += rows[r]
-        return total.div_(self.world_size).view_as(tensor)
+            flat += rows[r]
+        flat.div_(self.world_size)
+        return tensor
 
     def _wait_for(self, target: int) -> None:
         spins = 0

@@ -152,6 +152,17 @@ class Monitor:
         self.rank, self.world_size = rank, world_size
         self.model = model
         self._params = [p for p in model.parameters() if p.requires_grad]
+        # Under DDP on a CPU the averaged gradients of a step lie in DDP's bucket buffers, in an
+        # order DDP chooses (and changes after the first step, and again in a resumed run); a
+        # step's norm is taken over one copy of them in the model's order, so that it has the
+        # same bits whatever the layout, in two operations rather than one per parameter.
+        self._flat: torch.Tensor | None = None
+        if world_size > 1 and {(p.device.type, p.dtype) for p in self._params} == {
+            ("cpu", torch.float32)
+        }:
+            self._flat = torch.empty(sum(p.numel() for p in self._params))
+        self._index = {id(p): i for i, p in enumerate(self._params)}
+        self._views: tuple[tuple | None, list[torch.Tensor]] = (None, [])  # the buffers' params
         self.clock = _CudaClock(device) if device.type == "cuda" else _CpuClock()
         self.current = "data"
         self.profiling = False  # qg profile: label the exchange in the trace
@@ -162,6 +173,7 @@ class Monitor:
         self._steps: list[tuple[list, int]] = []  # a step's buckets, and its backward lap
         self._buckets: list[list] = []  # this step's: [launch, return, done, bytes]
         self._flags: list[tuple[list, torch.Tensor, torch.Tensor]] = []  # before the exchange
+        self._exchanged: list[tuple[torch.Tensor, Any]] = []  # (a bucket's buffer, the bucket)
         self._norm_sum, self._norm_max, self._norms, self.skipped = 0.0, 0.0, 0, 0
         self._bytes, self._exchanges = 0, 0
         self.graphs = 0  # trained on by this rank (the loop counts them)
@@ -210,32 +222,61 @@ class Monitor:
         # not annotated: DDP checks a hook's annotations, and these would be strings here
         def monitored(state, bucket):
             buffer = bucket.buffer()
+            on_cpu = buffer.device.type == "cpu"
             # On a CPU a sum says cheaply whether the bucket is finite, and only a bucket that
             # is not is searched. On a GPU the flags stay on the device (no synchronisation);
             # they are read only if the averaged gradients turn out non-finite.
-            if buffer.device.type != "cpu" or not math.isfinite(buffer.sum().item()):
+            if not on_cpu or not math.isfinite(buffer.sum().item()):
                 finite = torch.isfinite(buffer)
                 # argmin of the flags: the first non-finite element (0 when there is none)
                 first = finite.view(torch.uint8).argmin()
                 self._flags.append((bucket.parameters(), finite.all(), first))
             if not self.config.timing:
-                return hook(state, bucket)
-            record = [self.clock.mark(), None, None, buffer.numel() * buffer.element_size()]
-            if self.profiling:
-                with torch.profiler.record_function("qg.gradient_exchange"):
-                    future = hook(state, bucket)
-            else:
                 future = hook(state, bucket)
-            record[1] = self.clock.mark()
-            self._buckets.append(record)
+            else:
+                start = self.clock.mark()
+                if self.profiling:
+                    with torch.profiler.record_function("qg.gradient_exchange"):
+                        future = hook(state, bucket)
+                else:
+                    future = hook(state, bucket)
+                returned = self.clock.mark()
+                record = [start, returned, None, buffer.numel() * buffer.element_size()]
+                self._buckets.append(record)
+                if on_cpu and future.done():  # the exchange ran inside the hook
+                    record[2] = returned
+                else:
 
-            def done(_: torch.futures.Future) -> None:  # a failed exchange is DDP's to report
-                record[2] = self.clock.mark()
+                    def done(_: torch.futures.Future) -> None:  # a failure is DDP's to report
+                        record[2] = self.clock.mark()
 
-            future.add_done_callback(done)  # run by the time the epoch's numbers are read
+                    future.add_done_callback(done)  # run by the time the epoch is read
+            if self._flat is not None:  # the exchange leaves the average in the buffer
+                self._exchanged.append((buffer, bucket))
             return future
 
         return monitored
+
+    def _in_model_order(self, exchanged: list) -> list[torch.Tensor] | None:
+        """Each parameter's averaged gradient, a view into the step's bucket buffers, in the
+        model's order (None unless every parameter was exchanged).
+
+        The buffers stay the same from step to step, and so do the views. When DDP lays its
+        buckets out anew it allocates new buffers, at new addresses: the views made here keep
+        the old ones alive until then.
+        """
+        key = tuple(buffer.data_ptr() for buffer, _ in exchanged)
+        if key != self._views[0]:
+            pieces: list[Any] = [None] * len(self._params)
+            for buffer, bucket in exchanged:
+                params = bucket.parameters()
+                views = buffer.view(-1).split([p.numel() for p in params])
+                for p, view in zip(params, views, strict=True):
+                    pieces[self._index[id(p)]] = view
+            if any(piece is None for piece in pieces):
+                return None
+            self._views = (key, pieces)
+        return self._views[1]
 
     def end_epoch(self, *, epoch: int) -> tuple[dict[str, float], dict[str, Any] | None]:
         """(this epoch's history columns, this rank's row of ranks.csv; None without
@@ -292,11 +333,16 @@ class Monitor:
         (``monitor.nonfinite: error``), naming the rank, the parameter and whether the step's
         loss was finite (this rank's ``sums`` of the step, read only then), or skip the step.
         """
-        # Per parameter, in the model's order, then over them: the same bits however DDP laid out
-        # its buckets (a resumed run rebuilds them), and on a CPU 4x quicker than
-        # get_total_norm's grouping by device and dtype.
-        norms = [torch.linalg.vector_norm(p.grad) for p in self._params if p.grad is not None]
-        norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+        exchanged, self._exchanged = self._exchanged, []
+        views = None if self._flat is None or scaled else self._in_model_order(exchanged)
+        if views is not None:
+            norm = float(torch.linalg.vector_norm(torch.cat(views, out=self._flat)))
+        else:
+            # Per parameter, in the model's order, then over them: the same bits whatever the
+            # layout of the gradients in memory, and on a CPU 4x quicker than get_total_norm's
+            # grouping by device and dtype.
+            norms = [torch.linalg.vector_norm(p.grad) for p in self._params if p.grad is not None]
+            norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
         flags, self._flags = self._flags, []
         if math.isfinite(norm):
             self._norm_sum += norm
@@ -365,11 +411,11 @@ class Monitor:
         every = self.config.check_replicas_every
         if self.world_size == 1 or not every or (step is not None and step % every):
             return
+        names = [name for name, _ in self.model.named_parameters()]
         with self.phase("wait"):
-            sums = _checksums(self.model)
-            every_rank = distributed.all_gather_object(sums)
-        for i, (name, _) in enumerate(every_rank[0]):
-            values = [theirs[i][1] for theirs in every_rank]
+            every_rank = distributed.all_gather(_checksums(self.model)).tolist()
+        for i, name in enumerate(names):
+            values = [theirs[i] for theirs in every_rank]
             if len(set(values)) == 1:
                 continue
             # the odd one out: the rank whose copy differs from most (ties: from rank 0's)
@@ -424,14 +470,13 @@ def stragglers(rows: list[dict[str, Any]], ratio: float) -> list[str]:
     return lines
 
 
-def _checksums(model: nn.Module) -> list[tuple[str, int]]:
+def _checksums(model: nn.Module) -> torch.Tensor:
     """A checksum of each parameter's bits, sensitive to the position of every element."""
     out = []
-    for name, p in model.named_parameters():
+    for p in model.parameters():
         t = p.detach().contiguous().reshape(-1)
         if t.is_floating_point():
             t = t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
         weights = torch.arange(t.numel(), device=t.device) % 1021 + 1
-        out.append((name, t.long().mul(weights).sum()))
-    values = torch.stack([v for _, v in out]).tolist() if out else []
-    return [(name, v) for (name, _), v in zip(out, values, strict=True)]
+        out.append(t.long().mul(weights).sum())
+    return torch.stack(out) if out else torch.zeros(0, dtype=torch.long)
