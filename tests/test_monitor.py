@@ -13,7 +13,7 @@ import torch
 from conftest import assert_refused, run_main, run_ranks
 
 import QuantumGravPy as qg
-from QuantumGravPy.training.monitor import COLUMNS, PARTS
+from QuantumGravPy.training.timing import COLUMNS, PARTS
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, float]]]:

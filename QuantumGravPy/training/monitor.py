@@ -20,11 +20,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import math
-import resource
-import statistics
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,33 +29,15 @@ from torch import nn
 from ..config import MonitorConfig
 from ..errors import QGError
 from ..parallel import distributed
-
-# The parts of a rank's epoch, in the order the columns of ranks.csv list them.
-PARTS = ("data", "forward", "backward", "exchange_exposed", "optimizer", "eval", "wait")
-COLUMNS = (
-    "epoch",
-    "rank",
-    "epoch_s",
-    "data_s",
-    "forward_s",
-    "backward_s",
-    "exchange_s",
-    "exchange_exposed_s",
-    "optimizer_s",
-    "eval_s",
-    "wait_s",
-    "graphs_per_s",
-    "peak_memory_mb",
-    "bytes_exchanged",
+from .timing import (
+    PARTS,
+    TRAINING_PARTS,
+    CpuClock,
+    CudaClock,
+    peak_memory_mb,
+    reset_peak_memory,
+    union_length,
 )
-# What a straggler's extra time went to, in words.
-SPENT_ON = {
-    "data": "waiting for data",
-    "forward": "in the forward pass",
-    "backward": "in the backward pass",
-    "optimizer": "in the optimizer step",
-}
-_TRAINING = ("data", "forward", "backward", "exchange_exposed", "optimizer")
 
 
 class TrainingDivergedError(QGError):
@@ -72,61 +50,6 @@ class NonFiniteGradientError(TrainingDivergedError):
 
 class ReplicaMismatchError(QGError):
     """The ranks' copies of the model are no longer the same."""
-
-
-class _CpuClock:
-    def mark(self) -> float:
-        return time.perf_counter()
-
-    def seconds(self, marks: list) -> list[float]:
-        return marks
-
-
-class _CudaClock:
-    """Marks on the current CUDA stream, read once per epoch (after one synchronisation)."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-
-    def mark(self) -> torch.cuda.Event:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def seconds(self, marks: list) -> list[float]:
-        if not marks:
-            return []
-        torch.cuda.synchronize(self.device)
-        first = marks[0]
-        return [first.elapsed_time(m) / 1000.0 for m in marks]
-
-
-def _reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return
-    with contextlib.suppress(OSError):  # Linux: "5" resets the peak resident set (VmHWM)
-        Path("/proc/self/clear_refs").write_text("5")
-
-
-def _peak_memory_mb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the process's peak
-
-
-def _union(intervals: list[tuple[float, float]]) -> float:
-    """The length of the union of ``intervals``."""
-    total, end = 0.0, -math.inf
-    for a, b in sorted(intervals):
-        if b > end:
-            total += b - max(a, end)
-            end = b
-    return total
 
 
 class Monitor:
@@ -163,7 +86,7 @@ class Monitor:
             self._flat = torch.empty(sum(p.numel() for p in self._params))
         self._index = {id(p): i for i, p in enumerate(self._params)}
         self._views: tuple[tuple | None, list[torch.Tensor]] = (None, [])  # the buffers' params
-        self.clock = _CudaClock(device) if device.type == "cuda" else _CpuClock()
+        self.clock = CudaClock(device) if device.type == "cuda" else CpuClock()
         self.current = "data"
         self.profiling = False  # qg profile: label the exchange in the trace
         self._start_epoch_state()
@@ -184,7 +107,7 @@ class Monitor:
         self._start_epoch_state()
         self.current = "data"
         if self.config.timing:
-            _reset_peak_memory(self.device)
+            reset_peak_memory(self.device)
             self._laps.append(("start", self.clock.mark()))
 
     def lap(self, part: str) -> None:
@@ -302,12 +225,12 @@ class Monitor:
             marks = [(next(exchange_at), next(exchange_at), next(exchange_at)) for _ in buckets]
             handed = max(m[1] for m in marks)  # the last bucket: the gradients are done
             inside = sum(m[1] - m[0] for m in marks)  # the backward pass stood still
-            whole = max(_union([(m[0], m[2]) for m in marks]), inside)
+            whole = max(union_length([(m[0], m[2]) for m in marks]), inside)
             exchange += whole
             exposed += min(inside + max(0.0, at[end] - handed), whole)
         parts["exchange_exposed"] = min(exposed, parts["backward"])
         parts["backward"] -= parts["exchange_exposed"]
-        training = sum(parts[p] for p in _TRAINING)
+        training = sum(parts[p] for p in TRAINING_PARTS)
         row = {
             "epoch": epoch,
             "rank": self.rank,
@@ -316,7 +239,7 @@ class Monitor:
             "exchange_s": exchange,
             **{f"{p}_s": parts[p] for p in PARTS[3:]},
             "graphs_per_s": self.graphs / training if training > 0 else math.nan,
-            "peak_memory_mb": _peak_memory_mb(self.device),
+            "peak_memory_mb": peak_memory_mb(self.device),
             "bytes_exchanged": self._bytes // self._exchanges if self._exchanges else 0,
         }
         return history, row
@@ -437,37 +360,6 @@ def check_loss(columns: dict[str, float], *, epoch: int) -> dict[str, float]:
             "training.optimizer.kwargs.lr or check the data for NaN features"
         )
     return columns
-
-
-def stragglers(rows: list[dict[str, Any]], ratio: float) -> list[str]:
-    """A line for each rank whose own work took more than ``ratio`` times the median rank's,
-    saying what its extra time went to.
-
-    A rank's own work is its training pass without the time it waited for the others (the
-    exposed exchange): in a synchronous job every rank's epoch lasts as long as the slowest's,
-    and the faster ones spend the difference waiting. Evaluation is left out: under
-    ``validation.mode: rank0`` rank 0 evaluates alone by design.
-    """
-    if len(rows) < 2:
-        return []
-
-    def work(row: dict[str, Any]) -> float:
-        return sum(row[f"{p}_s"] for p in SPENT_ON)
-
-    typical = statistics.median(work(r) for r in rows)
-    lines = []
-    for row in rows:
-        if typical <= 0 or work(row) <= ratio * typical:
-            continue
-        extra = {p: row[f"{p}_s"] - statistics.median(r[f"{p}_s"] for r in rows) for p in SPENT_ON}
-        part = max(extra, key=extra.get)
-        share = extra[part] / (work(row) - typical)
-        lines.append(
-            f"rank {row['rank']}: {work(row) / typical:.1f}x the median rank's work this epoch "
-            f"({work(row):.2f} s against {typical:.2f} s), {min(share, 1.0):.0%} of the extra "
-            f"{SPENT_ON[part]}"
-        )
-    return lines
 
 
 def _checksums(model: nn.Module) -> torch.Tensor:

@@ -31,8 +31,8 @@ from ..runs.resume import config_digest, read_resume_state
 from ..runs.tracking import MLflowTracker, TensorBoardTracker
 from .early_stopping import MetricStopping
 from .ema import EMA
-from .monitor import stragglers
 from .tasks import Task, scalings
+from .timing import stragglers
 
 
 class RunStateMixin:
