@@ -2,6 +2,9 @@
 
 What each rank reads each epoch is decided here: the training loader's sampler (split between
 ranks, keyed by seed and epoch) and its augmentation (keyed by sample and epoch, or by rank).
+Graphs held in memory are batched by index arithmetic (:mod:`.batching`), a whole batch per
+call; anything else (a per-graph transform, an augmentation, a dataset of its own kind) goes
+through PyTorch Geometric's loader, one graph at a time.
 """
 
 from __future__ import annotations
@@ -10,13 +13,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset, Subset
-from torch_geometric.data import Data
-from torch_geometric.loader import DataLoader
+from torch.utils.data import DataLoader, Dataset, Subset
+from torch_geometric.data import Batch, Data
+from torch_geometric.loader import DataLoader as GraphLoader
 
 from ..config import AugmentationSection, TrainingConfig
 from ..errors import DataError
 from .augment import AugmentedDataset, get_preset
+from .batching import IndexBatcher, Unbatchable
 from .samplers import build_sampler
 
 
@@ -49,6 +53,40 @@ def split_dataset(
     )
 
 
+class IndexBatches(Subset):
+    """Graphs ``indices`` of an in-memory ``dataset``, whose batches an :class:`IndexBatcher`
+    assembles: a loader fetches a whole batch in one call (``__getitems__``). One graph at a
+    time (``dataset[i]``) they are the dataset's own, as through a ``Subset``."""
+
+    def __init__(self, dataset: Dataset, indices: Sequence[int], batcher: IndexBatcher):
+        super().__init__(dataset, indices)
+        self.batcher = batcher
+        self._index = torch.as_tensor(list(indices), dtype=torch.long)
+
+    def __getitems__(self, positions: list[int]) -> Batch:  # type: ignore[override]
+        return self.batcher(self._index[positions])
+
+
+def index_batches(dataset: Dataset | list[Data]) -> IndexBatches | None:
+    """``dataset`` (an in-memory dataset, or Subsets of one) as :class:`IndexBatches`; None
+    when its graphs cannot be assembled by index."""
+    indices: list[int] | None = None
+    while isinstance(dataset, Subset):
+        outer = list(dataset.indices)
+        indices = outer if indices is None else [outer[i] for i in indices]
+        dataset = dataset.dataset
+    try:
+        batcher = IndexBatcher(dataset)
+    except Unbatchable:
+        return None
+    return IndexBatches(dataset, range(len(dataset)) if indices is None else indices, batcher)
+
+
+def _as_is(batch: Batch) -> Batch:
+    """The collate function of a loader whose dataset returns whole batches."""
+    return batch
+
+
 def make_loader(
     dataset: Dataset,
     *,
@@ -60,20 +98,24 @@ def make_loader(
     sampler: Any = None,
     persistent_workers: bool = True,
 ) -> DataLoader:
-    """A PyG loader; a shuffling loader draws its order from its own seeded generator."""
+    """A loader of batches of graphs; a shuffling loader draws its order from its own seeded
+    generator. Batches of graphs in memory are assembled by index, others by PyTorch
+    Geometric's loader: the same batches either way."""
     if shuffle and sampler is not None:
         raise ValueError("shuffle and sampler exclude each other: the sampler decides the order")
-    generator = torch.Generator().manual_seed(seed) if shuffle else None
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        sampler=sampler,
-        drop_last=drop_last,
-        num_workers=num_workers,
-        persistent_workers=persistent_workers and num_workers > 0,
-        generator=generator,
-    )
+    options = {
+        "batch_size": batch_size,
+        "shuffle": shuffle,
+        "sampler": sampler,
+        "drop_last": drop_last,
+        "num_workers": num_workers,
+        "persistent_workers": persistent_workers and num_workers > 0,
+        "generator": torch.Generator().manual_seed(seed) if shuffle else None,
+    }
+    batches = index_batches(dataset)
+    if batches is None:
+        return GraphLoader(dataset, **options)
+    return DataLoader(batches, collate_fn=_as_is, **options)
 
 
 def make_train_loader(

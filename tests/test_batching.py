@@ -1,0 +1,166 @@
+"""Batches assembled by index arithmetic are the batches PyTorch Geometric collates, attribute
+for attribute, for every embedded kind and for the user's files."""
+
+import pytest
+import torch
+from torch.utils.data import Subset
+from torch_geometric.data import Batch, Data, InMemoryDataset
+
+from QuantumGravPy.data import CausalSetDataset, loaders
+from QuantumGravPy.data.batching import IndexBatcher, Unbatchable
+from QuantumGravPy.data.datasets import dataset_from_config
+from QuantumGravPy.data.files import FileDataset
+from QuantumGravPy.data.kinds import KINDS
+from QuantumGravPy.data.loaders import make_loader, make_train_loader, split_dataset
+from QuantumGravPy.data.writing import write_embedded
+
+GENERATED = {"num_graphs": 30, "num_points": [8, 20], "dimensions": [2, 3], "seed": 5}
+
+
+def assert_same_batch(ours: Batch, theirs: Batch) -> None:
+    assert type(ours).__name__ == type(theirs).__name__
+    assert list(ours.keys()) == list(theirs.keys())  # the same attributes, in the same order
+    for key in theirs.keys():
+        a, b = ours[key], theirs[key]
+        assert a.dtype == b.dtype and torch.equal(a, b), key
+    assert ours.num_graphs == theirs.num_graphs and ours.num_nodes == theirs.num_nodes
+    for book in ("_slice_dict", "_inc_dict"):
+        mine, reference = getattr(ours, book), getattr(theirs, book)
+        assert mine.keys() == reference.keys()
+        for key in reference:
+            assert torch.equal(mine[key], reference[key]), (book, key)
+    for g, r in zip(ours.to_data_list(), theirs.to_data_list(), strict=True):
+        assert all(torch.equal(g[k], r[k]) for k in r.keys())
+
+
+INDICES = [[0], [3, 1, 4, 1, 5], list(range(30)), [29, 0, 17, 17, 2, 11, 8]]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_embedded_kind_batches_as_pytorch_geometric_collates(tmp_path_factory, kind):
+    dataset = CausalSetDataset(
+        str(tmp_path_factory.mktemp("kinds")), **GENERATED, kind=kind, progress=False
+    )
+    batcher = IndexBatcher(dataset)
+    for indices in INDICES:
+        assert_same_batch(batcher(indices), Batch.from_data_list([dataset[i] for i in indices]))
+
+
+def test_causal_sets_from_files_with_node_features_batch_as_collated(make_config, tmp_path):
+    generated = make_config(
+        f"data.root={tmp_path / 'cache'}",
+        "data.num_graphs=30",
+        "data.num_points=[8, 20]",
+        "data.dimensions=[2, 3]",
+    )
+    path = write_embedded(generated.data, tmp_path / "sets.zarr")
+    files = make_config(
+        f"data.files=[{path}]",
+        f"data.root={tmp_path / 'files'}",
+        "data.targets={y: y, dimension: dimension, time: time}",
+        "data.node_features=[time]",
+    )
+    dataset = FileDataset(files.data, progress=False)
+    assert len(dataset) == 30 and dataset[0].x.shape[1] == 1  # the features: the time alone
+    batcher = IndexBatcher(dataset)
+    for indices in INDICES:
+        assert_same_batch(batcher(indices), Batch.from_data_list([dataset[i] for i in indices]))
+
+
+class Faces(InMemoryDataset):
+    """Graphs with an attribute of their own that Data shifts by the node count (``face``),
+    one stored per node row-wise (``extra_index`` of shape [2, k]) and a matrix per graph."""
+
+    def __init__(self):
+        super().__init__(None)
+        g = torch.Generator().manual_seed(0)
+        graphs = []
+        for i in range(12):
+            n = 3 + i % 5
+            graphs.append(
+                Data(
+                    x=torch.randn(n, 2, generator=g),
+                    edge_index=torch.randint(0, n, (2, 2 * n), generator=g),
+                    face=torch.randint(0, n, (3, i + 1), generator=g),
+                    extra_index=torch.randint(0, n, (2, 1 + i % 3), generator=g),
+                    weight=torch.rand(n, 3, generator=g).double(),
+                    y=torch.tensor([i % 3]),
+                    target=torch.rand(1, 4, generator=g),
+                )
+            )
+        self.data, self.slices = self.collate(graphs)
+
+
+def test_attributes_of_a_users_own_graphs_are_shifted_and_gathered_alike():
+    dataset = Faces()
+    batcher = IndexBatcher(dataset)
+    for indices in ([5], [11, 0, 3, 3, 7], list(range(12))[::-1]):
+        assert_same_batch(batcher(indices), Batch.from_data_list([dataset[i] for i in indices]))
+
+
+def test_what_it_cannot_assemble_is_refused_for_the_per_graph_path(tmp_path):
+    dataset = CausalSetDataset(str(tmp_path), **GENERATED, progress=False)
+    dataset.transform = lambda graph: graph
+    with pytest.raises(Unbatchable, match="transform"):
+        IndexBatcher(dataset)
+    with pytest.raises(Unbatchable, match="in-memory"):
+        IndexBatcher([Data(x=torch.ones(2, 1))])
+    with pytest.raises(ValueError, match="non-empty"):
+        IndexBatcher(CausalSetDataset(str(tmp_path), **GENERATED, progress=False))([])
+
+
+# --- whole epochs through the loaders: the same batches as PyTorch Geometric's loader --------
+
+
+def epoch_batches(loader, epoch: int) -> list[Batch]:
+    for part in (loader.sampler, loader.dataset):
+        if hasattr(part, "set_epoch"):
+            part.set_epoch(epoch)
+    return list(loader)
+
+
+def every_loader(config, train, val, rank: int, world_size: int) -> list:
+    shard = Subset(val, range(rank, len(val), world_size))  # sharded validation's part
+    label = {"manifold_like": "manifold_like"}.get(config.data.kind, "y")
+    return [
+        make_train_loader(
+            train, config.training, config.augmentation, rank=rank, world_size=world_size,
+            label=label,
+        ),
+        make_loader(shard, batch_size=7, num_workers=config.training.num_workers),
+        make_loader(val, batch_size=5, shuffle=True, seed=3),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["training.sampler=class_balanced", "training.drop_last=true"],
+        ["training.sampler=progressive", "data.kind=manifold_like"],
+        ["data.kind=curvature", "training.num_workers=1"],  # per element ricci; a worker
+    ],
+    ids=["shuffle", "class-balanced", "progressive", "node-level-in-a-worker"],
+)
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_whole_epochs_are_the_batches_pytorch_geometric_makes(
+    make_config, monkeypatch, overrides, world_size
+):
+    config = make_config("data.num_graphs=60", "training.batch_size=8", *overrides)
+    dataset = dataset_from_config(config.data, progress=False)
+    train, val, _ = split_dataset(dataset, config.data.split, config.data.seed)
+    for rank in range(world_size):
+        ours = every_loader(config, train, val, rank, world_size)
+        with monkeypatch.context() as m:
+            m.setattr(loaders, "index_batches", lambda dataset: None)  # the per-graph path
+            reference = every_loader(config, train, val, rank, world_size)
+        assert all(isinstance(loader.dataset, loaders.IndexBatches) for loader in ours)
+        for mine, theirs in zip(ours, reference, strict=True):
+            assert len(mine) == len(theirs)
+            for epoch in (0, 1):
+                batches, expected = epoch_batches(mine, epoch), epoch_batches(theirs, epoch)
+                assert len(batches) == len(expected) > 0
+                for a, b in zip(batches, expected, strict=True):
+                    assert_same_batch(a, b)
+            loaders.release_workers(mine)
+            loaders.release_workers(theirs)
