@@ -12,6 +12,7 @@ the same tensors, dtypes and attribute order, and the same bookkeeping, so that
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -91,6 +92,16 @@ class IndexBatcher:
             self.attributes.append((key, value, group, cat_dim % value.dim(), _increment(key)))
         self.nodes = self._group(slices["x"])
         self.num_graphs = len(slices["x"]) - 1
+        # One value per graph (labels, graph-level targets): stacked by dtype, so that a batch
+        # takes them in one selection per dtype; each is then a row of the result.
+        self.rows: dict[str, tuple[torch.dtype, int]] = {}
+        columns: dict[torch.dtype, list[Tensor]] = {}
+        for key, value, group, _, incremented in self.attributes:
+            if self.bounds[group] is None and value.dim() == 1 and not incremented:
+                self.rows[key] = (value.dtype, len(columns.setdefault(value.dtype, [])))
+                columns[value.dtype].append(value)
+        self.stacked = {dtype: torch.stack(values) for dtype, values in columns.items()}
+        self.template = Batch(_base_cls=self.base_cls)  # copied: its class is made once
 
     def _group(self, bounds: Tensor | None) -> int:
         for i, known in enumerate(self.bounds):
@@ -113,12 +124,17 @@ class IndexBatcher:
             for bounds in self.bounds
         ]
         _, nodes, node_offsets = gathered[self.nodes]
-        batch = Batch(_base_cls=self.base_cls)
+        batch = copy.copy(self.template)
         slice_dict, inc_dict = {}, {}
         zeros = torch.zeros(len(index), dtype=torch.long)
+        per_graph = {dtype: values.index_select(1, index) for dtype, values in self.stacked.items()}
         for key, value, group, cat_dim, incremented in self.attributes:
             positions, counts, offsets = gathered[group]
-            out = _select(value, cat_dim, positions)
+            if key in self.rows:
+                dtype, row = self.rows[key]
+                out = per_graph[dtype][row]
+            else:
+                out = _select(value, cat_dim, positions)
             if incremented:
                 shift = node_offsets[:-1]
                 shape = [1] * out.dim()
