@@ -26,6 +26,7 @@ SCRIPTS = (
     ("overhead.py", "Framework overhead: `qg.Trainer` against a hand-written loop and Lightning"),
     ("ddp_scaling.py", "1 against 2 processes: ours, a hand-written DDP loop and Lightning's DDP"),
     ("monitor.py", "The cost of looking inside a run: the monitor's defaults against none"),
+    ("data_path.py", "The data path: real epochs against the model's work alone and PyG's loader"),
     (
         "samplers.py",
         "Distributed samplers: ours against Lightning's wrapper and DistributedSampler",
