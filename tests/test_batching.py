@@ -139,8 +139,17 @@ def every_loader(config, train, val, rank: int, world_size: int) -> list:
         ["training.sampler=class_balanced", "training.drop_last=true"],
         ["training.sampler=progressive", "data.kind=manifold_like"],
         ["data.kind=curvature", "training.num_workers=1"],  # per element ricci; a worker
+        ["data.storage=disk"],
+        ["data.storage=disk", "data.kind=curvature", "training.sampler=class_balanced"],
     ],
-    ids=["shuffle", "class-balanced", "progressive", "node-level-in-a-worker"],
+    ids=[
+        "shuffle",
+        "class-balanced",
+        "progressive",
+        "node-level-in-a-worker",
+        "disk",
+        "disk-node-level",
+    ],
 )
 @pytest.mark.parametrize("world_size", [1, 2])
 def test_whole_epochs_are_the_batches_pytorch_geometric_makes(

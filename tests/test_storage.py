@@ -28,6 +28,7 @@ from QuantumGravPy.data import (
     make_train_loader,
     split_dataset,
 )
+from QuantumGravPy.data.disk import _Table
 from QuantumGravPy.data.writing import write_embedded
 
 pytestmark = pytest.mark.timeout(180)
@@ -126,12 +127,9 @@ def test_each_rank_reads_only_the_graphs_its_sampler_gives_it(make_config, files
     cfg = config(make_config, files, "disk", "training.batch_size=8")
     dataset = dataset_from_config(cfg.data, progress=False)
     train_part, _, _ = split_dataset(dataset, cfg.data.split, cfg.data.seed)
-    read: list[int] = []
-    get, multi_get = DiskDataset.get, DiskDataset.multi_get
-    monkeypatch.setattr(DiskDataset, "get", lambda self, i: read.append(int(i)) or get(self, i))
-    monkeypatch.setattr(
-        DiskDataset, "multi_get", lambda self, i: read.extend(map(int, i)) or multi_get(self, i)
-    )
+    read: list[int] = []  # every graph read from the table (its multi_get reads each by get)
+    get = _Table.get
+    monkeypatch.setattr(_Table, "get", lambda self, i: read.append(int(i)) or get(self, i))
     for rank in (0, 1):
         loader = make_train_loader(
             train_part, cfg.training, cfg.augmentation, rank=rank, world_size=2

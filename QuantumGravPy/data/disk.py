@@ -18,6 +18,7 @@ each writing a contiguous range that is then joined in order.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -27,10 +28,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
-from torch_geometric.data import Data, InMemoryDataset, OnDiskDataset, SQLiteDatabase
+from torch_geometric.data import Batch, Data, InMemoryDataset, OnDiskDataset, SQLiteDatabase
 
 from ..errors import DataError
+from .batching import Unbatchable
 from .cache import GraphSource, cache_name
 from .sharding import DistributedRangeSplitter, in_parallel
 
@@ -79,6 +82,93 @@ def unpack(blob: bytes) -> Data:
         raw = torch.frombuffer(blob, dtype=torch.uint8, count=nbytes, offset=start + offset)
         attributes[key] = raw.view(dtype).view(shape)
     return Data(**attributes)
+
+
+def _header(blob: bytes) -> tuple[list, dict, int]:
+    """(tensor specs, other attributes, where the tensors' bytes start) of :func:`pack`'s bytes."""
+    size = int.from_bytes(blob[:8], "little")
+    specs, other = pickle.loads(blob[8 : 8 + size])
+    return specs, other, 8 + size + (-(8 + size) % _ALIGN)
+
+
+class DiskBatcher:
+    """Batches of a :class:`DiskDataset`'s graphs assembled from their stored bytes: each
+    attribute's bytes joined over the batch and viewed as one tensor, with no ``Data`` per
+    graph; the batch ``Batch.from_data_list`` makes of the same graphs.
+
+    Raises :class:`~.batching.Unbatchable` for a per-graph transform, or graphs with
+    attributes that are not tensors or without ``x``.
+    """
+
+    def __init__(self, dataset: DiskDataset):
+        if dataset.transform is not None:
+            raise Unbatchable("a per-graph transform")
+        specs, other, _ = _header(dataset.db.get(0))
+        keys = [spec[0] for spec in specs]
+        if other or "x" not in keys or any("batch" in key for key in keys):
+            raise Unbatchable("attributes that are not tensors, or graphs without x")
+        self.dataset = dataset
+        probe = Data()
+        self.cat_last = {key: probe.__cat_dim__(key, torch.empty(0)) == -1 for key in keys}
+        self.template = Batch(_base_cls=Data)
+
+    def __call__(self, indices: Any) -> Batch:
+        blobs = self.dataset.db.multi_get(indices)
+        heads = [_header(blob) for blob in blobs]
+        keys = [spec[0] for spec in heads[0][0]]
+        if any(other or [spec[0] for spec in specs] != keys for specs, other, _ in heads):
+            # graphs that differ in their attributes: as PyTorch Geometric collates them
+            return Batch.from_data_list([unpack(blob) for blob in blobs])
+        views = [memoryview(blob) for blob in blobs]
+        k = len(blobs)
+        nodes = np.array([specs[keys.index("x")][2][0] for specs, _, _ in heads], dtype=np.int64)
+        node_offsets = np.zeros(k + 1, dtype=np.int64)
+        np.cumsum(nodes, out=node_offsets[1:])
+        ptr = torch.from_numpy(node_offsets)
+        batch = copy.copy(self.template)
+        slice_dict, inc_dict = {}, {}
+        zeros = torch.zeros(k, dtype=torch.long)
+        for i, key in enumerate(keys):
+            dtype = getattr(torch, heads[0][0][i][1])
+            shapes = [specs[i][2] or (1,) for specs, _, _ in heads]  # a scalar is one row
+            last = self.cat_last[key] and len(shapes[0]) > 1
+            sizes = np.array([shape[-1] if last else shape[0] for shape in shapes], dtype=np.int64)
+            parts = []
+            if last:  # rows of [r, n_i] are joined row by row
+                rows, width = shapes[0][0], dtype.itemsize
+                for row in range(rows):
+                    for (specs, _, start), view, n in zip(heads, views, sizes, strict=True):
+                        first = start + specs[i][3] + row * int(n) * width
+                        parts.append(view[first : first + int(n) * width])
+            else:
+                for (specs, _, start), view, shape in zip(heads, views, shapes, strict=True):
+                    first = start + specs[i][3]
+                    parts.append(view[first : first + math.prod(shape) * dtype.itemsize])
+            joined = bytearray().join(parts)
+            flat = torch.frombuffer(joined, dtype=dtype) if joined else torch.empty(0, dtype=dtype)
+            total = int(sizes.sum())
+            shape = (*shapes[0][:-1], total) if last else (total, *shapes[0][1:])
+            out = flat.view(shape)
+            if self.cat_last[key] or key == "face":  # shifted by the nodes before the graph
+                shift = torch.from_numpy(np.repeat(node_offsets[:-1], sizes))
+                out += (
+                    shift.view([1] * (out.dim() - 1) + [-1])
+                    if last
+                    else shift.view([-1] + [1] * (out.dim() - 1))
+                )
+                inc_dict[key] = ptr[:-1]
+            else:
+                inc_dict[key] = zeros
+            offsets = np.zeros(k + 1, dtype=np.int64)
+            np.cumsum(sizes, out=offsets[1:])
+            batch[key] = out
+            slice_dict[key] = torch.from_numpy(offsets)
+        batch.batch = torch.from_numpy(np.repeat(np.arange(k, dtype=np.int64), nodes))
+        batch.ptr = ptr
+        batch._num_graphs = k
+        batch._slice_dict = slice_dict
+        batch._inc_dict = inc_dict
+        return batch
 
 
 def _light(graph: Data) -> Data:

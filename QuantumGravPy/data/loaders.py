@@ -21,6 +21,7 @@ from ..config import AugmentationSection, TrainingConfig
 from ..errors import DataError
 from .augment import AugmentedDataset, get_preset
 from .batching import IndexBatcher, Unbatchable
+from .disk import DiskBatcher, DiskDataset
 from .samplers import build_sampler
 
 
@@ -54,11 +55,12 @@ def split_dataset(
 
 
 class IndexBatches(Subset):
-    """Graphs ``indices`` of an in-memory ``dataset``, whose batches an :class:`IndexBatcher`
-    assembles: a loader fetches a whole batch in one call (``__getitems__``). One graph at a
-    time (``dataset[i]``) they are the dataset's own, as through a ``Subset``."""
+    """Graphs ``indices`` of ``dataset``, whose batches ``batcher`` (an :class:`IndexBatcher`
+    or a :class:`DiskBatcher`) assembles: a loader fetches a whole batch in one call
+    (``__getitems__``). One graph at a time (``dataset[i]``) they are the dataset's own, as
+    through a ``Subset``."""
 
-    def __init__(self, dataset: Dataset, indices: Sequence[int], batcher: IndexBatcher):
+    def __init__(self, dataset: Dataset, indices: Sequence[int], batcher: Any):
         super().__init__(dataset, indices)
         self.batcher = batcher
         self._index = torch.as_tensor(list(indices), dtype=torch.long)
@@ -68,15 +70,16 @@ class IndexBatches(Subset):
 
 
 def index_batches(dataset: Dataset | list[Data]) -> IndexBatches | None:
-    """``dataset`` (an in-memory dataset, or Subsets of one) as :class:`IndexBatches`; None
-    when its graphs cannot be assembled by index."""
+    """``dataset`` (an in-memory or on-disk dataset, or Subsets of one) as
+    :class:`IndexBatches`; None when its graphs cannot be assembled without a ``Data`` each."""
     indices: list[int] | None = None
     while isinstance(dataset, Subset):
         outer = list(dataset.indices)
         indices = outer if indices is None else [outer[i] for i in indices]
         dataset = dataset.dataset
     try:
-        batcher = IndexBatcher(dataset)
+        on_disk = isinstance(dataset, DiskDataset)
+        batcher = DiskBatcher(dataset) if on_disk else IndexBatcher(dataset)
     except Unbatchable:
         return None
     return IndexBatches(dataset, range(len(dataset)) if indices is None else indices, batcher)
