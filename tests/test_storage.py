@@ -28,6 +28,7 @@ from QuantumGravPy.data import (
     make_train_loader,
     split_dataset,
 )
+from QuantumGravPy.data import disk as disk_module
 from QuantumGravPy.data.disk import _Table
 from QuantumGravPy.data.writing import write_embedded
 
@@ -127,9 +128,12 @@ def test_each_rank_reads_only_the_graphs_its_sampler_gives_it(make_config, files
     cfg = config(make_config, files, "disk", "training.batch_size=8")
     dataset = dataset_from_config(cfg.data, progress=False)
     train_part, _, _ = split_dataset(dataset, cfg.data.split, cfg.data.seed)
-    read: list[int] = []  # every graph read from the table (its multi_get reads each by get)
-    get = _Table.get
+    read: list[int] = []  # every graph read from the table, one at a time or many
+    get, multi_get = _Table.get, _Table.multi_get
     monkeypatch.setattr(_Table, "get", lambda self, i: read.append(int(i)) or get(self, i))
+    monkeypatch.setattr(
+        _Table, "multi_get", lambda self, i, *a: read.extend(map(int, i)) or multi_get(self, i)
+    )
     for rank in (0, 1):
         loader = make_train_loader(
             train_part, cfg.training, cfg.augmentation, rank=rank, world_size=2
@@ -285,3 +289,12 @@ def test_a_job_shares_a_missing_build_only_when_each_process_gets_enough(
     shared = dataset_from_config(many.data, progress=False, world_size=2, min_per_process=40)
     assert used == [2]
     assert_same(shared, dataset_from_config(few.data, progress=False))
+
+
+def test_many_graphs_read_at_once_come_back_in_the_order_asked_repeats_included(
+    make_config, files, monkeypatch
+):
+    dataset = dataset_from_config(config(make_config, files, "disk").data, progress=False)
+    monkeypatch.setattr(disk_module, "_IN_QUERY", 7)  # several queries for one batch
+    wanted = [5, 3, 5, 0, *range(len(dataset) - 1, 10, -2), 3]
+    assert dataset.db.multi_get(wanted) == [dataset.db.get(i) for i in wanted]
