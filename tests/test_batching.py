@@ -19,8 +19,8 @@ GENERATED = {"num_graphs": 30, "num_points": [8, 20], "dimensions": [2, 3], "see
 
 def assert_same_batch(ours: Batch, theirs: Batch) -> None:
     assert type(ours).__name__ == type(theirs).__name__
-    assert list(ours.keys()) == list(theirs.keys())  # the same attributes, in the same order
-    for key in theirs.keys():
+    assert list(ours.to_dict()) == list(theirs.to_dict())  # the same attributes, in order
+    for key in theirs.to_dict():
         a, b = ours[key], theirs[key]
         assert a.dtype == b.dtype and torch.equal(a, b), key
     assert ours.num_graphs == theirs.num_graphs and ours.num_nodes == theirs.num_nodes

@@ -109,6 +109,10 @@ class DiskBatcher:
         if other or "x" not in keys or any("batch" in key for key in keys):
             raise Unbatchable("attributes that are not tensors, or graphs without x")
         self.dataset = dataset
+        # The order a graph read alone lists its attributes in (Data's constructor sets its
+        # own named ones first), which the batch PyG makes of such graphs follows.
+        self.keys = keys
+        self.order = list(Data(**dict.fromkeys(keys, torch.empty(0))).to_dict())
         probe = Data()
         self.cat_last = {key: probe.__cat_dim__(key, torch.empty(0)) == -1 for key in keys}
         self.template = Batch(_base_cls=Data)
@@ -116,7 +120,7 @@ class DiskBatcher:
     def __call__(self, indices: Any) -> Batch:
         blobs = self.dataset.db.multi_get(indices)
         heads = [_header(blob) for blob in blobs]
-        keys = [spec[0] for spec in heads[0][0]]
+        keys = self.keys
         if any(other or [spec[0] for spec in specs] != keys for specs, other, _ in heads):
             # graphs that differ in their attributes: as PyTorch Geometric collates them
             return Batch.from_data_list([unpack(blob) for blob in blobs])
@@ -129,7 +133,8 @@ class DiskBatcher:
         batch = copy.copy(self.template)
         slice_dict, inc_dict = {}, {}
         zeros = torch.zeros(k, dtype=torch.long)
-        for i, key in enumerate(keys):
+        for key in self.order:
+            i = keys.index(key)
             dtype = getattr(torch, heads[0][0][i][1])
             shapes = [specs[i][2] or (1,) for specs, _, _ in heads]  # a scalar is one row
             last = self.cat_last[key] and len(shapes[0]) > 1
