@@ -13,7 +13,7 @@ the same tensors, dtypes and attribute order, and the same bookkeeping, so that
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,42 @@ def _increment(key: str) -> bool:
     """Whether ``Data`` shifts the attribute by the node count when batching (its
     ``__inc__``: ``edge_index``, ``face`` and any other ``*index*`` attribute)."""
     return "index" in key or key == "face"
+
+
+def assemble_batch(
+    template: Batch, nodes: np.ndarray, parts: Iterable[tuple[str, Tensor, int, np.ndarray]]
+) -> Batch:
+    """The batch of graphs with ``nodes`` nodes each, from ``parts``: (attribute, the graphs'
+    values concatenated along ``dim``, ``dim``, each graph's size along it), in order. As
+    ``Batch.from_data_list`` makes it: ``*index*`` attributes shifted by the nodes of the
+    graphs before (in place), ``batch``, ``ptr`` and the bookkeeping ``to_data_list`` reads.
+    ``template``: an empty batch of the right class, copied (PyG makes the class anew, slowly,
+    for every ``Batch(_base_cls=...)``)."""
+    k = len(nodes)
+    node_offsets = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(nodes, out=node_offsets[1:])
+    ptr = torch.from_numpy(node_offsets)
+    zeros = torch.zeros(k, dtype=torch.long)
+    batch = copy.copy(template)
+    slice_dict, inc_dict = {}, {}
+    for key, out, dim, sizes in parts:
+        if _increment(key):
+            shape = [1] * out.dim()
+            shape[dim] = -1  # along the dimension the graphs are concatenated in
+            out += torch.from_numpy(np.repeat(node_offsets[:-1], sizes)).view(shape)
+            inc_dict[key] = ptr[:-1]
+        else:
+            inc_dict[key] = zeros
+        offsets = np.zeros(k + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        batch[key] = out
+        slice_dict[key] = torch.from_numpy(offsets)
+    batch.batch = torch.from_numpy(np.repeat(np.arange(k, dtype=np.int64), nodes))
+    batch.ptr = ptr
+    batch._num_graphs = k
+    batch._slice_dict = slice_dict
+    batch._inc_dict = inc_dict
+    return batch
 
 
 def _gather(bounds: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -121,36 +157,17 @@ class IndexBatcher:
         if index.dim() != 1 or len(index) == 0:
             raise ValueError("indices must be a non-empty sequence of graph indices")
         k, where = len(index), index.numpy()
-        every = np.arange(k + 1, dtype=np.int64)
         gathered = [
-            (where, np.ones(k, dtype=np.int64), every) if bounds is None else _gather(bounds, where)
+            (where, np.ones(k, dtype=np.int64)) if bounds is None else _gather(bounds, where)
             for bounds in self.bounds
         ]
-        _, nodes, node_offsets = gathered[self.nodes]
-        ptr = torch.from_numpy(node_offsets)
-        batch = copy.copy(self.template)
-        slice_dict, inc_dict = {}, {}
-        zeros = torch.zeros(k, dtype=torch.long)
         per_graph = {dtype: values.index_select(1, index) for dtype, values in self.stacked.items()}
-        for key, value, group, cat_dim, incremented in self.attributes:
-            positions, counts, offsets = gathered[group]
+        parts = []
+        for key, value, group, cat_dim, _ in self.attributes:
+            positions, counts = gathered[group][:2]
             if key in self.rows:
                 dtype, row = self.rows[key]
-                out = per_graph[dtype][row]
+                parts.append((key, per_graph[dtype][row], cat_dim, counts))
             else:
-                out = _select(value, cat_dim, positions)
-            if incremented:  # by the nodes of the graphs before it in the batch
-                shape = [1] * out.dim()
-                shape[cat_dim] = -1  # along the dimension the graphs are concatenated in
-                out += torch.from_numpy(np.repeat(node_offsets[:-1], counts)).view(shape)
-                inc_dict[key] = ptr[:-1]
-            else:
-                inc_dict[key] = zeros
-            batch[key] = out
-            slice_dict[key] = ptr if group == self.nodes else torch.from_numpy(offsets)
-        batch.batch = torch.from_numpy(np.repeat(every[:-1], nodes))
-        batch.ptr = ptr
-        batch._num_graphs = k
-        batch._slice_dict = slice_dict
-        batch._inc_dict = inc_dict
-        return batch
+                parts.append((key, _select(value, cat_dim, positions), cat_dim, counts))
+        return assemble_batch(self.template, gathered[self.nodes][1], parts)

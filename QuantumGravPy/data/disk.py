@@ -18,7 +18,6 @@ each writing a contiguous range that is then joined in order.
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import os
@@ -33,7 +32,7 @@ import torch
 from torch_geometric.data import Batch, Data, InMemoryDataset, OnDiskDataset, SQLiteDatabase
 
 from ..errors import DataError
-from .batching import Unbatchable
+from .batching import Unbatchable, assemble_batch
 from .cache import GraphSource, cache_name
 from .sharding import DistributedRangeSplitter, in_parallel
 
@@ -125,56 +124,31 @@ class DiskBatcher:
             # graphs that differ in their attributes: as PyTorch Geometric collates them
             return Batch.from_data_list([unpack(blob) for blob in blobs])
         views = [memoryview(blob) for blob in blobs]
-        k = len(blobs)
         nodes = np.array([specs[keys.index("x")][2][0] for specs, _, _ in heads], dtype=np.int64)
-        node_offsets = np.zeros(k + 1, dtype=np.int64)
-        np.cumsum(nodes, out=node_offsets[1:])
-        ptr = torch.from_numpy(node_offsets)
-        batch = copy.copy(self.template)
-        slice_dict, inc_dict = {}, {}
-        zeros = torch.zeros(k, dtype=torch.long)
+        parts = []
         for key in self.order:
             i = keys.index(key)
             dtype = getattr(torch, heads[0][0][i][1])
             shapes = [specs[i][2] or (1,) for specs, _, _ in heads]  # a scalar is one row
             last = self.cat_last[key] and len(shapes[0]) > 1
             sizes = np.array([shape[-1] if last else shape[0] for shape in shapes], dtype=np.int64)
-            parts = []
+            pieces = []
             if last:  # rows of [r, n_i] are joined row by row
                 rows, width = shapes[0][0], dtype.itemsize
                 for row in range(rows):
                     for (specs, _, start), view, n in zip(heads, views, sizes, strict=True):
                         first = start + specs[i][3] + row * int(n) * width
-                        parts.append(view[first : first + int(n) * width])
+                        pieces.append(view[first : first + int(n) * width])
             else:
                 for (specs, _, start), view, shape in zip(heads, views, shapes, strict=True):
                     first = start + specs[i][3]
-                    parts.append(view[first : first + math.prod(shape) * dtype.itemsize])
-            joined = bytearray().join(parts)
+                    pieces.append(view[first : first + math.prod(shape) * dtype.itemsize])
+            joined = bytearray().join(pieces)
             flat = torch.frombuffer(joined, dtype=dtype) if joined else torch.empty(0, dtype=dtype)
             total = int(sizes.sum())
             shape = (*shapes[0][:-1], total) if last else (total, *shapes[0][1:])
-            out = flat.view(shape)
-            if self.cat_last[key] or key == "face":  # shifted by the nodes before the graph
-                shift = torch.from_numpy(np.repeat(node_offsets[:-1], sizes))
-                out += (
-                    shift.view([1] * (out.dim() - 1) + [-1])
-                    if last
-                    else shift.view([-1] + [1] * (out.dim() - 1))
-                )
-                inc_dict[key] = ptr[:-1]
-            else:
-                inc_dict[key] = zeros
-            offsets = np.zeros(k + 1, dtype=np.int64)
-            np.cumsum(sizes, out=offsets[1:])
-            batch[key] = out
-            slice_dict[key] = torch.from_numpy(offsets)
-        batch.batch = torch.from_numpy(np.repeat(np.arange(k, dtype=np.int64), nodes))
-        batch.ptr = ptr
-        batch._num_graphs = k
-        batch._slice_dict = slice_dict
-        batch._inc_dict = inc_dict
-        return batch
+            parts.append((key, flat.view(shape), len(shape) - 1 if last else 0, sizes))
+        return assemble_batch(self.template, nodes, parts)
 
 
 def _light(graph: Data) -> Data:
