@@ -69,7 +69,8 @@ def test_causal_sets_from_files_with_node_features_batch_as_collated(make_config
 
 class Faces(InMemoryDataset):
     """Graphs with an attribute of their own that Data shifts by the node count (``face``),
-    one stored per node row-wise (``extra_index`` of shape [2, k]) and a matrix per graph."""
+    one stored per node row-wise (``extra_index`` of shape [2, k]), a matrix per graph, and
+    dtypes NumPy does not have (bfloat16) or that it stores otherwise (bool)."""
 
     def __init__(self):
         super().__init__(None)
@@ -86,6 +87,9 @@ class Faces(InMemoryDataset):
                     weight=torch.rand(n, 3, generator=g).double(),
                     y=torch.tensor([i % 3]),
                     target=torch.rand(1, 4, generator=g),
+                    mass=torch.rand(n, generator=g).bfloat16(),
+                    flag=torch.tensor([i % 2 == 0]),
+                    charge=torch.rand(1, generator=g).bfloat16(),
                 )
             )
         self.data, self.slices = self.collate(graphs)

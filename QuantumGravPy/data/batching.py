@@ -8,13 +8,19 @@ attribute, the node offsets added to ``edge_index``, ``batch`` and ``ptr`` from 
 counts. The batch is the one ``Batch.from_data_list([dataset[i] for i in indices])`` makes:
 the same tensors, dtypes and attribute order, and the same bookkeeping, so that
 ``batch.to_data_list()`` gives the graphs back.
+
+A batch of 32 small graphs is a few dozen array operations on a few thousand numbers, so the
+cost is the fixed price of each operation: the arithmetic is done in NumPy (about a
+microsecond an operation, a torch operation several), each graph's sizes and offsets are
+worked out once for all the attributes that share them, and the finished tensors are put in
+the batch's store in one update.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -32,65 +38,97 @@ def _increment(key: str) -> bool:
     return "index" in key or key == "face"
 
 
+class Rows(NamedTuple):
+    """How a batch's graphs divide one kind of attribute's rows: each graph's count, where
+    each starts in the batch (and the total, last), and those offsets as the tensor that the
+    batch's bookkeeping (``_slice_dict``) holds."""
+
+    counts: np.ndarray
+    offsets: np.ndarray
+    slices: Tensor
+
+    @classmethod
+    def of(cls, counts: np.ndarray) -> Rows:
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return cls(counts, offsets, torch.from_numpy(offsets))
+
+
 def assemble_batch(
-    template: Batch, nodes: np.ndarray, parts: Iterable[tuple[str, Tensor, int, np.ndarray]]
+    template: Batch, nodes: Rows, parts: Iterable[tuple[str, Tensor, int, Rows]]
 ) -> Batch:
-    """The batch of graphs with ``nodes`` nodes each, from ``parts``: (attribute, the graphs'
-    values concatenated along ``dim``, ``dim``, each graph's size along it), in order. As
-    ``Batch.from_data_list`` makes it: ``*index*`` attributes shifted by the nodes of the
+    """The batch of graphs whose nodes ``nodes`` counts, from ``parts``: (attribute, the
+    graphs' values concatenated along ``dim``, ``dim``, how the graphs divide it), in order.
+    As ``Batch.from_data_list`` makes it: ``*index*`` attributes shifted by the nodes of the
     graphs before (in place), ``batch``, ``ptr`` and the bookkeeping ``to_data_list`` reads.
     ``template``: an empty batch of the right class, copied (PyG makes the class anew, slowly,
     for every ``Batch(_base_cls=...)``)."""
-    k = len(nodes)
-    node_offsets = np.zeros(k + 1, dtype=np.int64)
-    np.cumsum(nodes, out=node_offsets[1:])
-    ptr = torch.from_numpy(node_offsets)
-    zeros = torch.zeros(k, dtype=torch.long)
-    batch = copy.copy(template)
-    slice_dict, inc_dict = {}, {}
-    for key, out, dim, sizes in parts:
+    k = len(nodes.counts)
+    ptr = nodes.slices
+    starts, zeros = ptr[:-1], torch.zeros(k, dtype=torch.long)
+    values, slice_dict, inc_dict = {}, {}, {}
+    shifts: dict[int, Tensor] = {}  # by the Rows they follow: one repeat for all that share it
+    for key, out, dim, where in parts:
         if _increment(key):
-            shape = [1] * out.dim()
-            shape[dim] = -1  # along the dimension the graphs are concatenated in
-            out += torch.from_numpy(np.repeat(node_offsets[:-1], sizes)).view(shape)
-            inc_dict[key] = ptr[:-1]
+            shift = shifts.get(id(where))
+            if shift is None:
+                shift = torch.from_numpy(np.repeat(nodes.offsets[:-1], where.counts))
+                shifts[id(where)] = shift
+            if out.dim() > 1:
+                shape = [1] * out.dim()
+                shape[dim] = -1  # along the dimension the graphs are concatenated in
+                shift = shift.view(shape)
+            out += shift
+            inc_dict[key] = starts
         else:
             inc_dict[key] = zeros
-        offsets = np.zeros(k + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        batch[key] = out
-        slice_dict[key] = torch.from_numpy(offsets)
-    batch.batch = torch.from_numpy(np.repeat(np.arange(k, dtype=np.int64), nodes))
-    batch.ptr = ptr
+        values[key] = out
+        slice_dict[key] = where.slices
+    values["batch"] = torch.from_numpy(np.repeat(np.arange(k, dtype=np.int64), nodes.counts))
+    values["ptr"] = ptr
+    batch = copy.copy(template)
+    # The store's own dictionary, in one update: its item assignment clears caches an empty
+    # batch does not have, at a few microseconds an attribute.
+    batch._store._mapping.update(values)
     batch._num_graphs = k
     batch._slice_dict = slice_dict
     batch._inc_dict = inc_dict
     return batch
 
 
-def _gather(bounds: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(positions of the rows of the graphs ``index``, in order; each graph's row count;
-    their offsets in the batch, starting at 0). Index arithmetic on a few thousand numbers is
-    quicker in NumPy than in torch, whose every operation costs microseconds to dispatch."""
-    starts = bounds[index]
-    counts = bounds[index + 1] - starts
-    offsets = np.zeros(len(index) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    positions = np.repeat(starts - offsets[:-1], counts)
+def ranges(first: np.ndarray, counts: np.ndarray, offsets: np.ndarray | None = None) -> np.ndarray:
+    """The positions ``first[i]``, ..., ``first[i] + counts[i] - 1`` of every ``i``, in order
+    (``offsets``: the exclusive cumulative sum of ``counts`` with the total last, if known)."""
+    if offsets is None:
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+    positions = np.repeat(first - offsets[:-1], counts)
     positions += np.arange(offsets[-1], dtype=np.int64)
-    return positions, counts, offsets
+    return positions
 
 
-def _select(value: Tensor, dim: int, positions: np.ndarray) -> Tensor:
-    """``value.index_select(dim, positions)``; along the last of several dimensions (an
-    ``edge_index``) as one gather over the flat storage, 3x quicker than the strided one."""
-    if dim == 0 or dim != value.dim() - 1 or not value.is_contiguous():
-        return value.index_select(dim, torch.from_numpy(positions))
-    length = value.size(dim)
-    rows = value.numel() // length
-    flat = (np.arange(0, rows * length, length)[:, None] + positions).reshape(-1)
-    out = value.view(-1).index_select(0, torch.from_numpy(flat))
-    return out.view(*value.shape[:-1], len(positions))
+def _positions(bounds: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, Rows]:
+    """The positions of the rows of the graphs ``index``, in order, and how they divide."""
+    first = bounds[index]
+    where = Rows.of(bounds[index + 1] - first)
+    return ranges(first, where.counts, where.offsets), where
+
+
+class _Stored(NamedTuple):
+    """One attribute of the dataset: its values (a NumPy view where NumPy has the dtype),
+    which rows group it follows, and the dimension the graphs are concatenated in."""
+
+    key: str
+    values: np.ndarray | Tensor
+    group: int
+    dim: int
+    row: tuple[torch.dtype, int] | None  # one value per graph: its row of the stacked values
+
+
+def _take(values: np.ndarray | Tensor, dim: int, positions: np.ndarray) -> Tensor:
+    if isinstance(values, Tensor):  # a dtype NumPy lacks (bfloat16)
+        return values.index_select(dim, torch.from_numpy(positions))
+    return torch.from_numpy(values.take(positions, axis=dim))
 
 
 class IndexBatcher:
@@ -109,11 +147,14 @@ class IndexBatcher:
             raise Unbatchable("a per-graph transform")
         if "x" not in slices:
             raise Unbatchable("graphs without x")
-        self.base_cls = type(data)
         # Attributes with the same boundaries (every node-level one shares the nodes', every
         # graph-level one has one row per graph) share the positions gathered for a batch.
         self.bounds: list[np.ndarray | None] = []  # distinct boundaries; None: one per graph
-        self.attributes: list[tuple[str, Tensor, int, int, bool]] = []
+        self.nodes = self._group(slices["x"])
+        self.stored: list[_Stored] = []
+        # One value per graph (labels, graph-level targets): stacked by dtype, so that a batch
+        # takes them in one selection per dtype; each is then a row of the result.
+        columns: dict[torch.dtype, list[Tensor]] = {}
         for key, bounds in slices.items():  # the order a graph of the dataset lists them in
             value = data[key]
             if not isinstance(value, Tensor) or value.is_sparse or value.is_nested:
@@ -127,19 +168,14 @@ class IndexBatcher:
                 bounds, torch.arange(len(bounds), device=bounds.device)
             )
             group = self._group(None if per_graph else bounds)
-            self.attributes.append((key, value, group, cat_dim % value.dim(), _increment(key)))
-        self.nodes = self._group(slices["x"])
-        self.num_graphs = len(slices["x"]) - 1
-        # One value per graph (labels, graph-level targets): stacked by dtype, so that a batch
-        # takes them in one selection per dtype; each is then a row of the result.
-        self.rows: dict[str, tuple[torch.dtype, int]] = {}
-        columns: dict[torch.dtype, list[Tensor]] = {}
-        for key, value, group, _, incremented in self.attributes:
-            if self.bounds[group] is None and value.dim() == 1 and not incremented:
-                self.rows[key] = (value.dtype, len(columns.setdefault(value.dtype, [])))
+            row = None
+            if per_graph and value.dim() == 1 and not _increment(key):
+                row = (value.dtype, len(columns.setdefault(value.dtype, [])))
                 columns[value.dtype].append(value)
-        self.stacked = {dtype: torch.stack(values) for dtype, values in columns.items()}
-        self.template = Batch(_base_cls=self.base_cls)  # copied: its class is made once
+            self.stored.append(_Stored(key, _numpy(value), group, cat_dim % value.dim(), row))
+        self.stacked = {dtype: _numpy(torch.stack(values)) for dtype, values in columns.items()}
+        self.num_graphs = len(slices["x"]) - 1
+        self.template = Batch(_base_cls=type(data))  # copied: its class is made once
 
     def _group(self, bounds: Tensor | None) -> int:
         array = None if bounds is None else bounds.numpy()
@@ -153,21 +189,28 @@ class IndexBatcher:
 
     def __call__(self, indices: Sequence[int] | Tensor) -> Batch:
         """The batch of the dataset's graphs ``indices``, in that order."""
-        index = torch.as_tensor(indices, dtype=torch.long)
-        if index.dim() != 1 or len(index) == 0:
+        index = np.asarray(indices, dtype=np.int64)
+        if index.ndim != 1 or len(index) == 0:
             raise ValueError("indices must be a non-empty sequence of graph indices")
-        k, where = len(index), index.numpy()
+        one = Rows.of(np.ones(len(index), dtype=np.int64))
         gathered = [
-            (where, np.ones(k, dtype=np.int64)) if bounds is None else _gather(bounds, where)
-            for bounds in self.bounds
+            (index, one) if bounds is None else _positions(bounds, index) for bounds in self.bounds
         ]
-        per_graph = {dtype: values.index_select(1, index) for dtype, values in self.stacked.items()}
+        per_graph = {dtype: _take(values, 1, index) for dtype, values in self.stacked.items()}
         parts = []
-        for key, value, group, cat_dim, _ in self.attributes:
-            positions, counts = gathered[group][:2]
-            if key in self.rows:
-                dtype, row = self.rows[key]
-                parts.append((key, per_graph[dtype][row], cat_dim, counts))
+        for key, values, group, dim, row in self.stored:
+            positions, where = gathered[group]
+            if row is not None:
+                parts.append((key, per_graph[row[0]][row[1]], dim, where))
             else:
-                parts.append((key, _select(value, cat_dim, positions), cat_dim, counts))
+                parts.append((key, _take(values, dim, positions), dim, where))
         return assemble_batch(self.template, gathered[self.nodes][1], parts)
+
+
+def _numpy(value: Tensor) -> np.ndarray | Tensor:
+    """The values as a NumPy array sharing their memory, or the tensor itself where NumPy has
+    no such dtype."""
+    try:
+        return value.numpy()
+    except TypeError:
+        return value

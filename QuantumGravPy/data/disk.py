@@ -25,14 +25,15 @@ import pickle
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from torch import Tensor
 from torch_geometric.data import Batch, Data, InMemoryDataset, OnDiskDataset, SQLiteDatabase
 
 from ..errors import DataError
-from .batching import Unbatchable, assemble_batch
+from .batching import Rows, Unbatchable, assemble_batch, ranges
 from .cache import GraphSource, cache_name
 from .sharding import DistributedRangeSplitter, in_parallel
 
@@ -91,10 +92,30 @@ def _header(blob: bytes) -> tuple[list, dict, int]:
     return specs, other, 8 + size + (-(8 + size) % _ALIGN)
 
 
+class _Layout(NamedTuple):
+    """How one stored attribute is read: its dtype, the integer unit it is gathered in (at
+    most 8 bytes: complex128 as two), the units per step along the dimension the graphs are
+    concatenated in, and for an attribute concatenated along its last dimension (an
+    ``edge_index``), its number of rows (gathered row by row: row j of every graph, then
+    j + 1)."""
+
+    key: str
+    column: int  # in the stored order
+    dtype: torch.dtype
+    unit: int
+    width: int
+    rows: int | None
+
+
 class DiskBatcher:
-    """Batches of a :class:`DiskDataset`'s graphs assembled from their stored bytes: each
-    attribute's bytes joined over the batch and viewed as one tensor, with no ``Data`` per
-    graph; the batch ``Batch.from_data_list`` makes of the same graphs.
+    """Batches of a :class:`DiskDataset`'s graphs assembled from their stored bytes, with no
+    ``Data`` per graph; the batch ``Batch.from_data_list`` makes of the same graphs.
+
+    The rows of a batch are joined into one buffer, and every attribute's elements are
+    gathered from it by index arithmetic, all attributes whose dtype has the same size in one
+    gather (:func:`pack` aligns each tensor's bytes to 8, so the buffer can be read in units
+    of the dtype's size). A batch is then a few dozen array operations whatever its number
+    of attributes, not one slice per graph and attribute.
 
     Raises :class:`~.batching.Unbatchable` for a per-graph transform, or graphs with
     attributes that are not tensors or without ``x``.
@@ -108,12 +129,25 @@ class DiskBatcher:
         if other or "x" not in keys or any("batch" in key for key in keys):
             raise Unbatchable("attributes that are not tensors, or graphs without x")
         self.dataset = dataset
+        self.keys = keys
+        probe = Data()
+        self.layouts: dict[str, _Layout] = {}
+        self.axes = []  # per stored attribute: the axis the graphs are concatenated along
+        for column, (key, dtype_name, shape, _) in enumerate(specs):
+            dtype = getattr(torch, dtype_name)
+            unit = min(dtype.itemsize, 8)
+            per = dtype.itemsize // unit
+            last = len(shape) > 1 and probe.__cat_dim__(key, torch.empty(0)) == -1
+            rows = math.prod(shape[:-1]) if last else None
+            width = per if last else math.prod(shape[1:]) * per
+            self.layouts[key] = _Layout(key, column, dtype, unit, width, rows)
+            self.axes.append(-1 if last else 0)
         # The order a graph read alone lists its attributes in (Data's constructor sets its
         # own named ones first), which the batch PyG makes of such graphs follows.
-        self.keys = keys
         self.order = list(Data(**dict.fromkeys(keys, torch.empty(0))).to_dict())
-        probe = Data()
-        self.cat_last = {key: probe.__cat_dim__(key, torch.empty(0)) == -1 for key in keys}
+        self.by_unit: dict[int, list[_Layout]] = {}
+        for layout in self.layouts.values():
+            self.by_unit.setdefault(layout.unit, []).append(layout)
         self.template = Batch(_base_cls=Data)
 
     def __call__(self, indices: Any) -> Batch:
@@ -123,31 +157,54 @@ class DiskBatcher:
         if any(other or [spec[0] for spec in specs] != keys for specs, other, _ in heads):
             # graphs that differ in their attributes: as PyTorch Geometric collates them
             return Batch.from_data_list([unpack(blob) for blob in blobs])
-        views = [memoryview(blob) for blob in blobs]
-        nodes = np.array([specs[keys.index("x")][2][0] for specs, _, _ in heads], dtype=np.int64)
+        k = len(blobs)
+        begins = np.zeros(k, dtype=np.int64)  # where each graph's row starts in the join
+        np.cumsum(np.fromiter(map(len, blobs[:-1]), np.int64, k - 1), out=begins[1:])
+        joined = b"".join(blobs)
+        # graph by attribute: where its bytes start in the join, and its size along the axis
+        # the graphs are concatenated along
+        where = np.array([[start + s[3] for s in specs] for specs, _, start in heads])
+        where += begins[:, None]
+        axes = self.axes
+        sizes = np.array(
+            [
+                [s[2][a] if s[2] else 1 for s, a in zip(specs, axes, strict=True)]
+                for specs, _, _ in heads
+            ]
+        )
+        values: dict[str, Tensor] = {}
+        for unit, layouts in self.by_unit.items():
+            firsts, counts = [], []
+            for layout in layouts:
+                first = where[:, layout.column] // unit
+                step = sizes[:, layout.column] * layout.width
+                if layout.rows is None:
+                    firsts.append(first)
+                    counts.append(step)
+                else:
+                    firsts.append((first + np.arange(layout.rows)[:, None] * step).reshape(-1))
+                    counts.append(np.tile(step, layout.rows))
+            gathered = np.frombuffer(joined, dtype=f"<u{unit}").take(
+                ranges(np.concatenate(firsts), np.concatenate(counts))
+            )
+            ends = np.cumsum([int(c.sum()) for c in counts])
+            for layout, piece in zip(layouts, np.split(gathered, ends[:-1]), strict=True):
+                values[layout.key] = torch.from_numpy(piece).view(layout.dtype)
+        divisions: dict[bytes, Rows] = {}  # attributes of the same sizes share their Rows
         parts = []
         for key in self.order:
-            i = keys.index(key)
-            dtype = getattr(torch, heads[0][0][i][1])
-            shapes = [specs[i][2] or (1,) for specs, _, _ in heads]  # a scalar is one row
-            last = self.cat_last[key] and len(shapes[0]) > 1
-            sizes = np.array([shape[-1] if last else shape[0] for shape in shapes], dtype=np.int64)
-            pieces = []
-            if last:  # rows of [r, n_i] are joined row by row
-                rows, width = shapes[0][0], dtype.itemsize
-                for row in range(rows):
-                    for (specs, _, start), view, n in zip(heads, views, sizes, strict=True):
-                        first = start + specs[i][3] + row * int(n) * width
-                        pieces.append(view[first : first + int(n) * width])
+            layout = self.layouts[key]
+            size = sizes[:, layout.column]
+            rows = divisions.get(size.tobytes())
+            if rows is None:
+                rows = divisions[size.tobytes()] = Rows.of(size)
+            flat, total = values[key], int(rows.offsets[-1])
+            shape = heads[0][0][layout.column][2] or (1,)  # a scalar is one row
+            if layout.rows is None:
+                parts.append((key, flat.view(total, *shape[1:]), 0, rows))
             else:
-                for (specs, _, start), view, shape in zip(heads, views, shapes, strict=True):
-                    first = start + specs[i][3]
-                    pieces.append(view[first : first + math.prod(shape) * dtype.itemsize])
-            joined = bytearray().join(pieces)
-            flat = torch.frombuffer(joined, dtype=dtype) if joined else torch.empty(0, dtype=dtype)
-            total = int(sizes.sum())
-            shape = (*shapes[0][:-1], total) if last else (total, *shapes[0][1:])
-            parts.append((key, flat.view(shape), len(shape) - 1 if last else 0, sizes))
+                parts.append((key, flat.view(*shape[:-1], total), len(shape) - 1, rows))
+        nodes = divisions[sizes[:, self.layouts["x"].column].tobytes()]
         return assemble_batch(self.template, nodes, parts)
 
 

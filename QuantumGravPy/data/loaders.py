@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 from torch_geometric.data import Batch, Data
@@ -63,7 +64,7 @@ class IndexBatches(Subset):
     def __init__(self, dataset: Dataset, indices: Sequence[int], batcher: Any):
         super().__init__(dataset, indices)
         self.batcher = batcher
-        self._index = torch.as_tensor(list(indices), dtype=torch.long)
+        self._index = np.asarray(list(indices), dtype=np.int64)
 
     def __getitems__(self, positions: list[int]) -> Batch:  # type: ignore[override]
         return self.batcher(self._index[positions])
