@@ -9,6 +9,7 @@ from torch_geometric.data import Batch, Data, InMemoryDataset
 from QuantumGravPy.data import CausalSetDataset, loaders
 from QuantumGravPy.data.batching import IndexBatcher, Unbatchable
 from QuantumGravPy.data.datasets import dataset_from_config
+from QuantumGravPy.data.disk import DiskBatcher, DiskDataset
 from QuantumGravPy.data.files import FileDataset
 from QuantumGravPy.data.kinds import KINDS
 from QuantumGravPy.data.loaders import make_loader, make_train_loader, split_dataset
@@ -100,6 +101,37 @@ def test_attributes_of_a_users_own_graphs_are_shifted_and_gathered_alike():
     batcher = IndexBatcher(dataset)
     for indices in ([5], [11, 0, 3, 3, 7], list(range(12))[::-1]):
         assert_same_batch(batcher(indices), Batch.from_data_list([dataset[i] for i in indices]))
+
+
+class FacesSource:
+    """The same graphs as a source of the disk storage."""
+
+    prefix, params, total = "faces", {"graphs": 12}, 12
+
+    def graphs(self, start, end, *, progress):
+        return iter(Faces()[start:end])
+
+    def rejected_all(self):
+        return "none left"
+
+
+def test_a_users_own_graphs_from_disk_are_gathered_alike_whatever_their_dtypes(tmp_path):
+    """Every dtype size the disk batcher reads in units of (bool, bfloat16, float32, float64,
+    int64, complex128 as two units) and attributes concatenated along their last axis."""
+
+    class Complex(FacesSource):
+        prefix = "complex"
+
+        def graphs(self, start, end, *, progress):
+            for graph in super().graphs(start, end, progress=progress):
+                graph.phase = torch.polar(graph.weight, graph.weight)  # complex128, per node
+                yield graph
+
+    for source in (FacesSource(), Complex()):
+        dataset = DiskDataset(source, str(tmp_path), progress=False)
+        batcher = DiskBatcher(dataset)
+        for indices in ([5], [11, 0, 3, 3, 7], list(range(12))[::-1]):
+            assert_same_batch(batcher(indices), Batch.from_data_list([dataset[i] for i in indices]))
 
 
 def test_what_it_cannot_assemble_is_refused_for_the_per_graph_path(tmp_path):

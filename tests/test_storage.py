@@ -191,6 +191,14 @@ def test_several_processes_build_the_same_table_as_one(make_config, files, tmp_p
     assert 0 < len(built_by_two) < 80
     assert_same(built_by_two, built_by_one)
     assert torch.equal(graph_attribute(built_by_two, "y"), graph_attribute(built_by_one, "y"))
+    # pages sized for these rows of a few KiB, not 64 KiB ones copied for each row read
+    row = len(built_by_one.db.get(0))
+    for dataset in (built_by_one, built_by_two):
+        (size,) = dataset.db.cursor.execute("PRAGMA page_size").fetchone()
+        assert size == disk_module.page_size(row) < 65536
+    assert [disk_module.page_size(n) for n in (10, 5000, 8192, 9000, 10**6)] == [
+        4096, 8192, 8192, 16384, 65536,
+    ]  # fmt: skip
 
 
 def test_auto_keeps_small_data_in_memory_and_large_data_on_disk(make_config, files, monkeypatch):

@@ -20,7 +20,7 @@ from ..errors import DataError
 from ..physics import NUM_FEATURES
 from .cache import GraphSource, cache_name
 from .causal_sets import CausalSetDataset, GeneratedSource
-from .disk import DiskDataset
+from .disk import DiskDataset, table_file_names
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +108,8 @@ def choose_storage(data_cfg: Any, source: GraphSource, *, processes: int = 1) ->
 
 
 def _cached(data_cfg: Any, source: GraphSource, storage: str) -> bool:
-    suffix = "pt" if storage == "memory" else "db"
-    return (Path(data_cfg.root) / "processed" / f"{cache_name(source)}.{suffix}").exists()
+    name = f"{cache_name(source)}.pt" if storage == "memory" else table_file_names(source)[0]
+    return (Path(data_cfg.root) / "processed" / name).exists()
 
 
 def graph_bytes(graph: Data) -> int:
