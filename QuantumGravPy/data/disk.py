@@ -175,9 +175,20 @@ class DiskBatcher:
         # The order a graph read alone lists its attributes in (Data's constructor sets its
         # own named ones first), which the batch PyG makes of such graphs follows.
         self.order = list(Data(**dict.fromkeys(keys, torch.empty(0))).to_dict())
-        self.by_unit: dict[int, list[_Layout]] = {}
-        for layout in self.layouts.values():
-            self.by_unit.setdefault(layout.unit, []).append(layout)
+        # per unit size: the tensors joined along their first axis (their columns, the units
+        # per step along it), and those joined along their last; and their keys in that order
+        self.by_unit: dict[int, tuple[np.ndarray, np.ndarray, list[_Layout]]] = {}
+        self.unit_keys: dict[int, list[tuple[str, torch.dtype]]] = {}
+        for unit in dict.fromkeys(layout.unit for layout in self.layouts.values()):
+            mine = [layout for layout in self.layouts.values() if layout.unit == unit]
+            plain = [layout for layout in mine if layout.rows is None]
+            rowwise = [layout for layout in mine if layout.rows is not None]
+            self.by_unit[unit] = (
+                np.array([layout.column for layout in plain], dtype=np.int64),
+                np.array([layout.width for layout in plain], dtype=np.int64),
+                rowwise,
+            )
+            self.unit_keys[unit] = [(layout.key, layout.dtype) for layout in plain + rowwise]
         self.template = Batch(_base_cls=Data)
 
     def __call__(self, indices: Any) -> Batch:
@@ -195,23 +206,26 @@ class DiskBatcher:
         where = table[:, 0::_PER_TENSOR] + begins[:, None]  # graph by tensor: its first byte
         sizes = table[:, self.size_columns]  # graph by tensor: its size along the joined axis
         values: dict[str, Tensor] = {}
-        for unit, layouts in self.by_unit.items():
-            firsts, counts = [], []
-            for layout in layouts:
-                first = where[:, layout.column] // unit
+        for unit, (plain, widths, rowwise) in self.by_unit.items():
+            # tensor by tensor, each graph's elements in turn: those joined along their first
+            # axis all at once, then those joined along their last, row by row
+            count = sizes[:, plain] * widths
+            firsts, counts = [(where[:, plain] // unit).T.reshape(-1)], [count.T.reshape(-1)]
+            totals = [count.sum(axis=0)]
+            for layout in rowwise:  # row j of every graph, then row j + 1
                 step = sizes[:, layout.column] * layout.width
-                if layout.rows is None:
-                    firsts.append(first)
-                    counts.append(step)
-                else:  # row j of every graph, then row j + 1
-                    firsts.append((first + np.arange(layout.rows)[:, None] * step).reshape(-1))
-                    counts.append(np.tile(step, layout.rows))
+                first = where[:, layout.column] // unit
+                firsts.append((first + np.arange(layout.rows)[:, None] * step).reshape(-1))
+                counts.append(np.tile(step, layout.rows))
+                totals.append(step.sum(keepdims=True) * layout.rows)
             gathered = np.frombuffer(joined, dtype=f"<u{unit}").take(
                 ranges(np.concatenate(firsts), np.concatenate(counts))
             )
-            ends = np.cumsum([int(c.sum()) for c in counts])
-            for layout, piece in zip(layouts, np.split(gathered, ends[:-1]), strict=True):
-                values[layout.key] = torch.from_numpy(piece).view(layout.dtype)
+            ends = np.cumsum(np.concatenate(totals)).tolist()
+            for (key, dtype), start, end in zip(
+                self.unit_keys[unit], [0, *ends[:-1]], ends, strict=True
+            ):
+                values[key] = torch.from_numpy(gathered[start:end]).view(dtype)
         divisions: dict[bytes, Rows] = {}  # attributes of the same sizes share their Rows
         parts = []
         for key in self.order:
