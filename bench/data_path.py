@@ -83,7 +83,9 @@ def compare(rank: int, world_size: int, config: qg.Config, epochs: int) -> list[
     real.sampler.set_epoch(0)
     collated = list(real)  # the same batches, assembled before the timing starts
     original = loaders.index_batches
-    loaders.index_batches = lambda dataset: None  # PyTorch Geometric's loader, graph by graph
+    loaders.index_batches = lambda dataset, device=None: (
+        None
+    )  # PyTorch Geometric's loader, graph by graph
     try:
         pyg = t.make_train_loader(train)
     finally:

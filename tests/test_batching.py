@@ -3,17 +3,20 @@ for attribute, for every embedded kind and for the user's files."""
 
 import pytest
 import torch
+from conftest import assert_refused, run_main, train
 from torch.utils.data import Subset
 from torch_geometric.data import Batch, Data, InMemoryDataset
 
 from QuantumGravPy.data import CausalSetDataset, loaders
 from QuantumGravPy.data.batching import IndexBatcher, Unbatchable
 from QuantumGravPy.data.datasets import dataset_from_config
-from QuantumGravPy.data.disk import DiskBatcher, DiskDataset
+from QuantumGravPy.data.disk import DiskDataset
 from QuantumGravPy.data.files import FileDataset
 from QuantumGravPy.data.kinds import KINDS
-from QuantumGravPy.data.loaders import make_loader, make_train_loader, split_dataset
+from QuantumGravPy.data.loaders import batch_device, make_loader, make_train_loader, split_dataset
+from QuantumGravPy.data.rows import DiskBatcher
 from QuantumGravPy.data.writing import write_embedded
+from QuantumGravPy.errors import ConfigError, DataError
 
 GENERATED = {"num_graphs": 30, "num_points": [8, 20], "dimensions": [2, 3], "seed": 5}
 
@@ -37,12 +40,18 @@ def assert_same_batch(ours: Batch, theirs: Batch) -> None:
 INDICES = [[0], [3, 1, 4, 1, 5], list(range(30)), [29, 0, 17, 17, 2, 11, 8]]
 
 
+DEVICES = pytest.mark.parametrize(
+    "device", [None, torch.device("cpu")], ids=["numpy", "torch-on-a-device"]
+)
+
+
+@DEVICES
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_embedded_kind_batches_as_pytorch_geometric_collates(tmp_path_factory, kind):
+def test_every_embedded_kind_batches_as_pytorch_geometric_collates(tmp_path_factory, kind, device):
     dataset = CausalSetDataset(
         str(tmp_path_factory.mktemp("kinds")), **GENERATED, kind=kind, progress=False
     )
-    batcher = IndexBatcher(dataset)
+    batcher = IndexBatcher(dataset, device)
     for indices in INDICES:
         assert_same_batch(batcher(indices), Batch.from_data_list([dataset[i] for i in indices]))
 
@@ -96,9 +105,10 @@ class Faces(InMemoryDataset):
         self.data, self.slices = self.collate(graphs)
 
 
-def test_attributes_of_a_users_own_graphs_are_shifted_and_gathered_alike():
+@DEVICES
+def test_attributes_of_a_users_own_graphs_are_shifted_and_gathered_alike(device):
     dataset = Faces()
-    batcher = IndexBatcher(dataset)
+    batcher = IndexBatcher(dataset, device)
     for indices in ([5], [11, 0, 3, 3, 7], list(range(12))[::-1]):
         assert_same_batch(batcher(indices), Batch.from_data_list([dataset[i] for i in indices]))
 
@@ -155,16 +165,16 @@ def epoch_batches(loader, epoch: int) -> list[Batch]:
     return list(loader)
 
 
-def every_loader(config, train, val, rank: int, world_size: int) -> list:
+def every_loader(config, train, val, rank: int, world_size: int, device=None) -> list:
     shard = Subset(val, range(rank, len(val), world_size))  # sharded validation's part
     label = {"manifold_like": "manifold_like"}.get(config.data.kind, "y")
     return [
         make_train_loader(
             train, config.training, config.augmentation, rank=rank, world_size=world_size,
-            label=label,
+            label=label, device=device,
         ),
-        make_loader(shard, batch_size=7, num_workers=config.training.num_workers),
-        make_loader(val, batch_size=5, shuffle=True, seed=3),
+        make_loader(shard, batch_size=7, num_workers=config.training.num_workers, device=device),
+        make_loader(val, batch_size=5, shuffle=True, seed=3, device=device),
     ]  # fmt: skip
 
 
@@ -191,13 +201,33 @@ def every_loader(config, train, val, rank: int, world_size: int) -> list:
 def test_whole_epochs_are_the_batches_pytorch_geometric_makes(
     make_config, monkeypatch, overrides, world_size
 ):
+    assert_same_epochs(make_config, monkeypatch, overrides, world_size)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["training.sampler=class_balanced"], ["data.kind=curvature", "data.dimensions=[2]"]],
+    ids=["graph-level", "node-level"],
+)
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_batches_gathered_with_torch_as_on_a_gpu_are_the_same(
+    make_config, monkeypatch, overrides, world_size
+):
+    """The path data.device: cuda takes (the dataset's tensors on the device, each batch
+    gathered there with torch operations), here run on the host's device."""
+    assert_same_epochs(make_config, monkeypatch, overrides, world_size, torch.device("cpu"))
+
+
+def assert_same_epochs(make_config, monkeypatch, overrides, world_size, device=None):
     config = make_config("data.num_graphs=60", "training.batch_size=8", *overrides)
     dataset = dataset_from_config(config.data, progress=False)
     train, val, _ = split_dataset(dataset, config.data.split, config.data.seed)
     for rank in range(world_size):
-        ours = every_loader(config, train, val, rank, world_size)
+        ours = every_loader(config, train, val, rank, world_size, device)
+        if device is not None:
+            assert all(loader.dataset.batcher.device == device for loader in ours)
         with monkeypatch.context() as m:
-            m.setattr(loaders, "index_batches", lambda dataset: None)  # the per-graph path
+            m.setattr(loaders, "index_batches", lambda dataset, device=None: None)  # per graph
             reference = every_loader(config, train, val, rank, world_size)
         assert all(isinstance(loader.dataset, loaders.IndexBatches) for loader in ours)
         for mine, theirs in zip(ours, reference, strict=True):
@@ -209,3 +239,98 @@ def test_whole_epochs_are_the_batches_pytorch_geometric_makes(
                     assert_same_batch(a, b)
             loaders.release_workers(mine)
             loaders.release_workers(theirs)
+
+
+# --- data.device: where batches are assembled ---------------------------------------------------
+
+
+def test_data_device_puts_a_dataset_on_the_gpu_only_when_nothing_rules_it_out(
+    make_config, monkeypatch
+):
+    """The decision, with a GPU's free memory set by the test (the batches themselves are
+    checked on a GPU by the tests marked gpu)."""
+    gpu = torch.device("cuda", 0)
+    dataset = dataset_from_config(make_config("data.num_graphs=30").data, progress=False)
+    size = sum(v.numel() * v.element_size() for v in dataset._data.to_dict().values())
+    free = {"bytes": 10 * size}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free["bytes"], 10**12))
+
+    def where(*overrides, data=dataset):
+        return batch_device(make_config("data.num_graphs=30", *overrides), gpu, data)
+
+    assert where() == gpu and where("data.device=cuda") == gpu  # auto: it takes a tenth
+    assert where("data.device=cpu") is None
+    assert batch_device(make_config("data.device=cuda"), torch.device("cpu"), dataset) is None
+    free["bytes"] = 3 * size  # more than a quarter of what is free: auto keeps it on the host
+    assert where() is None and where("data.device=cuda") == gpu
+    free["bytes"] = size // 2
+    with pytest.raises(DataError, match=r"data.device: cuda: the processed dataset takes .* free"):
+        where("data.device=cuda")
+    free["bytes"] = 10 * size
+    for overrides, named in [
+        (["training.num_workers=1"], "training.num_workers: 1"),
+        (["augmentation.preset=mild"], "augmentation.preset"),
+    ]:
+        assert where(*overrides) is None
+        with pytest.raises(ConfigError, match=f"data.device: cuda cannot .* {named}"):
+            where("data.device=cuda", *overrides)
+    disk = dataset_from_config(make_config("data.storage=disk").data, progress=False)
+    assert where(data=disk) is None
+    with pytest.raises(ConfigError, match="data.storage: disk"):
+        where("data.device=cuda", data=Subset(disk, [0, 1]))
+    dataset.transform = lambda graph: graph
+    with pytest.raises(ConfigError, match="transform"):
+        where("data.device=cuda")
+
+
+def test_data_device_cuda_with_disk_storage_is_refused_at_the_command_line(capsys, tmp_path):
+    result = run_main(
+        capsys, "train", "configs/train.yaml", "data.device=cuda", "data.storage=disk",
+        f"training.path={tmp_path / 'run'}",
+    )  # fmt: skip
+    assert_refused(result, "data.device: cuda", "data.storage: disk")
+    assert not (tmp_path / "run").exists()
+
+
+def test_without_a_gpu_data_device_cuda_is_accepted_and_means_cpu(make_config):
+    trainer, history, metrics = train(make_config("data.device=cuda", "training.num_epochs=1"))
+    assert trainer.batch_device is None and trainer.device.type == "cpu"
+    assert len(history) == 1 and metrics
+
+
+NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@NEEDS_CUDA
+@pytest.mark.parametrize("kind", ["dimension", "ricci"])
+def test_on_a_gpu_batches_are_gathered_there_as_pytorch_geometric_collates(tmp_path, kind):
+    gpu = torch.device("cuda", torch.cuda.current_device())
+    dataset = CausalSetDataset(str(tmp_path), **GENERATED, kind=kind, progress=False)
+    batcher = IndexBatcher(dataset, gpu)
+    for indices in INDICES:
+        ours = batcher(indices)
+        theirs = Batch.from_data_list([dataset[i].to(gpu) for i in indices])
+        assert all(value.device == gpu for value in ours.to_dict().values())
+        assert_same_batch(ours, theirs)
+    # the three loaders of a run share one copy of the dataset on the GPU
+    again = IndexBatcher(dataset, gpu)
+    assert again.stored[0].values.data_ptr() == batcher.stored[0].values.data_ptr()
+
+
+@pytest.mark.gpu
+@NEEDS_CUDA
+def test_on_a_gpu_data_device_cuda_trains_with_batches_made_there(make_config):
+    trainer, history, _ = train(
+        make_config("training.device=cuda", "data.device=cuda", "training.num_epochs=2")
+    )
+    assert trainer.batch_device is not None and trainer.batch_device.type == "cuda"
+    for loader in trainer.loaders:
+        batch = next(iter(loader))
+        assert batch.x.is_cuda and batch.edge_index.is_cuda and batch.batch.is_cuda
+    reference, expected, _ = train(
+        make_config("training.device=cuda", "data.device=cpu", "training.num_epochs=2")
+    )
+    assert reference.batch_device is None
+    for ours, theirs in zip(history, expected, strict=True):
+        assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-5)

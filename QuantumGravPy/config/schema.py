@@ -74,6 +74,13 @@ class DataConfig:
     # batch at a time (datasets larger than memory); auto: memory when the dataset takes under
     # a quarter of the memory available, else disk (a cache already built is kept)
     storage: Literal["memory", "disk", "auto"] = "auto"
+    # where batches are assembled when training runs on a GPU. cuda: the whole processed
+    # dataset is copied to the GPU once and each batch is gathered there, with no copy of graph
+    # data per step (memory storage, no worker processes, no augmentation or per-graph
+    # transform); cpu: on the host, each batch copied over; auto: cuda when the dataset takes
+    # under a quarter of the GPU's free memory and nothing above rules it out, else cpu.
+    # Without a GPU every value means cpu
+    device: Literal["auto", "cpu", "cuda"] = "auto"
 
     def validate(self) -> None:
         if self.files and self.dataset is not None:
@@ -85,6 +92,11 @@ class DataConfig:
             raise ConfigError(
                 "data.relations: name the causal matrix or the link matrix, not both; the other "
                 f"is derived (found {self.relations!r} and {self.links!r})"
+            )
+        if self.device == "cuda" and self.storage == "disk":
+            raise ConfigError(
+                "data.device: cuda holds the whole dataset on the GPU; data.storage: disk reads "
+                "it a batch at a time (use data.storage: memory)"
             )
         if self.dataset is not None and self.storage == "disk":
             raise ConfigError(

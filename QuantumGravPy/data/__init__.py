@@ -8,6 +8,8 @@
   chooses, checked, and its per-graph attributes;
 - :mod:`.targets`: what the tasks read of the data: targets, output counts, target statistics;
 - :mod:`.loaders`: the seeded train/validation/test split and the loaders built on it;
+- :mod:`.batching`, :mod:`.rows`: batches assembled by index arithmetic from the in-memory
+  tensors or from the rows on disk, with no ``Data`` per graph;
 - :mod:`.samplers`: samplers that stay correct under DDP (a wrapper for any sampler, and
   counter-based native ones);
 - :mod:`.augment`: deterministic augmentation keyed by sample and epoch, or by rank;
@@ -40,7 +42,13 @@ from .datasets import (
 )
 from .disk import DiskDataset
 from .files import FileDataset, FileSource, check_file_targets, read_files
-from .loaders import make_loader, make_train_loader, release_workers, split_dataset
+from .loaders import (
+    batch_device,
+    make_loader,
+    make_train_loader,
+    release_workers,
+    split_dataset,
+)
 from .samplers import (
     ClassBalancedSampler,
     DistributedClassBalancedSampler,
@@ -77,6 +85,7 @@ __all__ = [
     "ProgressiveClassBalancedSampler",
     "RankAwareSeedGenerator",
     "apply_augmentation",
+    "batch_device",
     "build_sampler",
     "check_dataset",
     "check_file_targets",

@@ -19,6 +19,7 @@ the batch's store in one update.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -86,11 +87,15 @@ def assemble_batch(
         slice_dict[key] = where.slices
     values["batch"] = torch.from_numpy(np.repeat(np.arange(k, dtype=np.int64), nodes.counts))
     values["ptr"] = ptr
+    return _finish(template, values, slice_dict, inc_dict)
+
+
+def _finish(template: Batch, values: dict, slice_dict: dict, inc_dict: dict) -> Batch:
     batch = copy.copy(template)
     # The store's own dictionary, in one update: its item assignment clears caches an empty
     # batch does not have, at a few microseconds an attribute.
     batch._store._mapping.update(values)
-    batch._num_graphs = k
+    batch._num_graphs = len(values["ptr"]) - 1
     batch._slice_dict = slice_dict
     batch._inc_dict = inc_dict
     return batch
@@ -131,15 +136,44 @@ def _take(values: np.ndarray | Tensor, dim: int, positions: np.ndarray) -> Tenso
     return torch.from_numpy(values.take(positions, axis=dim))
 
 
+_ON_DEVICE: dict[int, dict[torch.device, dict[str, Tensor]]] = {}  # by id(data), while it lives
+
+
+def on_device(data: Data, device: torch.device) -> dict[str, Tensor]:
+    """Every tensor of ``data`` (a dataset's concatenated graphs) on ``device``, copied once
+    for all the loaders that batch it there, and freed with ``data``."""
+    copies = _ON_DEVICE.get(id(data))
+    if copies is None:
+        copies = _ON_DEVICE[id(data)] = {}
+        weakref.finalize(data, _ON_DEVICE.pop, id(data), None)
+    if device not in copies:
+        copies[device] = {key: value.to(device) for key, value in data.to_dict().items()}
+    return copies[device]
+
+
+def _numpy(value: Tensor) -> np.ndarray | Tensor:
+    """The values as a NumPy array sharing their memory, or the tensor itself where NumPy has
+    no such dtype."""
+    try:
+        return value.numpy()
+    except TypeError:
+        return value
+
+
 class IndexBatcher:
     """Assembles batches of an in-memory dataset (``_data`` and ``slices``, as PyTorch
     Geometric's ``InMemoryDataset`` holds them) by gathering index ranges.
+
+    ``device``: where the batches are made; the dataset's tensors are copied there once
+    (:func:`on_device`) and each batch is gathered there with torch operations, so that only
+    the batch's few integers per graph (which graphs, their sizes and offsets, in one copy)
+    cross from the host. None: on the host, with NumPy (quicker for small arrays).
 
     Raises :class:`Unbatchable` for what it does not cover: a per-graph ``transform``,
     attributes that are not dense tensors, or graphs without ``x``.
     """
 
-    def __init__(self, dataset: Any):
+    def __init__(self, dataset: Any, device: torch.device | None = None):
         data, slices = getattr(dataset, "_data", None), getattr(dataset, "slices", None)
         if not isinstance(data, Data) or not isinstance(slices, dict) or not slices:
             raise Unbatchable("not an in-memory dataset of Data")
@@ -176,6 +210,16 @@ class IndexBatcher:
         self.stacked = {dtype: _numpy(torch.stack(values)) for dtype, values in columns.items()}
         self.num_graphs = len(slices["x"]) - 1
         self.template = Batch(_base_cls=type(data))  # copied: its class is made once
+        self.device = None if device is None else torch.device(device)
+        if self.device is not None:
+            moved = on_device(data, self.device)
+            self.stored = [stored._replace(values=moved[stored.key]) for stored in self.stored]
+            self.stacked = {
+                dtype: torch.stack(
+                    [moved[key] for key, *_, row in self.stored if row and row[0] == dtype]
+                )
+                for dtype in columns
+            }
 
     def _group(self, bounds: Tensor | None) -> int:
         array = None if bounds is None else bounds.numpy()
@@ -192,6 +236,8 @@ class IndexBatcher:
         index = np.asarray(indices, dtype=np.int64)
         if index.ndim != 1 or len(index) == 0:
             raise ValueError("indices must be a non-empty sequence of graph indices")
+        if self.device is not None:
+            return self._on_device(index)
         one = Rows.of(np.ones(len(index), dtype=np.int64))
         gathered = [
             (index, one) if bounds is None else _positions(bounds, index) for bounds in self.bounds
@@ -206,11 +252,74 @@ class IndexBatcher:
                 parts.append((key, _take(values, dim, positions), dim, where))
         return assemble_batch(self.template, gathered[self.nodes][1], parts)
 
-
-def _numpy(value: Tensor) -> np.ndarray | Tensor:
-    """The values as a NumPy array sharing their memory, or the tensor itself where NumPy has
-    no such dtype."""
-    try:
-        return value.numpy()
-    except TypeError:
-        return value
+    def _on_device(self, index: np.ndarray) -> Batch:
+        """The batch gathered on ``self.device``: each graph's sizes and offsets are worked out
+        on the host (a few numbers per graph), moved in one copy, and expanded there."""
+        k = len(index)
+        spans = []  # per group: (first row - its offset in the batch, Rows), None: per graph
+        for bounds in self.bounds:
+            if bounds is None:
+                spans.append(None)
+            else:
+                first = bounds[index]
+                rows = Rows.of(bounds[index + 1] - first)
+                spans.append((first - rows.offsets[:-1], rows))
+        nodes = (
+            spans[self.nodes][1]
+            if spans[self.nodes] is not None
+            else Rows.of(np.ones(k, dtype=np.int64))
+        )
+        host = [index, nodes.offsets]
+        for span in spans:
+            if span is not None:
+                host += [span[0], span[1].counts]
+        small = torch.from_numpy(np.concatenate(host)).to(self.device, non_blocking=True)
+        index_d, ptr = small[:k], small[k : 2 * k + 1]
+        longest = max([k] + [int(span[1].offsets[-1]) for span in spans if span is not None])
+        arange = torch.arange(longest, device=self.device)
+        positions, counts, at = [], [], 2 * k + 1
+        for span in spans:
+            if span is None:
+                positions.append(index_d)
+                counts.append(None)
+                continue
+            shift, count = small[at : at + k], small[at + k : at + 2 * k]
+            at += 2 * k
+            total = int(span[1].offsets[-1])
+            positions.append(
+                torch.repeat_interleave(shift, count, output_size=total) + arange[:total]
+            )
+            counts.append(count)
+        per_graph = {
+            dtype: values.index_select(1, index_d) for dtype, values in self.stacked.items()
+        }
+        one = Rows.of(np.ones(k, dtype=np.int64))
+        starts, zeros = nodes.slices[:-1], torch.zeros(k, dtype=torch.long)
+        values, slice_dict, inc_dict = {}, {}, {}
+        for key, stored, group, dim, row in self.stored:
+            where = one if spans[group] is None else spans[group][1]
+            if row is not None:
+                out = per_graph[row[0]][row[1]]
+            else:
+                out = stored.index_select(dim, positions[group])
+            if _increment(key):
+                shift = ptr[:-1]
+                if counts[group] is not None:
+                    total = int(where.offsets[-1])
+                    shift = torch.repeat_interleave(shift, counts[group], output_size=total)
+                shape = [1] * out.dim()
+                shape[dim] = -1
+                out = out + shift.view(shape)
+                inc_dict[key] = starts
+            else:
+                inc_dict[key] = zeros
+            values[key] = out
+            slice_dict[key] = where.slices
+        if counts[self.nodes] is None:  # one node per graph
+            values["batch"] = arange[:k].clone()
+        else:
+            values["batch"] = torch.repeat_interleave(
+                arange[:k], counts[self.nodes], output_size=int(nodes.offsets[-1])
+            )
+        values["ptr"] = ptr
+        return _finish(self.template, values, slice_dict, inc_dict)

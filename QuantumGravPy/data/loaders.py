@@ -9,6 +9,7 @@ through PyTorch Geometric's loader, one graph at a time.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,12 +19,15 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torch_geometric.data import Batch, Data
 from torch_geometric.loader import DataLoader as GraphLoader
 
-from ..config import AugmentationSection, TrainingConfig
-from ..errors import DataError
+from ..config import AugmentationSection, Config, TrainingConfig
+from ..errors import ConfigError, DataError
 from .augment import AugmentedDataset, get_preset
 from .batching import IndexBatcher, Unbatchable
-from .disk import DiskBatcher, DiskDataset
+from .disk import DiskDataset
+from .rows import DiskBatcher
 from .samplers import build_sampler
+
+log = logging.getLogger(__name__)
 
 
 def split_sizes(n: int, fractions: Sequence[float]) -> tuple[int, int, int]:
@@ -70,20 +74,72 @@ class IndexBatches(Subset):
         return self.batcher(self._index[positions])
 
 
-def index_batches(dataset: Dataset | list[Data]) -> IndexBatches | None:
-    """``dataset`` (an in-memory or on-disk dataset, or Subsets of one) as
-    :class:`IndexBatches`; None when its graphs cannot be assembled without a ``Data`` each."""
+def _unwrap(dataset: Dataset | list[Data]) -> tuple[Any, list[int] | None]:
+    """The dataset under any Subsets, and which of its graphs they select (None: all)."""
     indices: list[int] | None = None
     while isinstance(dataset, Subset):
         outer = list(dataset.indices)
         indices = outer if indices is None else [outer[i] for i in indices]
         dataset = dataset.dataset
+    return dataset, indices
+
+
+def index_batches(
+    dataset: Dataset | list[Data], device: torch.device | None = None
+) -> IndexBatches | None:
+    """``dataset`` (an in-memory or on-disk dataset, or Subsets of one) as
+    :class:`IndexBatches`, assembled on ``device`` (None: the host); None when its graphs
+    cannot be assembled without a ``Data`` each."""
+    dataset, indices = _unwrap(dataset)
     try:
         on_disk = isinstance(dataset, DiskDataset)
-        batcher = DiskBatcher(dataset) if on_disk else IndexBatcher(dataset)
+        batcher = DiskBatcher(dataset) if on_disk else IndexBatcher(dataset, device)
     except Unbatchable:
         return None
     return IndexBatches(dataset, range(len(dataset)) if indices is None else indices, batcher)
+
+
+def batch_device(config: Config, device: torch.device, dataset: Dataset) -> torch.device | None:
+    """Where ``data.device`` has batches of ``dataset`` assembled when training runs on
+    ``device``: that GPU, with the whole dataset copied there once, or None (the host).
+
+    Raises :class:`~QuantumGravPy.errors.ConfigError` for ``data.device: cuda`` with what rules
+    it out (worker processes, augmentation, storage on disk, a per-graph transform), and
+    :class:`~QuantumGravPy.errors.DataError` when the dataset does not fit the GPU's memory.
+    """
+    choice, workers = config.data.device, config.training.num_workers
+    if choice == "cpu" or device.type != "cuda":
+        return None  # without a GPU every value means cpu
+    inner, _ = _unwrap(dataset)
+    against = None
+    if workers > 0:
+        against = f"training.num_workers: {workers} (worker processes cannot hand GPU tensors on)"
+    elif config.augmentation.preset is not None:
+        against = "augmentation.preset (each graph is augmented on the host)"
+    elif isinstance(inner, DiskDataset):
+        against = "data.storage: disk (the graphs are read a batch at a time)"
+    else:
+        try:
+            IndexBatcher(inner)
+        except Unbatchable as e:
+            against = f"this dataset's graphs are made one at a time ({e})"
+    if against is not None:
+        if choice == "cuda":
+            raise ConfigError(f"data.device: cuda cannot hold the batches with {against}")
+        return None
+    size = sum(v.numel() * v.element_size() for v in inner._data.to_dict().values())
+    free = torch.cuda.mem_get_info(device)[0]
+    if choice == "auto" and size >= free / 4:
+        return None
+    if size > free:
+        raise DataError(
+            f"data.device: cuda: the processed dataset takes {size / 1e6:.0f} MB and {device} "
+            f"has {free / 1e6:.0f} MB free (use data.device: auto or cpu)"
+        )
+    log.info(
+        "data.device: the dataset (%.0f MB) is held on %s, batches made there", size / 1e6, device
+    )
+    return device
 
 
 def _as_is(batch: Batch) -> Batch:
@@ -101,10 +157,12 @@ def make_loader(
     seed: int = 0,
     sampler: Any = None,
     persistent_workers: bool = True,
+    device: torch.device | None = None,
 ) -> DataLoader:
     """A loader of batches of graphs; a shuffling loader draws its order from its own seeded
     generator. Batches of graphs in memory are assembled by index, others by PyTorch
-    Geometric's loader: the same batches either way."""
+    Geometric's loader: the same batches either way. ``device``: where batches in memory are
+    assembled (see :func:`batch_device`; None: the host)."""
     if shuffle and sampler is not None:
         raise ValueError("shuffle and sampler exclude each other: the sampler decides the order")
     options = {
@@ -116,7 +174,7 @@ def make_loader(
         "persistent_workers": persistent_workers and num_workers > 0,
         "generator": torch.Generator().manual_seed(seed) if shuffle else None,
     }
-    batches = index_batches(dataset)
+    batches = index_batches(dataset, device)
     if batches is None:
         return GraphLoader(dataset, **options)
     return DataLoader(batches, collate_fn=_as_is, **options)
@@ -130,6 +188,7 @@ def make_train_loader(
     rank: int = 0,
     world_size: int = 1,
     label: str = "y",
+    device: torch.device | None = None,
 ) -> DataLoader:
     """The training loader of ``rank`` of ``world_size``: augmented, sampled, in batches.
 
@@ -155,6 +214,7 @@ def make_train_loader(
         seed=training.seed,
         # workers that outlive an epoch would keep augmenting with the old epoch's draws
         persistent_workers=augmentation.preset is None,
+        device=device,
     )
 
 

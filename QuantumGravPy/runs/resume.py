@@ -27,6 +27,7 @@ RESUMABLE_KEYS = (
     "name",
     "log_level",
     "data.root",
+    "data.device",  # where batches are assembled: the same batches either way
     "training.path",
     "training.num_epochs",
     "training.checkpoint_every",

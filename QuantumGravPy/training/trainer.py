@@ -22,14 +22,9 @@ from torch.utils.data import Dataset
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
-from ..config import (
-    Config,
-    balanced_task,
-    config_to_dict,
-    headline_columns,
-    improves_towards,
-)
+from ..config import Config, balanced_task, config_to_dict, headline_columns, improves_towards
 from ..data import (
+    batch_device,
     check_file_targets,
     dataset_from_config,
     graph_feature_width,
@@ -176,6 +171,7 @@ class Trainer(RunStateMixin):
         return contextlib.nullcontext()
 
     log_prefix = ""  # DDP: "[RANK r] " on every line, on the terminal and in train.log
+    batch_device: torch.device | None = None  # batches assembled on the GPU (data.device)
 
     def setup_logging(self) -> logging.Logger:  # hook
         return configure_logging(self.config.log_level, prefix=self.log_prefix)
@@ -194,11 +190,13 @@ class Trainer(RunStateMixin):
             rank=self.rank,
             world_size=self.world_size,
             label=getattr(balanced_task(self.config), "target_name", "y"),
+            device=self.batch_device,
         )
 
     def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:  # hook
+        workers = self.config.training.num_workers
         return make_loader(
-            dataset, batch_size=batch_size, num_workers=self.config.training.num_workers
+            dataset, batch_size=batch_size, num_workers=workers, device=self.batch_device
         )
 
     def on_train_start(self, train_loader: DataLoader) -> None:  # hook
@@ -270,6 +268,7 @@ class Trainer(RunStateMixin):
         else:
             build_tasks(self.config, dataset)  # its targets are checked
         train, val, test = split_dataset(dataset, self.config.data.split, self.config.data.seed)
+        self.batch_device = batch_device(self.config, self.device, dataset)
         self.fit_scaling(train)
         self.loaders = (
             self.make_train_loader(train),
