@@ -144,3 +144,55 @@ def test_removing_elements_keeps_per_element_targets_with_their_elements():
     smaller = apply_augmentation(graph, params)
     assert smaller.time.shape[0] == smaller.num_nodes < graph.num_nodes
     assert torch.equal(smaller.time, smaller.pos[:, 0].float())  # each kept element its own time
+
+
+@pytest.mark.parametrize("kind", ["dimension", "curvature", "manifold_like", "ricci"])
+def test_a_batch_augmented_at_once_is_each_graph_augmented_alone(tmp_path, kind):
+    """The loader's path (the sub-sprinklings of a batch recomputed together, padded to the
+    largest) against one graph at a time; every recomputed set's links against its points."""
+    from QuantumGravPy.data import CausalSetDataset
+
+    dimensions = [2] if kind == "ricci" else [2, 3, 4]
+    dataset = CausalSetDataset(
+        str(tmp_path), num_graphs=24, num_points=[6, 28], dimensions=dimensions, seed=2,
+        kind=kind, progress=False,
+    )  # fmt: skip
+    augmented = qg.AugmentedDataset(dataset, qg.get_preset("moderate"), base_seed=4)
+    augmented.set_epoch(3)
+    indices = [5, 0, 23, 5, *range(24)]
+    batch = augmented.__getitems__(indices)
+    smaller = checked = 0
+    for i, ours in zip(indices, batch, strict=True):
+        alone = augmented[i]
+        assert list(ours.to_dict()) == list(alone.to_dict())
+        for key, value in alone.to_dict().items():
+            assert value.dtype == ours[key].dtype and torch.equal(value, ours[key]), (i, key)
+        if "pos" in ours and ours.num_nodes < dataset[i].num_nodes:
+            smaller += 1
+            if "link_dropout" not in augmented.params(i)["operations"]:
+                checked += 1
+                _, links = light_cone_order(ours.pos)
+                expected = {(int(a), int(b)) for a, b in zip(*links.nonzero(), strict=True)}
+                assert undirected_edges(ours.edge_index) == expected | {(b, a) for a, b in expected}
+    if kind != "manifold_like":  # (percolations: no points; their nodes are simply dropped)
+        assert smaller >= 3 and checked >= 1  # several sizes padded to the largest
+
+
+def test_the_training_loader_augments_a_batch_at_once_with_the_same_draws(make_config):
+    from torch.utils.data import BatchSampler
+    from torch_geometric.data import Batch
+
+    config = make_config("augmentation.preset=moderate", "data.num_graphs=40")
+    trainer = qg.Trainer(config)
+    loader, _, _ = trainer.prepare_dataloaders()
+    augmented = loader.dataset
+    assert isinstance(augmented, qg.AugmentedDataset)
+    for epoch in (0, 1):
+        loader.sampler.set_epoch(epoch)
+        augmented.set_epoch(epoch)
+        order = BatchSampler(loader.sampler, loader.batch_size, loader.drop_last)
+        for batch, indices in zip(loader, order, strict=True):
+            expected = Batch.from_data_list([augmented[i] for i in indices])
+            assert torch.equal(batch.x, expected.x) and torch.equal(batch.y, expected.y)
+            assert torch.equal(batch.edge_index, expected.edge_index)
+    trainer.close()

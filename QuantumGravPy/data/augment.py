@@ -146,26 +146,47 @@ def gen_augmentation_params(
 
 def apply_augmentation(data: Data, params: dict[str, Any]) -> Data:
     """A new Data object with the operations of ``params`` applied; ``data`` is left as it is."""
-    rng = np.random.default_rng(int(params["seed"], 16) ^ 0x5EED)  # apart from the params stream
-    out = data.clone()
-    ops = params["operations"]
-    if "remove_elements" in ops and params["remove_fraction"] > 0:
-        out = _remove_elements(out, params["remove_fraction"], rng)
-    if "link_dropout" in ops and params["link_dropout"] > 0:
-        out.edge_index = _drop_links(out.edge_index, out.num_nodes, params["link_dropout"], rng)
-    if "feature_noise" in ops and params["feature_noise"] > 0:
-        noise = rng.normal(0.0, params["feature_noise"], tuple(out.x.shape))
-        out.x = out.x + torch.from_numpy(noise).to(out.x.dtype)
-    if "feature_scale" in ops:
-        out.x = out.x * params["feature_scale"]
+    return augment_graphs([data], [params])[0]
+
+
+def augment_graphs(graphs: list[Data], params: list[dict[str, Any]]) -> list[Data]:
+    """:func:`apply_augmentation` of each graph with its parameters, the same draws and the
+    same results, with the causal structure of every sub-sprinkling (the costly part: its
+    relations, links and features anew) worked out for all of them in one batched pass.
+
+    Each graph's own generator makes its draws in the same order as one graph alone: which
+    elements stay, then (after the batched pass) which links drop and the feature noise.
+    """
+    rngs = [np.random.default_rng(int(p["seed"], 16) ^ 0x5EED) for p in params]  # apart from
+    out = [graph.clone() for graph in graphs]  # the parameters' own stream
+    sprinklings = []  # graphs that lost elements and need their structure anew
+    for i, (graph, p) in enumerate(zip(out, params, strict=True)):
+        if "remove_elements" in p["operations"] and p["remove_fraction"] > 0:
+            if _remove_elements(graph, p["remove_fraction"], rngs[i]):
+                sprinklings.append(graph)
+    _recompute_structure(sprinklings)
+    for graph, p, rng in zip(out, params, rngs, strict=True):
+        ops = p["operations"]
+        if "link_dropout" in ops and p["link_dropout"] > 0:
+            graph.edge_index = _drop_links(
+                graph.edge_index, graph.num_nodes, p["link_dropout"], rng
+            )
+        if "feature_noise" in ops and p["feature_noise"] > 0:
+            noise = rng.normal(0.0, p["feature_noise"], tuple(graph.x.shape))
+            graph.x = graph.x + torch.from_numpy(noise).to(graph.x.dtype)
+        if "feature_scale" in ops:
+            graph.x = graph.x * p["feature_scale"]
     return out
 
 
-def _remove_elements(data: Data, fraction: float, rng: np.random.Generator) -> Data:
+def _remove_elements(data: Data, fraction: float, rng: np.random.Generator) -> bool:
+    """Remove a ``fraction`` of the elements in place; True for a sprinkling (coordinates in
+    float64), whose relations, links and features must then be recomputed from the points
+    left: a random sub-causal-set of a sprinkling is again a sprinkling, at lower density."""
     n = data.num_nodes
     keep_count = max(2, n - math.floor(n * fraction))
     if keep_count >= n:
-        return data
+        return False
     keep = torch.from_numpy(np.sort(rng.choice(n, size=keep_count, replace=False)))
     for key in list(data.keys()):  # per-element targets follow their elements
         value = data[key]
@@ -173,17 +194,32 @@ def _remove_elements(data: Data, fraction: float, rng: np.random.Generator) -> D
             if data.is_node_attr(key):
                 data[key] = value[keep]
     if getattr(data, "pos", None) is not None and data.pos.dtype == torch.float64:
-        # A sub-sprinkling: recompute the causal structure of the remaining points.
-        pos = data.pos[keep]
-        relations, links = causal_structure(pos[None])
-        edges = links[0].nonzero().t()
-        data.x = node_features(relations, links)[0].to(data.x.dtype)
-        data.pos = pos
-        data.edge_index = torch.cat([edges, edges.flip(0)], dim=1)
-        return data  # num_nodes follows from x; setting it would add a key other graphs lack
+        data.pos = data.pos[keep]  # x and edge_index follow in _recompute_structure
+        return True
     edge_index, _ = subgraph(keep, data.edge_index, relabel_nodes=True, num_nodes=n)
     data.x, data.edge_index = data.x[keep], edge_index
-    return data
+    return False
+
+
+def _recompute_structure(graphs: list[Data]) -> None:
+    """Links (as edges both ways) and node features of sprinklings from their points, in
+    place; the sets padded to the largest, a batch per number of coordinates."""
+    by_width: dict[int, list[Data]] = {}
+    for graph in graphs:
+        by_width.setdefault(graph.pos.shape[1], []).append(graph)
+    for width, group in by_width.items():
+        sizes = torch.tensor([graph.pos.shape[0] for graph in group])
+        coords = torch.zeros(len(group), int(sizes.max()), width, dtype=torch.float64)
+        for b, graph in enumerate(group):
+            coords[b, : len(graph.pos)] = graph.pos
+        relations, links = causal_structure(coords, sizes)
+        features = node_features(relations, links, sizes)
+        for b, graph in enumerate(group):
+            n = int(sizes[b])
+            edges = links[b, :n, :n].nonzero().t()
+            # num_nodes follows from x; setting it would add a key other graphs lack
+            graph.x = features[b, :n].to(graph.x.dtype)
+            graph.edge_index = torch.cat([edges, edges.flip(0)], dim=1)
 
 
 def _drop_links(edge_index: torch.Tensor, n: int, p: float, rng) -> torch.Tensor:
@@ -238,3 +274,10 @@ class AugmentedDataset(Dataset):
 
     def __getitem__(self, index: int) -> Data:
         return apply_augmentation(self.unaugmented[index], self.params(index))
+
+    def __getitems__(self, indices: list[int]) -> list[Data]:
+        """A batch's graphs, as one at a time would make them (a loader asks for a batch at
+        once): the structure of the sub-sprinklings is recomputed in one batched pass."""
+        return augment_graphs(
+            [self.unaugmented[i] for i in indices], [self.params(i) for i in indices]
+        )

@@ -67,9 +67,13 @@ def longest_chains(order: Tensor, *, towards_past: bool = False) -> Tensor:
         level += 1
 
 
-def node_features(relations: Tensor, links: Tensor) -> Tensor:
-    """The :data:`FEATURE_NAMES` features for a batch of causal sets: [B, N, NUM_FEATURES]."""
-    n = relations.shape[-1]
+def node_features(relations: Tensor, links: Tensor, sizes: Tensor | None = None) -> Tensor:
+    """The :data:`FEATURE_NAMES` features for a batch of causal sets: [B, N, NUM_FEATURES].
+
+    ``sizes``: each set's number of elements, for sets padded to N (with elements related to
+    nothing); the features are per element of a set of that size.
+    """
+    n = relations.shape[-1] if sizes is None else sizes.view(-1, 1, 1).float()
     # sums of floats are several times faster than sums of booleans
     related, linked = relations.float(), links.float()
     columns = (

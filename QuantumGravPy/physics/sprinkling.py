@@ -119,12 +119,15 @@ def uniform_diamond(num_points: int, dimension: int, rng: np.random.Generator) -
     return coords
 
 
-def causal_structure(coords: Tensor) -> tuple[Tensor, Tensor]:
+def causal_structure(coords: Tensor, sizes: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Relations and links of a batch of time-sorted point sets. ``coords``: [B, N, d].
 
     Returns two bool tensors [B, N, N]: ``relations[b, i, j]`` iff i precedes j (timelike
     separated and earlier), and ``links``, the relations with no element in between (one
     matrix product: the count of elements between i and j is ``(C C)[i, j]``).
+
+    ``sizes``: the number of points of each set, for sets of different sizes padded to N;
+    the points past a set's size are related to nothing (so no link passes through them).
     """
     b, n, d = coords.shape
     relations = torch.empty(b, n, n, dtype=torch.bool)
@@ -142,4 +145,7 @@ def causal_structure(coords: Tensor) -> tuple[Tensor, Tensor]:
         relations[:, block] = (dt > 0) & (interval > 0)
     # Sorting by time makes every relation point forwards; the triangle mask only guards ties.
     relations &= torch.ones(n, n, dtype=torch.bool).triu(1)
+    if sizes is not None:
+        inside = torch.arange(n) < sizes.view(-1, 1)  # [B, N]
+        relations &= inside[:, :, None] & inside[:, None, :]
     return relations, transitive_reduction(relations)
