@@ -178,16 +178,22 @@ def test_a_batch_augmented_at_once_is_each_graph_augmented_alone(tmp_path, kind)
         assert smaller >= 3 and checked >= 1  # several sizes padded to the largest
 
 
-def test_the_training_loader_augments_a_batch_at_once_with_the_same_draws(make_config):
+@pytest.mark.parametrize("workers", [0, 1])
+def test_the_training_loader_augments_a_batch_at_once_with_the_same_draws(make_config, workers):
+    """Each epoch's draws, also in a worker process that outlives the epoch (it reads the
+    epoch the trainer sets from shared memory)."""
     from torch.utils.data import BatchSampler
     from torch_geometric.data import Batch
 
-    config = make_config("augmentation.preset=moderate", "data.num_graphs=40")
+    config = make_config(
+        "augmentation.preset=moderate", "data.num_graphs=40", f"training.num_workers={workers}"
+    )
     trainer = qg.Trainer(config)
     loader, _, _ = trainer.prepare_dataloaders()
     augmented = loader.dataset
     assert isinstance(augmented, qg.AugmentedDataset)
-    for epoch in (0, 1):
+    assert loader.persistent_workers == (workers > 0)
+    for epoch in (0, 1, 2):
         loader.sampler.set_epoch(epoch)
         augmented.set_epoch(epoch)
         order = BatchSampler(loader.sampler, loader.batch_size, loader.drop_last)

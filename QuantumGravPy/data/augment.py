@@ -256,10 +256,16 @@ class AugmentedDataset(Dataset):
         self.base_seed = base_seed
         self.rank = rank
         self.world_size = world_size
-        self.epoch = 0
+        # In shared memory: a loader's persistent worker processes hold copies of this
+        # dataset, and read the epoch the main process sets here.
+        self._epoch = torch.zeros(1, dtype=torch.long).share_memory_()
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch[0])
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
+        self._epoch[0] = int(epoch)
 
     def __len__(self) -> int:
         return len(self.unaugmented)

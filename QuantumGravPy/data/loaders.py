@@ -212,8 +212,6 @@ def make_train_loader(
         drop_last=training.drop_last,
         num_workers=training.num_workers,
         seed=training.seed,
-        # workers that outlive an epoch would keep augmenting with the old epoch's draws
-        persistent_workers=augmentation.preset is None,
         device=device,
     )
 
