@@ -21,6 +21,7 @@ alone on the same random indices: ours against `Batch.from_data_list` of the dat
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -125,6 +126,38 @@ def assembly(config: qg.Config, batch: int, repeats: int = 200) -> tuple[float, 
     return statistics.median(times["ours"]), statistics.median(times["pyg"])
 
 
+WORKERS = (0, 1, 2)
+SETUPS = {  # the third table's rows: what the loader's workers would take off the main process
+    "memory": ["data.storage=memory"],
+    "disk": ["data.storage=disk"],
+    "memory, augmented (moderate)": ["data.storage=memory", "augmentation.preset=moderate"],
+}
+
+
+def workers(config: qg.Config, repeats: int) -> dict[int, float]:
+    """Median seconds of a whole training epoch (one process, batch 32) with each number of
+    worker processes, the loaders alternating epoch by epoch; workers persist across epochs.
+    Whole epochs, not interleaved blocks: a worker fetches ahead while other sides train."""
+    t = qg.Trainer(config)
+    train = loaders.split_dataset(t.dataset, config.data.split, config.data.seed)[0]
+    made = {}
+    for count in WORKERS:
+        training = dataclasses.replace(config.training, num_workers=count)
+        made[count] = loaders.make_train_loader(train, training, config.augmentation)
+        made[count].sampler.set_epoch(0)
+    times: dict[int, list[float]] = {count: [] for count in WORKERS}
+    for i in range(repeats + 1):
+        for count in WORKERS if i % 2 == 0 else WORKERS[::-1]:
+            start = time.perf_counter()
+            t.train_epoch(made[count])
+            if i > 0:  # the first round starts the workers and warms up
+                times[count].append(time.perf_counter() - start)
+    for loader in made.values():
+        loaders.release_workers(loader)
+    t.close()
+    return {count: statistics.median(values) for count, values in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", type=int, default=2000)
@@ -160,6 +193,7 @@ def main() -> None:
                     epochs = qg.spawn(compare, world_size, config, args.epochs, backend="gloo")
                     rows.append((storage, batch, world_size, epochs[0]))
         timings = {batch: assembly(load("data.storage=memory"), batch) for batch in args.batch}
+        with_workers = {name: workers(load(*extra), args.epochs) for name, extra in SETUPS.items()}
     print(
         f"{args.graphs} graphs (70 % of them trained on), the shipped model; each side's "
         f"median over {args.epochs} epochs, its blocks of {BLOCK} batches interleaved with the "
@@ -197,6 +231,14 @@ def main() -> None:
               f"{'met' if ok else 'MISSED'}")  # fmt: skip
     ok = all(pyg / ours >= ASSEMBLY_TARGET for ours, pyg in timings.values())
     print(f"- assembly speed-up: target >= {ASSEMBLY_TARGET:.0f}x: {'met' if ok else 'MISSED'}")
+    print(
+        f"\nWorker processes (training.num_workers), one process, batch 32: whole epochs, the "
+        f"loaders alternating, medians of {args.epochs}\n"
+    )
+    print("| data | s/epoch, 0 workers | 1 worker / 0 | 2 workers / 0 |")
+    print("|---|---|---|---|")
+    for name, m in with_workers.items():
+        print(f"| {name} | {m[0]:.3f} | {m[1] / m[0]:.2f} | {m[2] / m[0]:.2f} |")
 
 
 if __name__ == "__main__":

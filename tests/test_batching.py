@@ -334,3 +334,19 @@ def test_on_a_gpu_data_device_cuda_trains_with_batches_made_there(make_config):
     assert reference.batch_device is None
     for ours, theirs in zip(history, expected, strict=True):
         assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-5)
+
+
+def test_workers_on_a_cpu_run_are_warned_about_before_training(make_config):
+    from QuantumGravPy.training.notices import start_notices
+
+    dataset = dataset_from_config(make_config("data.num_graphs=30").data, progress=False)
+
+    def notices(*overrides):
+        return start_notices(
+            make_config(*overrides), dataset, train_graphs=21, device=torch.device("cpu")
+        )
+
+    assert not any("num_workers" in n for n in notices())
+    (notice,) = [n for n in notices("training.num_workers=2") if "num_workers" in n]
+    assert notice.startswith("training.num_workers: 2 worker process(es) compete with the model")
+    assert "README: The data path" in notice

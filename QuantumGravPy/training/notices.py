@@ -59,6 +59,14 @@ def start_notices(
             f"parallel.world_size: {local_processes} processes share {cores} CPU cores on this "
             f"machine, so they take turns and the run is slower than with {cores}"
         )
+    workers = config.training.num_workers
+    if workers > 0 and (device is None or device.type == "cpu"):
+        notices.append(
+            f"training.num_workers: {workers} worker process(es) compete with the model, whose "
+            "computation already uses the CPU cores, and hand each batch over through shared "
+            "memory (milliseconds), while a batch of graphs in memory or on disk is assembled "
+            "in under one; 0 is usually quicker (README: The data path)"
+        )
     batch = config.training.batch_size
     per_process = math.ceil(train_graphs / processes)
     if processes > 1 and per_process < batch:
