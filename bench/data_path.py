@@ -1,27 +1,33 @@
 """The data path: a training epoch as a user runs it, against the same epoch over batches
 collated beforehand, and against PyTorch Geometric's own loader.
 
-Three sides train the shipped config's model (`configs/train.yaml`) in one trainer: the real
+Four sides train the shipped config's model (`configs/train.yaml`) in one trainer: the real
 epoch (`Trainer.train_epoch` over its own training loader: sampling, batch assembly, the copy
 to the device), the pre-collated epoch (the same batches, collected into a list before the
-timing starts: the model's work alone), and the epoch over PyTorch Geometric's `DataLoader` on
-the same split and sampler (one `Data` per graph, then `Batch.from_data_list`: the path this
-project took before batches were assembled by index). Each epoch takes 2 batches from each side
-in turn, the same batches from all three (the loaders are not re-seeded between epochs), so
-that the sides are timed a few steps apart: this machine's speed drifts by 10 % from one epoch
-to the next. A side's epoch is the sum of its blocks (fetching its batches and training on
-them); each side's median over the epochs is reported, and the ratios of those medians, for
-batch 32 and 128, the graphs in memory and on disk (`data.storage`), one process and two (at
-the same global batch, a core each; rank 0's times). The second table times batch assembly
-alone on the same random indices: ours against `Batch.from_data_list` of the dataset's graphs.
+timing starts: the model's work alone), the same batches copied as they are asked for (fresh
+memory for every batch: the least any loader that makes new batches costs), and the epoch over
+PyTorch Geometric's `DataLoader` on the same split and sampler (one `Data` per graph, then
+`Batch.from_data_list`: the path this project took before batches were assembled by index).
+Each epoch takes 2 batches from each side in turn, the same batches from all of them (the
+loaders are not re-seeded between epochs), the order of the sides running through every
+permutation, so that the sides are timed a few steps apart (this machine's speed drifts by
+10 % from one epoch to the next) and each comes first, last and after each other equally often.
+A side's epoch is the sum of its blocks (fetching its batches and training on them); each
+side's median over the epochs is reported, and the ratios of those medians, for batch 32 and
+128, the graphs in memory and on disk (`data.storage`), one process and two (at the same
+global batch, a core each; rank 0's times). The second table times batch assembly alone on the
+same random indices: ours against `Batch.from_data_list` of the dataset's graphs. The third
+compares whole epochs with data-loader worker processes.
 
-    python bench/data_path.py [--graphs 2000] [--epochs 9] [--storage memory disk] [--batch 32 128]
+    python bench/data_path.py [--graphs 2000] [--epochs 15] [--storage memory disk] [--batch 32 128]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
+import itertools
 import os
 import statistics
 import sys
@@ -51,27 +57,46 @@ class Interleaved:
     each: every side yields the same sequence), timing each side's blocks: a block's time runs
     from the request of its first batch to the request of the next block's, so it holds the
     fetching of its batches and the training steps on them. Alternating a few steps apart
-    keeps this machine's drift (10 % from one epoch to the next) out of the ratios; the order
-    of the sides within a block flips from one block to the next."""
+    keeps this machine's drift (10 % from one epoch to the next) out of the ratios. The order
+    of the sides runs through every permutation, block after block (starting at ``offset``),
+    so that each side comes first, in the middle and last, and after each other side, equally
+    often: what a block leaves behind (memory freed, caches) changes the next block's time."""
 
-    def __init__(self, sides: dict, flip: bool):
-        self.sides, self.flip = sides, flip
+    def __init__(self, sides: dict, offset: int):
+        self.sides, self.offset = sides, offset
+        self.orders = list(itertools.permutations(sides))
         self.length = min(len(side) for side in sides.values())
-        self.seconds = dict.fromkeys(sides, 0.0)
+        self.blocks: dict[str, list[float]] = {name: [] for name in sides}  # seconds each
 
     def __len__(self) -> int:
         return self.length * len(self.sides)
 
     def __iter__(self):
-        names, iterators = list(self.sides), {}
+        iterators = {}
         for block, first in enumerate(range(0, self.length, BLOCK)):
-            for name in names if (block + self.flip) % 2 == 0 else names[::-1]:
+            for name in self.orders[(block + self.offset) % len(self.orders)]:
                 start = time.perf_counter()
                 if name not in iterators:  # a loader's start (sampler, workers) is its own
                     iterators[name] = iter(self.sides[name])
                 for _ in range(min(BLOCK, self.length - first)):
                     yield next(iterators[name])
-                self.seconds[name] += time.perf_counter() - start
+                self.blocks[name].append(time.perf_counter() - start)
+
+
+class Copied:
+    """The pre-collated batches, each copied as it is asked for: fresh memory for every batch,
+    the least that any loader making new batches costs (a copy of each tensor, no indexing)."""
+
+    def __init__(self, batches: list):
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        for batch in self.batches:
+            fresh = copy.copy(batch)  # its own store, then every tensor in it copied
+            yield fresh.apply(torch.clone)
 
 
 def compare(rank: int, world_size: int, config: qg.Config, epochs: int) -> list[dict[str, float]]:
@@ -84,22 +109,20 @@ def compare(rank: int, world_size: int, config: qg.Config, epochs: int) -> list[
     real.sampler.set_epoch(0)
     collated = list(real)  # the same batches, assembled before the timing starts
     original = loaders.index_batches
-    loaders.index_batches = lambda dataset, device=None: (
-        None
-    )  # PyTorch Geometric's loader, graph by graph
+    loaders.index_batches = lambda *_: None  # PyTorch Geometric's loader, graph by graph
     try:
         pyg = t.make_train_loader(train)
     finally:
         loaders.index_batches = original
     pyg.sampler.set_epoch(0)
-    sides = {"real": real, "collated": collated, "pyg": pyg}
-    t.train_epoch(Interleaved(sides, flip=False))  # warm-up
+    sides = {"real": real, "collated": collated, "copied": Copied(collated), "pyg": pyg}
+    t.train_epoch(Interleaved(sides, offset=0))  # warm-up
     seconds = []
     for epoch in range(epochs):
-        interleaved = Interleaved(sides, flip=epoch % 2 == 1)
+        interleaved = Interleaved(sides, offset=epoch)
         distributed.barrier()
         t.train_epoch(interleaved)
-        seconds.append(interleaved.seconds)
+        seconds.append(interleaved.blocks)
     loaders.release_workers(real)
     loaders.release_workers(pyg)
     t.close()
@@ -127,6 +150,7 @@ def assembly(config: qg.Config, batch: int, repeats: int = 200) -> tuple[float, 
 
 
 WORKERS = (0, 1, 2)
+WORKER_EPOCHS = 7
 SETUPS = {  # the third table's rows: what the loader's workers would take off the main process
     "memory": ["data.storage=memory"],
     "disk": ["data.storage=disk"],
@@ -161,7 +185,7 @@ def workers(config: qg.Config, repeats: int) -> dict[int, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", type=int, default=2000)
-    parser.add_argument("--epochs", type=int, default=9)
+    parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--storage", nargs="+", default=["memory", "disk"])
     parser.add_argument("--batch", nargs="+", type=int, default=[32, 128])
     args = parser.parse_args()
@@ -193,7 +217,9 @@ def main() -> None:
                     epochs = qg.spawn(compare, world_size, config, args.epochs, backend="gloo")
                     rows.append((storage, batch, world_size, epochs[0]))
         timings = {batch: assembly(load("data.storage=memory"), batch) for batch in args.batch}
-        with_workers = {name: workers(load(*extra), args.epochs) for name, extra in SETUPS.items()}
+        with_workers = {
+            name: workers(load(*extra), WORKER_EPOCHS) for name, extra in SETUPS.items()
+        }
     print(
         f"{args.graphs} graphs (70 % of them trained on), the shipped model; each side's "
         f"median over {args.epochs} epochs, its blocks of {BLOCK} batches interleaved with the "
@@ -202,21 +228,22 @@ def main() -> None:
     )
     print(
         "| storage | global batch | processes | s/epoch, pre-collated | real / pre-collated | "
-        "PyG DataLoader / pre-collated |"
+        "copied / pre-collated | PyG DataLoader / pre-collated |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     verdicts = []
-    for storage, batch, world_size, epochs in rows:
+    for storage, batch, world_size, blocks in rows:
+        epochs = [{name: sum(times) for name, times in epoch.items()} for epoch in blocks]
         m = {name: statistics.median(e[name] for e in epochs) for name in epochs[0]}
         cells = []
-        for side in ("real", "pyg"):
+        for side in ("real", "copied", "pyg"):
             single = [e[side] / e["collated"] for e in epochs]
             cells.append(f"{m[side] / m['collated']:.3f} ({min(single):.2f}-{max(single):.2f})")
         if batch == 32:
             verdicts.append((storage, world_size, m["real"] / m["collated"]))
         print(
             f"| {storage} | {batch} | {world_size} | {m['collated']:.3f} | **{cells[0]}** | "
-            f"{cells[1]} |"
+            f"{cells[1]} | {cells[2]} |"
         )
     print("\n| batch | assembly, ours (us) | Batch.from_data_list (us) | speed-up |")
     print("|---|---|---|---|")
@@ -233,7 +260,7 @@ def main() -> None:
     print(f"- assembly speed-up: target >= {ASSEMBLY_TARGET:.0f}x: {'met' if ok else 'MISSED'}")
     print(
         f"\nWorker processes (training.num_workers), one process, batch 32: whole epochs, the "
-        f"loaders alternating, medians of {args.epochs}\n"
+        f"loaders alternating, medians of {WORKER_EPOCHS}\n"
     )
     print("| data | s/epoch, 0 workers | 1 worker / 0 | 2 workers / 0 |")
     print("|---|---|---|---|")
