@@ -1,6 +1,8 @@
 """Batches assembled by index arithmetic are the batches PyTorch Geometric collates, attribute
 for attribute, for every embedded kind and for the user's files."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import assert_refused, run_main, train
@@ -206,7 +208,10 @@ def test_whole_epochs_are_the_batches_pytorch_geometric_makes(
 
 @pytest.mark.parametrize(
     "overrides",
-    [["training.sampler=class_balanced"], ["data.kind=curvature", "data.dimensions=[2]"]],
+    [
+        ["data.storage=memory", "training.sampler=class_balanced"],
+        ["data.storage=memory", "data.kind=curvature", "data.dimensions=[2]"],
+    ],
     ids=["graph-level", "node-level"],
 )
 @pytest.mark.parametrize("world_size", [1, 2])
@@ -348,5 +353,41 @@ def test_workers_on_a_cpu_run_are_warned_about_before_training(make_config):
 
     assert not any("num_workers" in n for n in notices())
     (notice,) = [n for n in notices("training.num_workers=2") if "num_workers" in n]
-    assert notice.startswith("training.num_workers: 2 worker process(es) compete with the model")
+    assert notice.startswith("training.num_workers: 2 worker process(es) compete for the CPU")
     assert "README: The data path" in notice
+
+
+def test_a_batch_from_a_worker_crosses_in_one_buffer_and_is_the_same_batch():
+    """What a worker hands over: every tensor of the batch, the bookkeeping included, in one
+    shared buffer; made again, the batch PyTorch Geometric collates."""
+    from QuantumGravPy.data.transfer import Packed, pack, unpack
+
+    dataset = Faces()
+    indices = [11, 0, 3, 3, 7]
+    expected = Batch.from_data_list([dataset[i] for i in indices])
+    for batch in (IndexBatcher(dataset)(indices), Batch.from_data_list(list(dataset[indices]))):
+        packed = pack(batch)
+        assert isinstance(packed, Packed) and packed.buffer.dtype == torch.uint8
+        # the buffer is the only tensor that crosses: the entries name places in it
+        assert not any(isinstance(value, torch.Tensor) for _, _, value in packed.entries)
+        assert_same_batch(unpack(packed), expected)
+    assert unpack(pack([1, 2])) == [1, 2]  # anything else as it is
+
+
+@pytest.mark.parametrize("augmented", [False, True])
+def test_workers_hand_over_the_batches_the_main_process_makes(make_config, augmented):
+    overrides = ["data.num_graphs=40", "data.storage=memory"]
+    if augmented:
+        overrides.append("augmentation.preset=moderate")
+    config = make_config(*overrides)
+    dataset = dataset_from_config(config.data, progress=False)
+    train, _, _ = split_dataset(dataset, config.data.split, config.data.seed)
+    main, worker = (
+        make_train_loader(train, replace(config.training, num_workers=n), config.augmentation)
+        for n in (0, 1)
+    )
+    for epoch in (0, 1):
+        pairs = zip(epoch_batches(main, epoch), epoch_batches(worker, epoch), strict=True)
+        for ours, handed_over in pairs:
+            assert_same_batch(handed_over, ours)
+    loaders.release_workers(worker)

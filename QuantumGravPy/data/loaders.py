@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 from torch_geometric.data import Batch, Data
-from torch_geometric.loader import DataLoader as GraphLoader
+from torch_geometric.loader.dataloader import Collater
 
 from ..config import AugmentationSection, Config, TrainingConfig
 from ..errors import ConfigError, DataError
@@ -26,6 +26,7 @@ from .batching import IndexBatcher, Unbatchable
 from .disk import DiskDataset
 from .rows import DiskBatcher
 from .samplers import build_sampler
+from .transfer import BatchLoader
 
 log = logging.getLogger(__name__)
 
@@ -175,9 +176,9 @@ def make_loader(
         "generator": torch.Generator().manual_seed(seed) if shuffle else None,
     }
     batches = index_batches(dataset, device)
-    if batches is None:
-        return GraphLoader(dataset, **options)
-    return DataLoader(batches, collate_fn=_as_is, **options)
+    if batches is None:  # PyTorch Geometric's collation, graph by graph
+        return BatchLoader(dataset, collate_fn=Collater(dataset), **options)
+    return BatchLoader(batches, collate_fn=_as_is, **options)
 
 
 def make_train_loader(

@@ -62,10 +62,10 @@ def start_notices(
     workers = config.training.num_workers
     if workers > 0 and (device is None or device.type == "cpu"):
         notices.append(
-            f"training.num_workers: {workers} worker process(es) compete with the model, whose "
-            "computation already uses the CPU cores, and hand each batch over through shared "
-            "memory (milliseconds), while a batch of graphs in memory or on disk is assembled "
-            "in under one; 0 is usually quicker (README: The data path)"
+            f"training.num_workers: {workers} worker process(es) compete for the CPU cores with "
+            f"the model, whose computation already uses {torch.get_num_threads()} thread(s), "
+            "while a batch of graphs in memory or on disk is assembled in under a millisecond; "
+            "0 is usually quicker (README: The data path)"
         )
     batch = config.training.batch_size
     per_process = math.ceil(train_graphs / processes)
