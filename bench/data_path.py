@@ -151,10 +151,11 @@ def assembly(config: qg.Config, batch: int, repeats: int = 200) -> tuple[float, 
 
 WORKERS = (0, 1, 2)
 WORKER_EPOCHS = 7
-SETUPS = {  # the third table's rows: what the loader's workers would take off the main process
-    "memory": ["data.storage=memory"],
-    "disk": ["data.storage=disk"],
-    "memory, augmented (moderate)": ["data.storage=memory", "augmentation.preset=moderate"],
+SETUPS = {  # the third table's rows: (overrides, torch threads of the training process)
+    "memory": (["data.storage=memory"], None),
+    "disk": (["data.storage=disk"], None),
+    "memory, augmented (moderate)": (["data.storage=memory", "augmentation.preset=moderate"], None),
+    "the same, 1 torch thread": (["data.storage=memory", "augmentation.preset=moderate"], 1),
 }
 
 
@@ -217,9 +218,12 @@ def main() -> None:
                     epochs = qg.spawn(compare, world_size, config, args.epochs, backend="gloo")
                     rows.append((storage, batch, world_size, epochs[0]))
         timings = {batch: assembly(load("data.storage=memory"), batch) for batch in args.batch}
-        with_workers = {
-            name: workers(load(*extra), WORKER_EPOCHS) for name, extra in SETUPS.items()
-        }
+        with_workers = {}
+        default_threads = torch.get_num_threads()
+        for name, (extra, threads) in SETUPS.items():
+            torch.set_num_threads(threads or default_threads)
+            with_workers[name] = workers(load(*extra), WORKER_EPOCHS)
+        torch.set_num_threads(default_threads)
     print(
         f"{args.graphs} graphs (70 % of them trained on), the shipped model; each side's "
         f"median over {args.epochs} epochs, its blocks of {BLOCK} batches interleaved with the "
