@@ -391,3 +391,32 @@ def test_workers_hand_over_the_batches_the_main_process_makes(make_config, augme
         for ours, handed_over in pairs:
             assert_same_batch(handed_over, ours)
     loaders.release_workers(worker)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_the_loader_without_workers_draws_as_torchs_dataloader(shuffle):
+    """The same batches in the same order, and the same random states after an epoch (torch's
+    iterator draws a seed from the loader's generator, or the global one, at each epoch)."""
+    from torch.utils.data import DataLoader
+
+    from QuantumGravPy.data.transfer import BatchLoader
+
+    dataset = Faces()
+
+    def options():  # each loader its own generator, seeded alike
+        made = {"batch_size": 5, "shuffle": shuffle, "collate_fn": Batch.from_data_list}
+        return {**made, "generator": torch.Generator().manual_seed(3)} if shuffle else made
+
+    ours, theirs = BatchLoader(dataset, **options()), DataLoader(dataset, **options())
+    for _ in range(2):
+        torch.manual_seed(9)
+        mine = list(ours)
+        state = torch.get_rng_state()
+        torch.manual_seed(9)
+        expected = list(theirs)
+        assert torch.equal(state, torch.get_rng_state())
+        assert len(mine) == len(expected) == 3
+        for a, b in zip(mine, expected, strict=True):
+            assert_same_batch(a, b)
+    if shuffle:
+        assert torch.equal(ours.generator.get_state(), theirs.generator.get_state())
