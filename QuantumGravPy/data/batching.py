@@ -19,6 +19,7 @@ the batch's store in one update.
 from __future__ import annotations
 
 import copy
+import functools
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
@@ -66,7 +67,7 @@ def assemble_batch(
     for every ``Batch(_base_cls=...)``)."""
     k = len(nodes.counts)
     ptr = nodes.slices
-    starts, zeros = ptr[:-1], torch.zeros(k, dtype=torch.long)
+    starts, zeros = ptr[:-1], _constant(k).zeros
     values, slice_dict, inc_dict = {}, {}, {}
     shifts: dict[int, Tensor] = {}  # by the Rows they follow: one repeat for all that share it
     for key, out, dim, where in parts:
@@ -85,9 +86,26 @@ def assemble_batch(
             inc_dict[key] = zeros
         values[key] = out
         slice_dict[key] = where.slices
-    values["batch"] = torch.from_numpy(np.repeat(np.arange(k, dtype=np.int64), nodes.counts))
+    values["batch"] = torch.from_numpy(np.repeat(_constant(k).arange, nodes.counts))
     values["ptr"] = ptr
     return _finish(template, values, slice_dict, inc_dict)
+
+
+class _Constants(NamedTuple):
+    """What every batch of k graphs has alike (read, never written, by the batches)."""
+
+    arange: np.ndarray
+    zeros: Tensor  # the increments of attributes that are not shifted
+    one: Rows  # one row per graph
+
+
+@functools.lru_cache(maxsize=16)
+def _constant(k: int) -> _Constants:
+    return _Constants(
+        np.arange(k, dtype=np.int64),
+        torch.zeros(k, dtype=torch.long),
+        Rows.of(np.ones(k, dtype=np.int64)),
+    )
 
 
 def _finish(template: Batch, values: dict, slice_dict: dict, inc_dict: dict) -> Batch:
@@ -238,7 +256,7 @@ class IndexBatcher:
             raise ValueError("indices must be a non-empty sequence of graph indices")
         if self.device is not None:
             return self._on_device(index)
-        one = Rows.of(np.ones(len(index), dtype=np.int64))
+        one = _constant(len(index)).one
         gathered = [
             (index, one) if bounds is None else _positions(bounds, index) for bounds in self.bounds
         ]
