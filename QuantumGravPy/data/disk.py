@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch_geometric.data import Data, InMemoryDataset, OnDiskDataset, SQLiteDatabase
 
@@ -74,9 +75,10 @@ class _Table(SQLiteDatabase):
         # One query for many keys (``id IN (...)``, in runs below SQLite's limit on
         # parameters): 2.5x quicker than a lookup per graph, which was quicker than
         # torch_geometric's join through a temporary table (which also writes).
-        if isinstance(indices, torch.Tensor):
+        if isinstance(indices, (torch.Tensor, np.ndarray)):
             indices = indices.tolist()
-        indices = [int(i) for i in indices]
+        else:
+            indices = [int(i) for i in indices]
         rows: dict[int, Any] = {}
         wanted = list(dict.fromkeys(indices))  # a sampler may draw a graph twice
         for first in range(0, len(wanted), _IN_QUERY):
