@@ -189,6 +189,7 @@ def every_loader(config, train, val, rank: int, world_size: int, device=None) ->
         ["data.kind=curvature", "training.num_workers=1"],  # per element ricci; a worker
         ["data.storage=disk"],
         ["data.storage=disk", "data.kind=curvature", "training.sampler=class_balanced"],
+        ["data.dataset=user_data.imbalanced_rings_in_memory", "training.sampler=weighted"],
     ],
     ids=[
         "shuffle",
@@ -197,6 +198,7 @@ def every_loader(config, train, val, rank: int, world_size: int, device=None) ->
         "node-level-in-a-worker",
         "disk",
         "disk-node-level",
+        "weighted",
     ],
 )
 @pytest.mark.parametrize("world_size", [1, 2])

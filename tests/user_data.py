@@ -1,7 +1,7 @@
 """Importable helpers that configs in the tests name by dotted path."""
 
 import torch
-from torch_geometric.data import Data
+from torch_geometric.data import Data, InMemoryDataset
 
 
 def ring_graphs(num_graphs: int = 40, num_features: int = 3) -> list[Data]:
@@ -174,3 +174,15 @@ class SlowOnRank1(torch.utils.data.Dataset):
 
 def slow_on_rank_1(num_graphs: int = 80) -> SlowOnRank1:
     return SlowOnRank1(num_graphs)
+
+
+class _InMemory(InMemoryDataset):
+    def __init__(self, graphs: list[Data]):
+        super().__init__(None)
+        self.data, self.slices = self.collate(graphs)
+
+
+def imbalanced_rings_in_memory(num_graphs: int = 200) -> InMemoryDataset:
+    """:func:`imbalanced_rings` held as PyTorch Geometric holds a dataset in memory (one
+    tensor per attribute, with per-graph boundaries), as the batches by index read it."""
+    return _InMemory(imbalanced_rings(num_graphs))

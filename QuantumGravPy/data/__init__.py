@@ -9,7 +9,8 @@
 - :mod:`.targets`: what the tasks read of the data: targets, output counts, target statistics;
 - :mod:`.loaders`: the seeded train/validation/test split and the loaders built on it;
 - :mod:`.batching`, :mod:`.rows`: batches assembled by index arithmetic from the in-memory
-  tensors or from the rows on disk, with no ``Data`` per graph;
+  tensors or from the rows on disk, with no ``Data`` per graph; :mod:`.transfer`: the loader
+  whose worker processes hand a batch over in one shared buffer;
 - :mod:`.samplers`: samplers that stay correct under DDP (a wrapper for any sampler, and
   counter-based native ones);
 - :mod:`.augment`: deterministic augmentation keyed by sample and epoch, or by rank;
