@@ -10,6 +10,7 @@ from torch.utils.data import Subset
 from torch_geometric.data import Batch, Data, InMemoryDataset
 
 from QuantumGravPy.data import CausalSetDataset, loaders
+from QuantumGravPy.data import rows as rows_module
 from QuantumGravPy.data.batching import IndexBatcher, Unbatchable
 from QuantumGravPy.data.datasets import dataset_from_config
 from QuantumGravPy.data.disk import DiskDataset
@@ -127,9 +128,15 @@ class FacesSource:
         return "none left"
 
 
-def test_a_users_own_graphs_from_disk_are_gathered_alike_whatever_their_dtypes(tmp_path):
+@pytest.mark.parametrize("large", [False, True], ids=["by-index", "by-slices"])
+def test_a_users_own_graphs_from_disk_are_gathered_alike_whatever_their_dtypes(
+    tmp_path, monkeypatch, large
+):
     """Every dtype size the disk batcher reads in units of (bool, bfloat16, float32, float64,
-    int64, complex128 as two units) and attributes concatenated along their last axis."""
+    int64, complex128 as two units) and attributes concatenated along their last axis; batches
+    of small graphs gathered by one index, those of large ones slice by slice."""
+    if large:
+        monkeypatch.setattr(rows_module, "_INDEXED", 0)
 
     class Complex(FacesSource):
         prefix = "complex"
@@ -139,7 +146,16 @@ def test_a_users_own_graphs_from_disk_are_gathered_alike_whatever_their_dtypes(t
                 graph.phase = torch.polar(graph.weight, graph.weight)  # complex128, per node
                 yield graph
 
-    for source in (FacesSource(), Complex()):
+    class Mixed(FacesSource):  # graphs that differ in a dtype: PyG's collation serves them
+        prefix = "mixed"
+
+        def graphs(self, start, end, *, progress):
+            for i, graph in enumerate(super().graphs(start, end, progress=progress), start):
+                if i % 2:
+                    graph.weight = graph.weight.float()
+                yield graph
+
+    for source in (FacesSource(), Complex(), Mixed()):
         dataset = DiskDataset(source, str(tmp_path), progress=False)
         batcher = DiskBatcher(dataset)
         for indices in ([5], [11, 0, 3, 3, 7], list(range(12))[::-1]):
