@@ -130,10 +130,15 @@ def ranges(first: np.ndarray, counts: np.ndarray, offsets: np.ndarray | None = N
     return positions
 
 
+def _span(bounds: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, Rows]:
+    """The first stored row of each of the graphs ``index``, and how they divide the batch."""
+    first = bounds[index]
+    return first, Rows.of(bounds[index + 1] - first)
+
+
 def _positions(bounds: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, Rows]:
     """The positions of the rows of the graphs ``index``, in order, and how they divide."""
-    first = bounds[index]
-    where = Rows.of(bounds[index + 1] - first)
+    first, where = _span(bounds, index)
     return ranges(first, where.counts, where.offsets), where
 
 
@@ -226,7 +231,6 @@ class IndexBatcher:
                 columns[value.dtype].append(value)
             self.stored.append(_Stored(key, _numpy(value), group, cat_dim % value.dim(), row))
         self.stacked = {dtype: _numpy(torch.stack(values)) for dtype, values in columns.items()}
-        self.num_graphs = len(slices["x"]) - 1
         self.template = Batch(_base_cls=type(data))  # copied: its class is made once
         self.device = None if device is None else torch.device(device)
         if self.device is not None:
@@ -273,20 +277,15 @@ class IndexBatcher:
     def _on_device(self, index: np.ndarray) -> Batch:
         """The batch gathered on ``self.device``: each graph's sizes and offsets are worked out
         on the host (a few numbers per graph), moved in one copy, and expanded there."""
-        k = len(index)
+        k, constants = len(index), _constant(len(index))
         spans = []  # per group: (first row - its offset in the batch, Rows), None: per graph
         for bounds in self.bounds:
             if bounds is None:
                 spans.append(None)
             else:
-                first = bounds[index]
-                rows = Rows.of(bounds[index + 1] - first)
+                first, rows = _span(bounds, index)
                 spans.append((first - rows.offsets[:-1], rows))
-        nodes = (
-            spans[self.nodes][1]
-            if spans[self.nodes] is not None
-            else Rows.of(np.ones(k, dtype=np.int64))
-        )
+        nodes = constants.one if spans[self.nodes] is None else spans[self.nodes][1]
         host = [index, nodes.offsets]
         for span in spans:
             if span is not None:
@@ -311,8 +310,7 @@ class IndexBatcher:
         per_graph = {
             dtype: values.index_select(1, index_d) for dtype, values in self.stacked.items()
         }
-        one = Rows.of(np.ones(k, dtype=np.int64))
-        starts, zeros = nodes.slices[:-1], torch.zeros(k, dtype=torch.long)
+        one, starts, zeros = constants.one, nodes.slices[:-1], constants.zeros
         values, slice_dict, inc_dict = {}, {}, {}
         for key, stored, group, dim, row in self.stored:
             where = one if spans[group] is None else spans[group][1]

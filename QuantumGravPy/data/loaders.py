@@ -2,9 +2,10 @@
 
 What each rank reads each epoch is decided here: the training loader's sampler (split between
 ranks, keyed by seed and epoch) and its augmentation (keyed by sample and epoch, or by rank).
-Graphs held in memory are batched by index arithmetic (:mod:`.batching`), a whole batch per
-call; anything else (a per-graph transform, an augmentation, a dataset of its own kind) goes
-through PyTorch Geometric's loader, one graph at a time.
+Graphs held in memory or on disk are batched by index arithmetic (:mod:`.batching`,
+:mod:`.rows`), a whole batch per call; anything else (a per-graph transform, an augmentation,
+a dataset of its own kind) through PyTorch Geometric's collation, one graph at a time. Either
+way the loader is a :class:`~.transfer.BatchLoader`.
 """
 
 from __future__ import annotations
@@ -157,13 +158,13 @@ def make_loader(
     num_workers: int = 0,
     seed: int = 0,
     sampler: Any = None,
-    persistent_workers: bool = True,
     device: torch.device | None = None,
 ) -> DataLoader:
     """A loader of batches of graphs; a shuffling loader draws its order from its own seeded
-    generator. Batches of graphs in memory are assembled by index, others by PyTorch
-    Geometric's loader: the same batches either way. ``device``: where batches in memory are
-    assembled (see :func:`batch_device`; None: the host)."""
+    generator, and its worker processes, if any, last from one epoch to the next. Batches of
+    graphs in memory or on disk are assembled by index, others by PyTorch Geometric's
+    collation: the same batches either way. ``device``: where batches in memory are assembled
+    (see :func:`batch_device`; None: the host)."""
     if shuffle and sampler is not None:
         raise ValueError("shuffle and sampler exclude each other: the sampler decides the order")
     options = {
@@ -172,7 +173,7 @@ def make_loader(
         "sampler": sampler,
         "drop_last": drop_last,
         "num_workers": num_workers,
-        "persistent_workers": persistent_workers and num_workers > 0,
+        "persistent_workers": num_workers > 0,
         "generator": torch.Generator().manual_seed(seed) if shuffle else None,
     }
     batches = index_batches(dataset, device)

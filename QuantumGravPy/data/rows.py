@@ -166,9 +166,8 @@ class DiskBatcher:
         # own named ones first), which the batch PyG makes of such graphs follows.
         self.order = list(Data(**dict.fromkeys(keys, torch.empty(0))).to_dict())
         # per unit size: the tensors joined along their first axis (their columns, the units
-        # per step along it), and those joined along their last; and their keys in that order
-        self.by_unit: dict[int, tuple[np.ndarray, np.ndarray, list[_Layout]]] = {}
-        self.unit_keys: dict[int, list[tuple[str, torch.dtype]]] = {}
+        # per step along it), those joined along their last, and all of them in that order
+        self.by_unit: dict[int, tuple[np.ndarray, np.ndarray, list[_Layout], list[_Layout]]] = {}
         for unit in dict.fromkeys(layout.unit for layout in self.layouts.values()):
             mine = [layout for layout in self.layouts.values() if layout.unit == unit]
             plain = [layout for layout in mine if layout.rows is None]
@@ -177,8 +176,8 @@ class DiskBatcher:
                 np.array([layout.column for layout in plain], dtype=np.int64),
                 np.array([layout.width for layout in plain], dtype=np.int64),
                 rowwise,
+                plain + rowwise,
             )
-            self.unit_keys[unit] = [(layout.key, layout.dtype) for layout in plain + rowwise]
         self.template = Batch(_base_cls=Data)
 
     def __call__(self, indices: Any) -> Batch:
@@ -199,7 +198,7 @@ class DiskBatcher:
         where = table[:, 0::_PER_TENSOR] + begins[:, None]  # graph by tensor: its first byte
         sizes = table[:, self.size_columns]  # graph by tensor: its size along the joined axis
         values: dict[str, Tensor] = {}
-        for unit, (plain, widths, rowwise) in self.by_unit.items():
+        for unit, (plain, widths, rowwise, in_order) in self.by_unit.items():
             # tensor by tensor, each graph's elements in turn: those joined along their first
             # axis all at once, then those joined along their last, row by row
             count = sizes[:, plain] * widths
@@ -217,10 +216,8 @@ class DiskBatcher:
                 np.concatenate(counts),
             )
             ends = np.cumsum(np.concatenate(totals)).tolist()
-            for (key, dtype), start, end in zip(
-                self.unit_keys[unit], [0, *ends[:-1]], ends, strict=True
-            ):
-                values[key] = torch.from_numpy(gathered[start:end]).view(dtype)
+            for layout, start, end in zip(in_order, [0, *ends[:-1]], ends, strict=True):
+                values[layout.key] = torch.from_numpy(gathered[start:end]).view(layout.dtype)
         divisions: dict[bytes, Rows] = {}  # attributes of the same sizes share their Rows
         parts = []
         for key in self.order:

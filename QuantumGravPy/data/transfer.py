@@ -23,7 +23,6 @@ from torch.utils.data import DataLoader, get_worker_info
 from torch_geometric.data import Batch, Data
 
 _ALIGN = 16  # every tensor starts at a multiple of it, so that it can be viewed in place
-_WHERE = ("_store", "_slice_dict", "_inc_dict")  # the attributes, and the bookkeeping
 
 
 class Packed(NamedTuple):

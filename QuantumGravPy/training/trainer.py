@@ -18,8 +18,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset
-from torch_geometric.loader import DataLoader
+from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from ..config import Config, balanced_task, config_to_dict, headline_columns, improves_towards
