@@ -19,7 +19,7 @@ global batch, a core each; rank 0's times). The second table times batch assembl
 same random indices: ours against `Batch.from_data_list` of the dataset's graphs. The third
 compares whole epochs with data-loader worker processes.
 
-    python bench/data_path.py [--graphs 2000] [--epochs 15] [--storage memory disk] [--batch 32 128]
+    python bench/data_path.py [--graphs 2000] [--epochs 25] [--storage memory disk] [--batch 32 128]
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def workers(config: qg.Config, repeats: int) -> dict[int, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", type=int, default=2000)
-    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--epochs", type=int, default=25)
     parser.add_argument("--storage", nargs="+", default=["memory", "disk"])
     parser.add_argument("--batch", nargs="+", type=int, default=[32, 128])
     args = parser.parse_args()

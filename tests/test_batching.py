@@ -438,3 +438,43 @@ def test_the_loader_without_workers_draws_as_torchs_dataloader(shuffle):
             assert_same_batch(a, b)
     if shuffle:
         assert torch.equal(ours.generator.get_state(), theirs.generator.get_state())
+
+
+@pytest.mark.parametrize("storage", ["memory", "disk"])
+def test_batches_are_assembled_several_in_a_row_within_a_bound(tmp_path, monkeypatch, storage):
+    """Without workers, the loader assembles up to READ_AHEAD batches in a row (their rows read
+    in one query on disk), fewer when they would take more than READ_AHEAD_BYTES: the same
+    batches, in the same order, with the same random states, as torch's own loader."""
+    from torch.utils.data import DataLoader
+
+    if storage == "memory":
+        dataset = Faces()
+    else:
+        dataset = DiskDataset(FacesSource(), str(tmp_path), progress=False)
+    queries = []
+    if storage == "disk":
+        multi_get = dataset.db.multi_get
+        monkeypatch.setattr(
+            dataset.db, "multi_get", lambda i: queries.append(len(i)) or multi_get(i)
+        )
+    batches = loaders.index_batches(dataset)
+    made = []
+    batcher = type(batches.batcher)
+    many = batcher.many
+    monkeypatch.setattr(batcher, "many", lambda self, c: made.append(len(c)) or many(self, c))
+    options = {"batch_size": 1, "shuffle": True, "collate_fn": loaders._as_is}
+    ours = make_loader(batches, batch_size=1, shuffle=True, seed=3)
+    theirs = DataLoader(batches, generator=torch.Generator().manual_seed(3), **options)
+    mine = list(ours)
+    assert made == [1, 8, 3]  # the first alone, then at most 8 of the 12 graphs' batches
+    assert queries == ([] if storage == "memory" else [1, 8, 3])
+    queries.clear()
+    expected = list(theirs)
+    for a, b in zip(mine, expected, strict=True):
+        assert_same_batch(a, b)
+    assert torch.equal(ours.generator.get_state(), theirs.generator.get_state())
+    one = sum(v.nbytes for v in mine[0].to_dict().values() if torch.is_tensor(v))
+    monkeypatch.setattr(loaders, "READ_AHEAD_BYTES", 3 * one)  # about three of them at once
+    made.clear()
+    assert len(list(make_loader(batches, batch_size=1))) == 12
+    assert max(made) <= 4 and sum(made) == 12 and len(made) >= 4

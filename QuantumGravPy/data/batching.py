@@ -274,6 +274,11 @@ class IndexBatcher:
                 parts.append((key, _take(values, dim, positions), dim, where))
         return assemble_batch(self.template, gathered[self.nodes][1], parts)
 
+    def many(self, batches: list[np.ndarray]) -> list[Batch]:
+        """The batches of several arrays of indices (as :class:`~.rows.DiskBatcher` makes
+        them, whose rows it reads in one query)."""
+        return [self(index) for index in batches]
+
     def _on_device(self, index: np.ndarray) -> Batch:
         """The batch gathered on ``self.device``: each graph's sizes and offsets are worked out
         on the host (a few numbers per graph), moved in one copy, and expanded there."""

@@ -181,7 +181,18 @@ class DiskBatcher:
         self.template = Batch(_base_cls=Data)
 
     def __call__(self, indices: Any) -> Batch:
-        blobs = self.dataset.db.multi_get(indices)
+        return self._assemble(self.dataset.db.multi_get(indices))
+
+    def many(self, batches: list[np.ndarray]) -> list[Batch]:
+        """The batches of several arrays of indices, their rows read in one query."""
+        blobs = self.dataset.db.multi_get(np.concatenate(batches))
+        bounds = np.cumsum([0, *map(len, batches)]).tolist()
+        parts = [blobs[first:end] for first, end in itertools.pairwise(bounds)]
+        del blobs
+        parts.reverse()  # popped from the end: a batch's rows are let go once it is made
+        return [self._assemble(parts.pop()) for _ in batches]
+
+    def _assemble(self, blobs: list[bytes]) -> Batch:
         k = len(blobs)
         bounds = np.zeros(k + 1, dtype=np.int64)  # where each graph's row starts in the join
         np.cumsum(np.fromiter(map(len, blobs), np.int64, k), out=bounds[1:])

@@ -362,13 +362,17 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+# torch 2.13 renamed all_gather_into_tensor (the old name warns on every call)
+_gather_into = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
 def all_gather(tensor: torch.Tensor) -> torch.Tensor:
     """Every rank's ``tensor`` (the same shape on each), stacked in rank order."""
     if not is_initialized():
         return tensor.unsqueeze(0)
     flat = tensor.contiguous().view(-1)
     out = torch.empty(get_world_size() * flat.numel(), dtype=flat.dtype, device=flat.device)
-    _collective("all_gather", dist.all_gather_into_tensor, out, flat)
+    _collective("all_gather", _gather_into, out, flat)
     return out.view(get_world_size(), *tensor.shape)
 
 
