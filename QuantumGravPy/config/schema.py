@@ -161,6 +161,9 @@ class ModelConfig:
     # graph-level Data attributes (a number or a vector per graph) concatenated to the pooled
     # node embeddings before the head, e.g. [num_elements]; built-in model only
     graph_features: tuple[str, ...] = ()
+    # recompute each message-passing block's activations in the backward pass instead of
+    # keeping them (torch.utils.checkpoint): less memory for large graphs, one more forward
+    activation_checkpointing: bool = False
     in_channels: int | None = None  # node features; null: taken from the dataset
     num_classes: int | None = None  # null: taken from the dataset
 
@@ -169,6 +172,11 @@ class ModelConfig:
             raise ConfigError(
                 "model.graph_features: only for the built-in model; your own model.type reads "
                 f"any attribute of the batch itself (found {list(self.graph_features)})"
+            )
+        if self.activation_checkpointing and self.type is not None:
+            raise ConfigError(
+                "model.activation_checkpointing: only for the built-in model; your own "
+                "model.type can call torch.utils.checkpoint in its forward"
             )
         if self.kwargs and self.type is None:
             raise ConfigError(
@@ -198,6 +206,22 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
+class GradientClipConfig:
+    # rescale the gradients so that their norm over all of the model's parameters (whichever
+    # rank holds them) is at most this, once per optimizer step, after float16's unscaling
+    max_norm: float | None = field(default=None, metadata=_POSITIVE)
+    norm_type: float = field(default=2.0, metadata=_POSITIVE)  # of that norm; .inf: largest
+    value: float | None = field(default=None, metadata=_POSITIVE)  # or clip each element
+
+    def validate(self) -> None:
+        if (self.max_norm is None) == (self.value is None):
+            raise ConfigError(
+                "training.gradient_clip: give either max_norm (and norm_type) or value, "
+                f"found max_norm {self.max_norm} and value {self.value}"
+            )
+
+
+@dataclass(frozen=True)
 class TrainingConfig:
     seed: int = 0  # model initialisation and the order of training batches
     device: str = "auto"  # auto, cpu, cuda or cuda:N
@@ -223,6 +247,8 @@ class TrainingConfig:
     ema_decay: float | None = field(
         default=None, metadata=_check(lambda v: 0 < v < 1, "a number in (0, 1)")
     )
+    # null: none; {max_norm: 1.0} (norm over all parameters, norm_type 2) or {value: 0.5}
+    gradient_clip: GradientClipConfig | None = None
 
     def validate(self) -> None:
         if self.sampler is not None and self.sampler not in SAMPLER_NAMES:

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn import (
     BatchNorm,
@@ -71,6 +72,10 @@ class GNNModel(nn.Module):
     square root of their number: it keeps what the size of a graph says, but its scale grows
     only as sqrt(n) times the mean, so the untrained model's outputs, and its first loss, are
     close to chance. ``add`` is the plain sum.
+
+    ``activation_checkpointing``: in training, each block's activations are recomputed in the
+    backward pass rather than kept (``torch.utils.checkpoint``, non-reentrant): the memory of
+    one block's input per block instead of all its intermediates, for one more forward pass.
     """
 
     def __init__(
@@ -91,6 +96,7 @@ class GNNModel(nn.Module):
         head_channels: Sequence[int] = (64,),
         graph_features: Sequence[str] = (),
         graph_feature_channels: int = 0,
+        activation_checkpointing: bool = False,
     ):
         super().__init__()
         if (num_classes is None) == (outputs is None):
@@ -105,6 +111,7 @@ class GNNModel(nn.Module):
         self.graph_features = tuple(graph_features)
         self.residual = residual
         self.norm_kind = norm
+        self.activation_checkpointing = activation_checkpointing
         self.encoder = nn.Linear(in_channels, hidden_channels)
         kwargs = dict(conv_kwargs or {})
         if norm in ("graph", "batch") and "bias" not in kwargs and _accepts(conv_cls, "bias"):
@@ -161,6 +168,7 @@ class GNNModel(nn.Module):
             head_channels=config.head_channels,
             graph_features=config.graph_features,
             graph_feature_channels=graph_feature_channels,
+            activation_checkpointing=config.activation_checkpointing,
         )
 
     def forward(self, batch: Batch | Data) -> Tensor | dict[str, Tensor]:
@@ -170,14 +178,15 @@ class GNNModel(nn.Module):
         )
         num_graphs = batch.num_graphs if isinstance(batch, Batch) else 1
         x = self.encoder(x)
+        # Recomputed in the backward pass, each block keeps only its input (the same dropout
+        # masks: checkpoint restores the random state before recomputing).
+        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for conv, norm in zip(self.convs, self.norms, strict=True):
-            h = conv(x, edge_index)
-            if self.norm_kind in ("graph", "layer"):
-                h = norm(h, index, num_graphs)
+            if recompute:
+                x = checkpoint(self._block, conv, norm, x, edge_index, index, num_graphs,
+                               use_reentrant=False)  # fmt: skip
             else:
-                h = norm(h)
-            h = self.dropout(self.act(h))
-            x = x + h if self.residual else h
+                x = self._block(conv, norm, x, edge_index, index, num_graphs)
         if self.head is None and "graph" not in self.levels.values():
             return {name: head(x) for name, head in self.heads.items()}
         pooled = [POOLING[p](x, index, num_graphs) for p in self.pooling]
@@ -190,6 +199,16 @@ class GNNModel(nn.Module):
             name: head(graph if self.levels[name] == "graph" else x)
             for name, head in self.heads.items()
         }
+
+    def _block(
+        self, conv: nn.Module, norm: nn.Module, x: Tensor, edge_index: Tensor, index: Tensor,
+        num_graphs: int,
+    ) -> Tensor:  # fmt: skip
+        """One message-passing block: conv -> norm -> activation -> dropout (+ its input)."""
+        h = conv(x, edge_index)
+        h = norm(h, index, num_graphs) if self.norm_kind in ("graph", "layer") else norm(h)
+        h = self.dropout(self.act(h))
+        return x + h if self.residual else h
 
 
 def _mlp(

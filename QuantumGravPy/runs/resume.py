@@ -28,6 +28,7 @@ RESUMABLE_KEYS = (
     "log_level",
     "data.root",
     "data.device",  # where batches are assembled: the same batches either way
+    "model.activation_checkpointing",  # recomputed activations: the same gradients
     "training.path",
     "training.num_epochs",
     "training.checkpoint_every",

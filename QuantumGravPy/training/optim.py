@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ..config import OptimizerConfig, SchedulerConfig, resolve
+from ..config import GradientClipConfig, OptimizerConfig, SchedulerConfig, resolve
 from ..errors import ConfigError
 
 
@@ -115,3 +115,18 @@ def step_scheduler(scheduler: Any, metric: float) -> None:
         scheduler.step(metric)
     else:
         scheduler.step()
+
+
+def clip_gradients(
+    parameters: Iterable[torch.nn.Parameter], clip: GradientClipConfig | None
+) -> None:
+    """``training.gradient_clip``, once per optimizer step on the step's whole gradients: their
+    norm over all ``parameters`` scaled down to ``max_norm``, or each element to ``value``.
+    Sharded gradients (DTensors) are clipped by their norm over every rank's part."""
+    if clip is None:
+        return
+    grads = [p for p in parameters if p.grad is not None]
+    if clip.value is not None:
+        torch.nn.utils.clip_grad_value_(grads, clip.value)
+    else:
+        torch.nn.utils.clip_grad_norm_(grads, clip.max_norm, clip.norm_type)

@@ -44,7 +44,7 @@ from .ema import EMA
 from .evaluation import Tester, Validator, check_forward, checkpoint_model, to_device
 from .monitor import Monitor, check_loss
 from .notices import describe_run, invariance_note, start_notices
-from .optim import build_optimizer, build_scheduler, step_groups, step_scheduler
+from .optim import build_optimizer, build_scheduler, clip_gradients, step_groups, step_scheduler
 from .run_state import RunStateMixin
 from .tasks import (
     Task,
@@ -382,6 +382,7 @@ class Trainer(RunStateMixin):
             if scaled := self.scaler.is_enabled():
                 self.scaler.unscale_(self.optimizer)  # the gradient norm in its true units
             if monitor.gradients_ok(step_sums, self.global_step, self.epoch + 1, scaled):
+                clip_gradients(self.model.parameters(), self.config.training.gradient_clip)
                 self.scaler.step(self.optimizer)
                 self.scaler.update()
                 if self.ema is not None:
