@@ -71,10 +71,12 @@ def test_value_clips_every_element(make_config):
 
 
 @pytest.mark.timeout(180)
-def test_clipping_under_ddp_takes_the_norm_of_the_averaged_gradients(make_config):
+@pytest.mark.parametrize("strategy", ["ddp", "zero"])
+def test_clipping_under_ddp_takes_the_norm_of_the_averaged_gradients(make_config, strategy):
     config = make_config(
         *SGD, "training.num_epochs=1", f"training.gradient_clip={{max_norm: {MAX_NORM}}}",
         "training.accumulate_grad_batches=2", "parallel.world_size=2",
+        f"parallel.strategy={strategy}",
     )  # fmt: skip
     (updates0, largest), (updates1, _) = run_ranks(2, clipped_epoch, config)
     assert updates0 == updates1  # the same steps on both ranks

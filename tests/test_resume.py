@@ -330,6 +330,31 @@ def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(
     assert (run / "summary.json").read_text() == (whole / "summary.json").read_text()
 
 
+@SHARES_UNINTERRUPTED
+@pytest.mark.timeout(400)
+def test_a_zero_job_killed_in_an_epoch_resumes_to_the_uninterrupted_result(
+    tmp_path, data_root, uninterrupted
+):
+    """parallel.strategy zero, killed in a validation and resumed: the uninterrupted run's
+    bits. That run is ddp's: zero shards the optimizer state, not the arithmetic."""
+    whole = uninterrupted(2)
+    cut = kill_config(tmp_path, data_root, "cut", 2)
+    raw = yaml.safe_load(cut.read_text())
+    raw["parallel"]["strategy"] = "zero"
+    cut.write_text(yaml.safe_dump(raw))
+    killed(cut, {"QG_TEST_KILL_AT": KILL_IN_EPOCH[2]}, expect_epoch=3)
+    job = start_job(cut, "--resume")
+    _, err = job.communicate(timeout=240)
+    assert job.returncode == 0, err
+    run = tmp_path / "cut"
+    assert without_times(rd.read_history(run)) == without_times(rd.read_history(whole))
+    a, b = final_state(run), final_state(whole)
+    assert_same_weights(a["model"], b["model"])
+    assert_same_weights(a["ema"]["model"], b["ema"]["model"])
+    for i in b["optimizer"]["state"]:
+        assert_same_weights(a["optimizer"]["state"][i], b["optimizer"]["state"][i])
+
+
 # The README's world-size conditions, in float64 so that rounding stays far below the tolerance.
 INVARIANT = (
     "training.drop_last=true",

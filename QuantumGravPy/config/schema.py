@@ -290,6 +290,10 @@ class ParallelConfig:
     # Average gradients through shared memory when all ranks are CPU processes on one x86-64
     # machine (much less waiting than gloo on busy cores; the same numbers). false: always gloo.
     shared_memory: bool = True
+    # ddp: every rank holds the whole model, its gradients and optimizer state; zero: each rank
+    # holds the optimizer state of 1/W of the parameters (ZeroRedundancyOptimizer). Checkpoints
+    # hold full state dicts either way: any strategy and process count resumes any other's
+    strategy: Literal["ddp", "zero"] = "ddp"
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,12 @@ def start_notices(
             f"parallel.world_size: {local_processes} processes share {cores} CPU cores on this "
             f"machine, so they take turns and the run is slower than with {cores}"
         )
+    if processes == 1 and config.parallel.strategy != "ddp":
+        notices.append(
+            f"parallel.strategy: {config.parallel.strategy} shares the optimizer state between "
+            "processes; with one process there is nothing to share, and it trains as one "
+            "process always does"
+        )
     workers = config.training.num_workers
     if workers > 0 and (device is None or device.type == "cpu"):
         notices.append(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -12,12 +12,18 @@ from ..errors import ConfigError
 
 
 def build_optimizer(
-    section: OptimizerConfig, parameters: Iterable[torch.nn.Parameter]
+    section: OptimizerConfig,
+    parameters: Iterable[torch.nn.Parameter],
+    make: Callable[[type, Iterable[torch.nn.Parameter], dict], torch.optim.Optimizer] | None = None,
 ) -> torch.optim.Optimizer:
+    """``training.optimizer`` over ``parameters``, made by ``make(cls, parameters, kwargs)``
+    (a strategy's: ZeRO shards it) or as ``cls(parameters, **kwargs)``."""
     cls = resolve(section.type, key="training.optimizer.type")
     if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
         raise ConfigError(f"training.optimizer.type: {section.type!r} is not a torch optimizer")
     try:
+        if make is not None:
+            return make(cls, parameters, dict(section.kwargs))
         return cls(parameters, **section.kwargs)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"training.optimizer.kwargs: {section.type} rejected them: {e}") from None

@@ -47,6 +47,7 @@ class RunStateMixin:
     config: Config
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
+    strategy: Any  # parallel.strategies.Strategy
     lr_scheduler: Any
     scaler: torch.amp.GradScaler
     ema: EMA | None
@@ -156,6 +157,7 @@ class RunStateMixin:
                 {
                     "resumed_after_epoch": self.epoch if self.resumed_from else None,
                     **rs.environment(self.device, self.world_size),
+                    "strategy": self.strategy.name if self.world_size > 1 else None,
                 },
             )
             self._log_handler = add_file_handler(self.run_dir / rd.LOG, prefix=self.log_prefix)
@@ -259,7 +261,7 @@ class RunStateMixin:
         """Everything a checkpoint records: plain state dicts, tensors and numbers only."""
         return {
             "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self.optimizer_state(),
             "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
             "ema": self.ema.state_dict() if self.ema is not None else None,
@@ -277,6 +279,10 @@ class RunStateMixin:
             "world_size": self.world_size,
             "environment": self._environment,
         }
+
+    def optimizer_state(self) -> dict[str, Any]:  # hook: DDP's, gathered by its strategy
+        """The optimizer's plain state dict, as one process's optimizer has it."""
+        return self.optimizer.state_dict()
 
     def save_checkpoint(self, name: str = "last.pt") -> Path:
         """Write a checkpoint into the run's ``checkpoints/`` (only the main process writes)."""

@@ -35,6 +35,7 @@ from ..data import (
 from ..errors import ConfigError, DataError
 from ..logs import configure_logging
 from ..models import build_model
+from ..parallel.strategies import Strategy
 from ..runs import reproducibility as rs
 from ..runs.directory import check_flags
 from ..runs.reproducibility import seed_everything
@@ -117,7 +118,10 @@ class Trainer(RunStateMixin):
             graph_feature_channels=graph_feature_width(self.dataset, config.model.graph_features),
         ).to(self.device, self.float_dtype)
         t = config.training
-        self.optimizer = build_optimizer(t.optimizer, self.model.parameters())
+        self.strategy = self.make_strategy()
+        self.optimizer = build_optimizer(
+            t.optimizer, self.model.parameters(), self.strategy.optimizer
+        )
         es = config.early_stopping
         self.lr_scheduler = build_scheduler(
             t.lr_scheduler,
@@ -177,6 +181,9 @@ class Trainer(RunStateMixin):
 
     def select_device(self) -> torch.device:  # hook
         return select_device(self.config.training.device)
+
+    def make_strategy(self) -> Strategy:  # hook: DDP's is parallel.strategy's
+        return Strategy(self.device)
 
     def load_dataset(self) -> Dataset | list:  # hook
         return dataset_from_config(self.config.data)
@@ -428,13 +435,8 @@ class Trainer(RunStateMixin):
             model = copy.deepcopy(self.model)
             model.load_state_dict(self.best_state)
         metrics, self.test_predictions = self.evaluate_test(model, test_loader, tasks)
-        self.logger.info(
-            "%s",
-            "  ".join(
-                f"{c} {metrics[c]:.4f}"
-                for c in ("test_loss", *headline_columns(self.config, "test"))
-            ),
-        )
+        columns = ("test_loss", *headline_columns(self.config, "test"))
+        self.logger.info("%s", "  ".join(f"{c} {metrics[c]:.4f}" for c in columns))
         if self._run_open:
             self.write_summary(metrics)
         return metrics

@@ -2,7 +2,8 @@
 
 It overrides small hooks of :class:`~QuantumGravPy.training.trainer.Trainer` and nothing else:
 
-- the model is wrapped in DDP with integer ``device_ids`` (``cuda:LOCAL_RANK``) or none on CPU;
+- the model is wrapped in DDP with integer ``device_ids`` (``cuda:LOCAL_RANK``) or none on CPU,
+  and the optimizer built, by the ``parallel.strategy`` (:mod:`~QuantumGravPy.parallel.strategies`);
 - the training sampler (the base class's) is split between ranks, reshuffled by ``set_epoch``;
 - micro-batches that do not step skip the gradient exchange (``no_sync``);
 - training losses are all-reduced as sums; validation and test are exact for any world size,
@@ -20,7 +21,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import Dataset, Subset
 from torch_geometric.loader import DataLoader
 
@@ -30,6 +30,7 @@ from ..errors import ConfigError
 from ..logs import LOGGER_NAME, configure_logging
 from ..parallel import distributed, shm_comm
 from ..parallel.distributed import DistributedError, RankFailedError
+from ..parallel.strategies import Strategy, make_strategy
 from ..runs.reproducibility import seed_everything
 from .evaluation import Validator
 from .trainer import Trainer
@@ -84,11 +85,6 @@ class TrainerDDP(Trainer):
         # process builds; DDP broadcasts rank 0's copy anyway. From here on, each rank draws its
         # own dropout masks.
         seed_everything(config.training.seed + rank)
-        self.ddp_model = DistributedDataParallel(
-            self.model,  # already on self.device
-            device_ids=distributed.ddp_device_ids(self.device),
-            find_unused_parameters=config.parallel.find_unused_parameters,
-        )
         self.gradient_sync = "nccl" if self.device.type == "cuda" else "gloo"
         self._shm: shm_comm.SharedMemoryAllReduce | None = None
         hook = distributed.allreduce_hook  # what DDP does without a hook
@@ -100,7 +96,12 @@ class TrainerDDP(Trainer):
             hook = self._shm.hook
             self.gradient_sync = "shared memory"
         # timed, and each rank's own gradients checked before they are averaged
-        self.ddp_model.register_comm_hook(None, self.monitor.wrap_hook(hook))
+        self.ddp_model: torch.nn.Module | None = self.strategy.wrap(
+            self.model,
+            find_unused_parameters=config.parallel.find_unused_parameters,
+            hook=self.monitor.wrap_hook(hook),
+        )
+        self._optimizer_state: dict[str, Any] | None = None  # gathered for a checkpoint
 
     # --- who does what -------------------------------------------------------------------------
 
@@ -115,7 +116,15 @@ class TrainerDDP(Trainer):
         return self.ddp_model
 
     def no_sync(self):
-        return self.train_module.no_sync()
+        return self.strategy.no_sync(self.train_module)
+
+    def make_strategy(self) -> Strategy:
+        return make_strategy(self.config.parallel.strategy, self.device)
+
+    def optimizer_state(self) -> dict[str, Any]:
+        if self._optimizer_state is None:
+            raise DistributedError("the optimizer state is gathered by write_epoch_files")
+        return self._optimizer_state
 
     def gather_records(self, record: dict[str, Any]) -> list[dict[str, Any]]:
         return distributed.all_gather_object(record)
@@ -244,11 +253,12 @@ class TrainerDDP(Trainer):
         )
         super().on_train_start(train_loader)
         self.logger.info(
-            "global batch %d = %d per process x %d processes; gradients averaged via %s; "
-            "validation mode %s",
+            "global batch %d = %d per process x %d processes; strategy %s, gradients "
+            "averaged via %s; validation mode %s",
             self.config.training.batch_size * self.world_size,
             self.config.training.batch_size,
             self.world_size,
+            self.strategy.name,
             self.gradient_sync,
             self.config.validation.mode,
         )
@@ -310,7 +320,12 @@ class TrainerDDP(Trainer):
         return improved, stop
 
     def write_epoch_files(self, row: dict[str, Any], improved: bool) -> None:
-        self._on_main(lambda: super(TrainerDDP, self).write_epoch_files(row, improved))
+        # every rank takes part (zero gathers every rank's share); rank 0 writes it
+        self._optimizer_state = self.strategy.optimizer_state(self.optimizer)
+        try:
+            self._on_main(lambda: super(TrainerDDP, self).write_epoch_files(row, improved))
+        finally:
+            self._optimizer_state = None
 
     def write_summary(self, test_metrics: dict[str, float] | None = None) -> None:
         self._on_main(lambda: super(TrainerDDP, self).write_summary(test_metrics))
