@@ -332,16 +332,28 @@ def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(
 
 @SHARES_UNINTERRUPTED
 @pytest.mark.timeout(400)
-def test_a_zero_job_killed_in_an_epoch_resumes_to_the_uninterrupted_result(
-    tmp_path, data_root, uninterrupted
+@pytest.mark.parametrize("strategy", ["zero", "fsdp"])
+def test_a_sharded_job_killed_in_an_epoch_resumes_to_the_uninterrupted_result(
+    tmp_path, data_root, uninterrupted, strategy
 ):
-    """parallel.strategy zero, killed in a validation and resumed: the uninterrupted run's
-    bits. That run is ddp's: zero shards the optimizer state, not the arithmetic."""
+    """parallel.strategy zero or fsdp, killed in a validation and resumed: the uninterrupted
+    run's bits. For zero that run is ddp's: zero shards the optimizer state, not the
+    arithmetic; fsdp averages its gradients in another order, so its own run is the measure."""
+
+    def config(name):
+        path = kill_config(tmp_path, data_root, name, 2)
+        raw = yaml.safe_load(path.read_text())
+        raw["parallel"]["strategy"] = strategy
+        path.write_text(yaml.safe_dump(raw))
+        return path
+
     whole = uninterrupted(2)
-    cut = kill_config(tmp_path, data_root, "cut", 2)
-    raw = yaml.safe_load(cut.read_text())
-    raw["parallel"]["strategy"] = "zero"
-    cut.write_text(yaml.safe_dump(raw))
+    if strategy == "fsdp":
+        job = start_job(config("whole"))
+        _, err = job.communicate(timeout=240)
+        assert job.returncode == 0, err
+        whole = tmp_path / "whole"
+    cut = config("cut")
     killed(cut, {"QG_TEST_KILL_AT": KILL_IN_EPOCH[2]}, expect_epoch=3)
     job = start_job(cut, "--resume")
     _, err = job.communicate(timeout=240)

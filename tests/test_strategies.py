@@ -1,5 +1,5 @@
-"""parallel.strategy: zero trains as ddp does, and its checkpoints are plain ones that any
-strategy and any number of processes resumes."""
+"""parallel.strategy: zero and fsdp train as ddp does, and their checkpoints are plain ones that
+any strategy and any number of processes resumes."""
 
 import json
 
@@ -29,36 +29,43 @@ def largest_difference(a: dict, b: dict) -> float:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("precision, tolerance", [("64", 1e-10), ("32", 1e-5)])
-def test_zero_trains_the_shipped_config_as_ddp_does(
+def test_zero_and_fsdp_train_the_shipped_config_as_ddp_does(
     tmp_path, data_root, capsys, precision, tolerance
 ):
     """After 2 epochs, the same weights and optimizer state (the plain optimizer's, in the
     checkpoint) and the same accuracy; the log and environment.json name the strategy."""
     runs = {}
-    for strategy in ("ddp", "zero"):
+    for strategy in ("ddp", "zero", "fsdp"):
         args = small(tmp_path, data_root, strategy, "training.num_epochs=2",
                      f"training.precision={precision}", f"parallel.strategy={strategy}")  # fmt: skip
         result = run_main(capsys, "train", SHIPPED, *args)
         assert result.returncode == 0, result.stderr
         runs[strategy] = tmp_path / strategy
-    ddp, zero = last(runs["ddp"]), last(runs["zero"])
-    assert largest_difference(zero["model"], ddp["model"]) <= tolerance
-    states = zero["optimizer"]["state"], ddp["optimizer"]["state"]
-    assert states[0].keys() == states[1].keys()
-    for i in states[1]:
-        assert largest_difference(states[0][i], states[1][i]) <= tolerance
-    assert zero["history"][-1]["val_accuracy"] == pytest.approx(
-        ddp["history"][-1]["val_accuracy"], abs=0.02
-    )
-    assert "strategy zero" in (runs["zero"] / "train.log").read_text()
-    assert json.loads((runs["zero"] / "environment.json").read_text())[-1]["strategy"] == "zero"
+    ddp = last(runs["ddp"])
+    for strategy in ("zero", "fsdp"):
+        other = last(runs[strategy])
+        assert largest_difference(other["model"], ddp["model"]) <= tolerance, strategy
+        states = other["optimizer"]["state"], ddp["optimizer"]["state"]
+        assert states[0].keys() == states[1].keys()
+        for i in states[1]:
+            assert largest_difference(states[0][i], states[1][i]) <= tolerance, (strategy, i)
+        accuracy = other["history"][-1]["val_accuracy"]
+        assert accuracy == pytest.approx(ddp["history"][-1]["val_accuracy"], abs=0.02)
+        assert f"strategy {strategy}" in (runs[strategy] / "train.log").read_text()
+        environment = json.loads((runs[strategy] / "environment.json").read_text())
+        assert environment[-1]["strategy"] == strategy
 
 
 @pytest.mark.timeout(300)
-def test_a_zero_checkpoint_resumes_in_one_process_and_is_tested(tmp_path, data_root, capsys):
-    """Checkpoints hold the plain optimizer's state: a 2-rank zero run continues as one process
-    (with ddp's numbering of the parameters) and `qg test` reads its best.pt."""
-    args = small(tmp_path, data_root, "run", "parallel.strategy=zero", "training.precision=64")
+@pytest.mark.parametrize("strategy", ["zero", "fsdp"])
+def test_a_sharded_checkpoint_resumes_in_one_process_and_is_tested(
+    tmp_path, data_root, capsys, strategy
+):
+    """Checkpoints hold the plain optimizer's state: a 2-rank zero or fsdp run continues as
+    one process (with ddp's numbering of the parameters) and `qg test` reads its best.pt."""
+    args = small(
+        tmp_path, data_root, "run", f"parallel.strategy={strategy}", "training.ema_decay=0.9"
+    )
     first = run_main(capsys, "train", SHIPPED, *args, "training.num_epochs=2")
     assert first.returncode == 0, first.stderr
     one = ("parallel.world_size=1", "training.batch_size=16", "training.num_epochs=3")
@@ -66,7 +73,7 @@ def test_a_zero_checkpoint_resumes_in_one_process_and_is_tested(tmp_path, data_r
     assert again.returncode == 0, again.stderr
     log = (tmp_path / "run" / "train.log").read_text()
     assert "resumed from" in log
-    assert "zero shares the optimizer state between processes; with one process" in log
+    assert f"{strategy} shares the optimizer state between processes; with one process" in log
     assert [row["epoch"] for row in last(tmp_path / "run")["history"]] == [1, 2, 3]
     best = tmp_path / "run" / "checkpoints" / "best.pt"
     tested = run_main(capsys, "test", SHIPPED, *args, *one, "--checkpoint", best)
@@ -74,8 +81,124 @@ def test_a_zero_checkpoint_resumes_in_one_process_and_is_tested(tmp_path, data_r
     assert "test_accuracy" in tested.stdout + tested.stderr
 
 
-def test_an_unknown_strategy_is_refused(tmp_path, data_root, capsys):
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        (["parallel.strategy=zer0"], ["parallel.strategy", "zero"]),
+        (["parallel.fsdp_modules=[torch.nn.Linear]"], ["parallel.fsdp_modules", "only with"]),
+        (
+            ["parallel.strategy=fsdp", "parallel.find_unused_parameters=true"],
+            ["parallel.find_unused_parameters", "fsdp"],
+        ),
+    ],
+)
+def test_impossible_strategy_settings_are_refused(
+    tmp_path, data_root, capsys, overrides, fragments
+):
+    result = run_main(capsys, "train", SHIPPED, *small(tmp_path, data_root, "x"), *overrides)
+    assert_refused(result, *fragments)
+
+
+def test_fsdp_units_of_a_users_model_are_named_by_class(tmp_path, data_root, capsys):
+    """parallel.fsdp_modules: a class the model has no submodule of is refused, naming those
+    it has; for the built-in model (sharded per block and head) the key is refused."""
+    user = ["model.type=user_models.SmallGCN", "model.kwargs={hidden: 12}",
+            "parallel.strategy=fsdp"]  # fmt: skip
     result = run_main(
-        capsys, "train", SHIPPED, *small(tmp_path, data_root, "x"), "parallel.strategy=zer0"
-    )
-    assert_refused(result, "parallel.strategy", "zero")
+        capsys, "train", SHIPPED, *small(tmp_path, data_root, "a"), *user,
+        "parallel.fsdp_modules=[torch.nn.LSTM]",
+    )  # fmt: skip
+    assert_refused(result, "parallel.fsdp_modules", "torch.nn.LSTM", "GCNConv")
+    result = run_main(
+        capsys, "train", SHIPPED, *small(tmp_path, data_root, "b"), "parallel.strategy=fsdp",
+        "parallel.fsdp_modules=[torch.nn.Linear]",
+    )  # fmt: skip
+    assert_refused(result, "parallel.fsdp_modules", "built-in model")
+
+
+@pytest.mark.timeout(300)
+def test_a_users_model_sharded_by_its_layers_trains_as_under_ddp(tmp_path, data_root, capsys):
+    user = ["model.type=user_models.SmallGCN", "model.kwargs={hidden: 12}",
+            "training.precision=64", "training.num_epochs=2"]  # fmt: skip
+    runs = {}
+    for name, extra in {
+        "ddp": [],
+        "fsdp": ["parallel.strategy=fsdp", "parallel.fsdp_modules=[torch_geometric.nn.GCNConv]"],
+    }.items():
+        result = run_main(
+            capsys, "train", SHIPPED, *small(tmp_path, data_root, name), *user, *extra
+        )
+        assert result.returncode == 0, result.stderr
+        runs[name] = last(tmp_path / name)
+    assert largest_difference(runs["fsdp"]["model"], runs["ddp"]["model"]) <= 1e-10
+
+
+def overflow_on_one_rank(rank, world_size):
+    """One step of a 2-rank fsdp model whose gradient overflowed on rank 0 only."""
+    from torch import nn
+
+    from QuantumGravPy.parallel.strategies import make_strategy
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3))
+    strategy = make_strategy("fsdp", torch.device("cpu"))
+    optimizer = torch.optim.AdamW(strategy.prepare(model), lr=0.01, fused=True)
+    scaler = strategy.grad_scaler(enabled=True)
+    scaler.scale(model(torch.randn(6, 4)).sum()).backward()
+    if rank == 0:
+        with torch.no_grad():
+            next(model.parameters()).grad.to_local()[0, 0] = float("inf")
+    before = strategy.model_state(model)
+    scaler.step(optimizer)
+    scaler.update()
+    after = strategy.model_state(model)
+    unchanged = all(torch.equal(before[k], after[k]) for k in before) if rank == 0 else None
+    return unchanged, float(scaler.get_scale())
+
+
+@pytest.mark.timeout(120)
+def test_under_fsdp_a_step_that_overflowed_on_one_rank_is_skipped_on_every_rank():
+    """Each rank holds part of each gradient; the float16 scaler's overflow check must cover
+    them all, and the fused optimizer of the shipped configs must then skip the step."""
+    from conftest import run_ranks
+
+    (unchanged, scale0), (_, scale1) = run_ranks(2, overflow_on_one_rank)
+    assert unchanged
+    assert scale0 == scale1 == 2.0**15  # both halved their scale
+
+
+def train_on_gpu(rank, world_size, config):
+    import QuantumGravPy as qg
+
+    trainer = qg.TrainerDDP(rank, config)
+    assert trainer.device == torch.device("cuda", rank)
+    train, val, test = trainer.prepare_dataloaders()
+    history = trainer.run_training(train, val)
+    trainer.run_test(test)
+    trainer.close()
+    return history[-1]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("strategy", ["zero", "fsdp"])
+@pytest.mark.parametrize("precision", ["bf16", "16"])
+def test_on_gpus_the_strategies_train_with_nccl_and_mixed_precision(
+    make_config, strategy, precision
+):
+    """On every GPU there is (one process each, NCCL), in mixed precision: finite losses that
+    fall, and a checkpoint one process reads."""
+    from QuantumGravPy.parallel import spawn
+
+    world_size = torch.cuda.device_count()
+    config = make_config(
+        "training.device=cuda", "parallel.backend=nccl", f"parallel.world_size={world_size}",
+        f"parallel.strategy={strategy}", f"training.precision={precision}",
+        "training.num_epochs=4",
+    )  # fmt: skip
+    rows = spawn(train_on_gpu, world_size, config, backend="nccl", timeout_s=300)
+    assert all(row["epoch"] == 4 for row in rows)
+    assert torch.isfinite(torch.tensor(rows[0]["train_loss"]))
+    state = torch.load(config.run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert all(not hasattr(v, "placements") for v in state["model"].values())  # plain tensors

@@ -291,9 +291,26 @@ class ParallelConfig:
     # machine (much less waiting than gloo on busy cores; the same numbers). false: always gloo.
     shared_memory: bool = True
     # ddp: every rank holds the whole model, its gradients and optimizer state; zero: each rank
-    # holds the optimizer state of 1/W of the parameters (ZeroRedundancyOptimizer). Checkpoints
-    # hold full state dicts either way: any strategy and process count resumes any other's
-    strategy: Literal["ddp", "zero"] = "ddp"
+    # holds the optimizer state of 1/W of the parameters (ZeroRedundancyOptimizer); fsdp:
+    # parameters, gradients and optimizer state all split (FSDP2). Checkpoints hold full state
+    # dicts either way: any strategy and process count resumes any other's
+    strategy: Literal["ddp", "zero", "fsdp"] = "ddp"
+    # fsdp with your own model.type: dotted class names of its submodules that become units of
+    # their own (gathered only while they run); empty: the whole model is one unit. The
+    # built-in model's units are its message-passing blocks and its heads
+    fsdp_modules: tuple[str, ...] = ()
+
+    def validate(self) -> None:
+        if self.fsdp_modules and self.strategy != "fsdp":
+            raise ConfigError(
+                f"parallel.fsdp_modules: only with parallel.strategy fsdp (found strategy "
+                f"{self.strategy} and fsdp_modules {list(self.fsdp_modules)})"
+            )
+        if self.find_unused_parameters and self.strategy == "fsdp":
+            raise ConfigError(
+                "parallel.find_unused_parameters: a DDP option; fsdp reduces every gradient it "
+                "has and needs no search for unused parameters (set it to false)"
+            )
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,13 @@ class GNNModel(nn.Module):
             for name, head in self.heads.items()
         }
 
+    def shard_units(self) -> list[list[nn.Module]]:
+        """The parts that ``parallel.strategy: fsdp`` shards as units of their own: each
+        message-passing block (its conv and norm) and each head."""
+        blocks = [[conv, norm] for conv, norm in zip(self.convs, self.norms, strict=True)]
+        heads = [self.head] if self.head is not None else list(self.heads.values())
+        return blocks + [[head] for head in heads]
+
     def _block(
         self, conv: nn.Module, norm: nn.Module, x: Tensor, edge_index: Tensor, index: Tensor,
         num_graphs: int,

@@ -9,16 +9,21 @@ back). The trainer keeps its loop and hooks; it never branches on the strategy's
   the gradients (through a communication hook: gloo's, or the shared-memory exchange).
 - ``zero``: the same, but each rank keeps the optimizer state of its part of the parameters
   only (``ZeroRedundancyOptimizer``): after its step, each rank broadcasts its part.
+- ``fsdp``: parameters, gradients and optimizer state all split over the ranks (FSDP2's
+  ``fully_shard``, unit by unit: each unit's parameters are gathered for its forward and
+  backward, then freed). Evaluation runs on a plain copy gathered from the shards.
 
 Checkpoints hold what a one-process run would: the whole model's ``state_dict`` and the plain
 optimizer's (parameters numbered in the model's order), gathered to rank 0, so any strategy and
 any number of processes resumes any other's. Gradient clipping needs nothing of the strategy:
-under both, every rank holds the whole averaged gradient.
+under ddp and zero every rank holds the whole averaged gradient, and fsdp's sharded gradients
+(DTensors) give ``clip_grad_norm_`` the norm over every rank's part.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -28,16 +33,54 @@ from torch.nn.parallel import DistributedDataParallel
 
 from . import distributed
 
-STRATEGIES = ("ddp", "zero")
+STRATEGIES = ("ddp", "zero", "fsdp")
 
 
 class Strategy:
     """``ddp`` (and what one process does): the whole model and optimizer on every rank."""
 
     name = "ddp"
+    replicated = True  # every rank holds the same whole parameters (the monitor compares them)
+    comm_hook = True  # gradients averaged by DDP, through the hook wrap() is given
 
     def __init__(self, device: torch.device):
         self.device = device
+
+    def prepare(self, *modules: nn.Module) -> Iterable[nn.Parameter]:
+        """Before the optimizer is built: ``modules`` (the model, and its moving average) as
+        the strategy holds them; the parameters of the first, for the optimizer."""
+        return modules[0].parameters()
+
+    def grad_scaler(self, enabled: bool) -> torch.amp.GradScaler:
+        """float16's gradient scaler (skips a step whose gradients overflowed on any rank)."""
+        return torch.amp.GradScaler(self.device.type, enabled=enabled)
+
+    def model_state(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        """``module``'s whole, plain state dict (every rank calls it; rank 0's is written)."""
+        return module.state_dict()
+
+    def load_model_state(self, module: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        """Load a whole, plain state dict (every rank has it)."""
+        module.load_state_dict(state)
+
+    def load_optimizer_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    ) -> None:
+        """Load the plain optimizer state dict :meth:`optimizer_state` made (every rank)."""
+        optimizer.load_state_dict(state)
+
+    def evaluation_module(self, module: nn.Module, step: int) -> nn.Module:
+        """A module that one rank alone can run forward, with ``module``'s weights after
+        optimizer step ``step``: ``module`` itself, unless its parameters are sharded."""
+        return module
+
+    def plain_copy(self, module: nn.Module) -> nn.Module:
+        """An independent, unsharded copy of ``module``'s structure (its weights are to be
+        loaded)."""
+        return copy.deepcopy(module)
+
+    def release(self) -> None:
+        """Let go of what evaluation gathered (at the start of a training epoch)."""
 
     def optimizer(
         self, cls: type[torch.optim.Optimizer], params: Iterable[nn.Parameter], kwargs: dict
@@ -58,7 +101,9 @@ class Strategy:
         """Around a micro-batch that does not step: its gradients are kept, not exchanged."""
         return wrapped.no_sync()
 
-    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any] | None:
+    def optimizer_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> dict[str, Any] | None:
         """The plain optimizer state dict on rank 0 (None on the others); every rank calls it."""
         return optimizer.state_dict() if distributed.is_main() else None
 
@@ -76,7 +121,9 @@ class ZeroStrategy(Strategy):
 
         return ZeroRedundancyOptimizer(list(params), optimizer_class=cls, **kwargs)
 
-    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any] | None:
+    def optimizer_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> dict[str, Any] | None:
         # Every rank sends its share to rank 0, whose state_dict is then the plain optimizer's:
         # parameters numbered in the model's order, so a ddp run (or one process) loads it,
         # and load_state_dict of such a dict keeps each rank's share.
@@ -84,6 +131,161 @@ class ZeroStrategy(Strategy):
         return optimizer.state_dict() if distributed.is_main() else None
 
 
-def make_strategy(name: str, device: torch.device) -> Strategy:
-    """The strategy ``parallel.strategy`` names, for the processes of a distributed run."""
+Units = Callable[[nn.Module], list[nn.Module | list[nn.Module]]]
+
+
+class FSDPStrategy(Strategy):
+    """``fsdp``: each rank holds 1/W of every parameter, its gradient and its optimizer state.
+
+    ``units(module)``: the submodules (or groups of them) sharded as units of their own, each
+    gathered whole only while it runs; the rest of the model is the root unit. ``param_dtype``:
+    the dtype units compute in (bfloat16 or float16 with ``training.precision`` bf16 / 16;
+    None: the parameters' own); gradients are reduced in float32.
+    """
+
+    name = "fsdp"
+    replicated = False
+    comm_hook = False  # gradients reduce-scattered by FSDP's own collectives
+
+    def __init__(self, device: torch.device, units: Units, param_dtype: torch.dtype | None):
+        super().__init__(device)
+        self.units, self.param_dtype = units, param_dtype
+        self._templates: dict[int, nn.Module] = {}  # by id of a sharded module: its structure
+        self._copies: dict[int, tuple[int, nn.Module]] = {}  # gathered: (step, plain copy)
+
+    def prepare(self, *modules: nn.Module) -> Iterable[nn.Parameter]:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(self.device.type, (distributed.get_world_size(),))
+        # gradients reduced in float32 under mixed precision, else in the parameters' dtype
+        reduce = torch.float32 if self.param_dtype is not None else None
+        policy = MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=reduce)
+        for module in modules:
+            # the structure, without memory, for plain copies to evaluate and test with
+            self._templates[id(module)] = copy.deepcopy(module).to("meta")
+            for unit in self.units(module):
+                fully_shard(unit, mesh=mesh, mp_policy=policy)
+            fully_shard(module, mesh=mesh, mp_policy=policy)
+        return modules[0].parameters()
+
+    def wrap(self, model: nn.Module, *, find_unused_parameters: bool, hook: Callable) -> nn.Module:
+        return model  # sharded by prepare; it exchanges its gradients itself
+
+    @contextlib.contextmanager
+    def no_sync(self, wrapped: nn.Module):
+        wrapped.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            wrapped.set_requires_gradient_sync(True)
+
+    def grad_scaler(self, enabled: bool) -> torch.amp.GradScaler:
+        # Each rank sees only its shards' gradients: the overflow check is all-reduced, so
+        # that every rank skips the same steps.
+        return _sharded_scaler(self.device.type, enabled)
+
+    def _options(self, *, everywhere: bool) -> Any:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(full_state_dict=True, cpu_offload=not everywhere)
+
+    def model_state(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return get_model_state_dict(module, options=self._options(everywhere=False))
+
+    def load_model_state(self, module: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+        # (it replaces the dict's tensors by shards: a copy of the dict keeps the caller's)
+        set_model_state_dict(module, dict(state), options=self._options(everywhere=True))
+
+    def optimizer_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> dict[str, Any] | None:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        state = get_optimizer_state_dict(model, optimizer, options=self._options(everywhere=False))
+        if not distributed.is_main():
+            return None
+        # keyed by parameter name; the plain optimizer numbers them in the model's order
+        number = {name: i for i, (name, _) in enumerate(model.named_parameters())}
+        return _renumber(state, number)
+
+    def load_optimizer_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    ) -> None:
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        name = dict(enumerate(name for name, _ in model.named_parameters()))
+        set_optimizer_state_dict(
+            model, optimizer, _renumber(state, name), options=self._options(everywhere=True)
+        )
+
+    def evaluation_module(self, module: nn.Module, step: int) -> nn.Module:
+        if id(module) not in self._templates:
+            return module
+        cached = self._copies.get(id(module))
+        if cached is None or cached[0] != step:
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+            # gathered on every rank (any of them may evaluate), kept until release()
+            state = get_model_state_dict(module, options=self._options(everywhere=True))
+            plain = self.plain_copy(module)
+            plain.load_state_dict(state)
+            cached = self._copies[id(module)] = (step, plain.train(module.training))
+        return cached[1]
+
+    def plain_copy(self, module: nn.Module) -> nn.Module:
+        template = self._templates.get(id(module))
+        if template is None:
+            return copy.deepcopy(module)
+        return copy.deepcopy(template).to_empty(device=self.device)
+
+    def release(self) -> None:
+        self._copies.clear()
+
+
+def _sharded_scaler(device_type: str, enabled: bool) -> torch.amp.GradScaler:
+    """torch's ShardedGradScaler, whose overflow flag has the shape a fused optimizer takes."""
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    class Scaler(ShardedGradScaler):
+        # Its overflow flag has shape (1,), on which fused Adam/AdamW (the shipped configs')
+        # fail ("output with shape [] doesn't match the broadcast shape [1]"; pytorch issue
+        # 140514), and after its all-reduce (a sum) it counts the ranks that overflowed, while
+        # the fused CPU kernel skips a step only for a flag of exactly 1: a step whose
+        # gradients overflowed on two ranks was taken, and the weights became NaN. Made here
+        # what torch's own scaler makes: 0 or 1, of shape ().
+        def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+            super().unscale_(optimizer)
+            state = self._per_optimizer_states[id(optimizer)]
+            flags = state["found_inf_per_device"]
+            state["found_inf_per_device"] = {
+                d: (t.reshape(()) > 0).to(t.dtype) for d, t in flags.items()
+            }
+
+    return Scaler(device_type, enabled=enabled)
+
+
+def _renumber(state: dict[str, Any], key: dict) -> dict[str, Any]:
+    """An optimizer state dict with its parameters' keys mapped through ``key``."""
+    groups = [
+        {**group, "params": [key[p] for p in group["params"]]} for group in state["param_groups"]
+    ]
+    return {"state": {key[p]: v for p, v in state["state"].items()}, "param_groups": groups}
+
+
+def make_strategy(
+    name: str,
+    device: torch.device,
+    *,
+    units: Units | None = None,
+    param_dtype: torch.dtype | None = None,
+) -> Strategy:
+    """The strategy ``parallel.strategy`` names, for the processes of a distributed run;
+    ``units`` and ``param_dtype``: fsdp's (see :class:`FSDPStrategy`)."""
+    if name == "fsdp":
+        return FSDPStrategy(device, units or (lambda module: []), param_dtype)
     return {"ddp": Strategy, "zero": ZeroStrategy}[name](device)

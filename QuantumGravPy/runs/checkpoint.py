@@ -10,7 +10,7 @@ import os
 import pickle
 import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -125,16 +125,18 @@ def load_model_state(
     *,
     trained: Mapping[str, Any] | None = None,
     configured: Mapping[str, Any] | None = None,
+    load: Callable[[torch.nn.Module, dict[str, Any]], Any] | None = None,
 ) -> None:
     """Load ``weights`` into ``model``; a mismatch is a :class:`CheckpointError` naming ``path``.
 
     The message names the ``model`` keys in which ``trained`` (the checkpoint's config, as a
     dict) and ``configured`` (the config now) differ, when both are given, and the first
-    tensors that do not fit.
+    tensors that do not fit. ``load(model, weights)``: how (a sharded model's strategy's);
+    by default ``model.load_state_dict``.
     """
     try:
-        model.load_state_dict(weights)
-    except RuntimeError:
+        (load or torch.nn.Module.load_state_dict)(model, weights)
+    except (RuntimeError, KeyError, ValueError):
         raise CheckpointError(
             f"{path}: does not fit the configured model: "
             + "; ".join([*model_changes(trained, configured), _tensor_mismatch(model, weights)])

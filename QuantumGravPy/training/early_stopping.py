@@ -129,6 +129,13 @@ class MetricStopping:
             return self.columns[0]
         return f"{self.combine} of {', '.join(self.columns)}"
 
+    def stop_message(self, epoch: int) -> str:
+        """The log's line when the run stops early after ``epoch``."""
+        return (
+            f"early stopping after epoch {epoch}: no improvement of {self.describe()} for "
+            f"{self.patience} epochs (best {self.best:.4f} at {self.best_epoch})"
+        )
+
     def state_dict(self) -> dict[str, Any]:
         """The first column's state, as a single-metric checkpoint has it, and the others'."""
         others = {c: t.state_dict() for c, t in self.trackers.items() if t is not self.first}

@@ -1,13 +1,15 @@
 """An exponential moving average of a model's weights, for validation and testing.
 
-The average is a plain copy of the model, never wrapped in DDP. It is updated from the trained
-weights after every optimizer step; under DDP those weights are the same on every rank after the
-step, so every rank's average is the same too, without any communication.
+The average is a plain copy of the model, never wrapped in DDP (``parallel.strategy: fsdp``
+shards it as it shards the model, and each rank averages its own shards). It is updated from
+the trained weights after every optimizer step; under DDP those weights are the same on every
+rank after the step, so every rank's average is the same too, without any communication.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,9 +39,15 @@ class EMA:
             mine.copy_(theirs)
         self.updates += 1
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"decay": self.decay, "updates": self.updates, "model": self.module.state_dict()}
+    def state_dict(self, model: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``model``: the average's weights as a plain state dict, if the module's own are
+        not (a sharded average's, gathered)."""
+        weights = self.module.state_dict() if model is None else model
+        return {"decay": self.decay, "updates": self.updates, "model": weights}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.module.load_state_dict(state["model"])
+    def load_state_dict(
+        self, state: dict[str, Any], load: Callable[[nn.Module, dict], None] | None = None
+    ) -> None:
+        """``load(module, weights)``: how plain weights go into a sharded average."""
+        (load or nn.Module.load_state_dict)(self.module, state["model"])
         self.updates = int(state["updates"])

@@ -10,7 +10,6 @@ processes before they are computed.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -252,11 +251,10 @@ def checkpoint_model(
     device: torch.device,
     configured: dict[str, Any],
 ) -> tuple[nn.Module, list[Task]]:
-    """A copy of ``model`` with the evaluation weights of ``checkpoint``, and ``tasks`` with its
-    standardisation of regression targets; ``configured`` (the config as a dict) names the
-    settings that differ when the weights do not fit."""
+    """``model`` (a copy the caller made) with the evaluation weights of ``checkpoint``, and
+    ``tasks`` with its standardisation of regression targets; ``configured`` (the config as a
+    dict) names the settings that differ when the weights do not fit."""
     state = load_checkpoint(checkpoint, device)
-    model = copy.deepcopy(model)
     trained = state.get("config")
     load_model_state(
         model, evaluation_weights(state), checkpoint, trained=trained, configured=configured

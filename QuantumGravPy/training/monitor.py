@@ -62,6 +62,8 @@ class Monitor:
     history columns and this rank's row of ranks.csv.
     """
 
+    replicated = True  # every rank holds the whole weights (not so under fsdp): compare them
+
     def __init__(
         self,
         config: MonitorConfig,
@@ -332,7 +334,7 @@ class Monitor:
         normalisation statistics legitimately differ between ranks until then.
         """
         every = self.config.check_replicas_every
-        if self.world_size == 1 or not every or (step is not None and step % every):
+        if self.world_size == 1 or not self.replicated or not every or (step and step % every):
             return
         names = [name for name, _ in self.model.named_parameters()]
         with self.phase("wait"):

@@ -83,6 +83,7 @@ class RunStateMixin:
         self.test_predictions: dict[str, dict[str, torch.Tensor]] | None = None  # rank 0's
         self._run_open = False
         self._log_handler: logging.Handler | None = None
+        self._gathered: dict[str, Any] | None = None  # by every rank, for rank 0's checkpoint
 
     # --- an epoch's records ---------------------------------------------------------------------
 
@@ -257,14 +258,23 @@ class RunStateMixin:
 
     # --- checkpoints ---------------------------------------------------------------------------
 
+    def gather_state(self) -> dict[str, Any]:
+        """The model's, the optimizer's and the average's plain, whole state dicts, as the
+        strategy gathers them (DDP: every rank calls it, rank 0's is written)."""
+        s, ema = self.strategy, self.ema
+        return {
+            "model": s.model_state(self.model),
+            "optimizer": s.optimizer_state(self.model, self.optimizer),
+            "ema": ema.state_dict(s.model_state(ema.module)) if ema is not None else None,
+        }
+
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint records: plain state dicts, tensors and numbers only."""
+        gathered = self._gathered if self._gathered is not None else self.gather_state()
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer_state(),
+            **gathered,
             "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler else None,
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
-            "ema": self.ema.state_dict() if self.ema is not None else None,
             "best_model": self.best_state,  # what run_test evaluates
             "epoch": self.epoch,
             "global_step": self.global_step,
@@ -279,10 +289,6 @@ class RunStateMixin:
             "world_size": self.world_size,
             "environment": self._environment,
         }
-
-    def optimizer_state(self) -> dict[str, Any]:  # hook: DDP's, gathered by its strategy
-        """The optimizer's plain state dict, as one process's optimizer has it."""
-        return self.optimizer.state_dict()
 
     def save_checkpoint(self, name: str = "last.pt") -> Path:
         """Write a checkpoint into the run's ``checkpoints/`` (only the main process writes)."""
@@ -320,9 +326,10 @@ class RunStateMixin:
             path,
             trained=state.get("config"),
             configured=config_to_dict(self.config),
+            load=self.strategy.load_model_state,
         )
         try:
-            self.optimizer.load_state_dict(state["optimizer"])
+            self.strategy.load_optimizer_state(self.model, self.optimizer, state["optimizer"])
             if self.lr_scheduler is not None and state["lr_scheduler"] is not None:
                 self.lr_scheduler.load_state_dict(state["lr_scheduler"])
             if self.scaler.is_enabled() and state["scaler"] is not None:
@@ -332,9 +339,9 @@ class RunStateMixin:
             raise CheckpointError(f"{path}: its optimizer state does not fit ({first})") from None
         if self.ema is not None:
             if state["ema"] is not None:
-                self.ema.load_state_dict(state["ema"])
-            else:  # EMA switched on for the rest of the run (--force)
-                self.ema = EMA(self.model, self.ema.decay)
+                self.ema.load_state_dict(state["ema"], self.strategy.load_model_state)
+            else:  # EMA switched on for the rest of the run (--force): it starts from the model
+                self.strategy.load_model_state(self.ema.module, self.gather_state()["model"])
         scaling = state.get("target_scaling") or {}
         self.set_tasks([t.with_scaling(scaling.get(t.name)) for t in self.tasks])
         self.epoch = int(state["epoch"])

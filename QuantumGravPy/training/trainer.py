@@ -8,7 +8,6 @@ and how a run resumes from one is :class:`~.run_state.RunStateMixin`'s.
 from __future__ import annotations
 
 import contextlib
-import copy
 import itertools
 import logging
 import time
@@ -118,10 +117,11 @@ class Trainer(RunStateMixin):
             graph_feature_channels=graph_feature_width(self.dataset, config.model.graph_features),
         ).to(self.device, self.float_dtype)
         t = config.training
+        # The average follows the trained weights; it is not wrapped in DDP (fsdp shards it).
+        self.ema = EMA(self.model, t.ema_decay) if t.ema_decay is not None else None
         self.strategy = self.make_strategy()
-        self.optimizer = build_optimizer(
-            t.optimizer, self.model.parameters(), self.strategy.optimizer
-        )
+        held = self.strategy.prepare(self.model, *([self.ema.module] if self.ema else []))
+        self.optimizer = build_optimizer(t.optimizer, held, self.strategy.optimizer)
         es = config.early_stopping
         self.lr_scheduler = build_scheduler(
             t.lr_scheduler,
@@ -131,9 +131,7 @@ class Trainer(RunStateMixin):
             num_epochs=t.num_epochs,
         )
         # Gradients of float16 losses underflow without scaling; bfloat16 has float32's range.
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "16")
-        # The average follows the trained weights; it is not wrapped in DDP.
-        self.ema = EMA(self.model, t.ema_decay) if t.ema_decay is not None else None
+        self.scaler = self.strategy.grad_scaler(enabled=t.precision == "16")
         self.validator = Validator(
             self.tasks, self.device, self.autocast_dtype, self.float_dtype, select=self.select
         )
@@ -327,15 +325,7 @@ class Trainer(RunStateMixin):
             self.end_epoch(row, improved, timing)
         self.monitor.check_replicas(step=None)
         if self.stopped_early:
-            self.logger.info(
-                "early stopping after epoch %d: no improvement of %s for %d epochs "
-                "(best %.4f at %d)",
-                self.epoch,
-                self.early_stopping.describe(),
-                self.early_stopping.patience,
-                self.early_stopping.best,
-                self.early_stopping.best_epoch,
-            )
+            self.logger.info("%s", self.early_stopping.stop_message(self.epoch))
         if self.pruned:
             self.logger.info("pruned by the study after epoch %d", self.epoch)
         self.write_summary()
@@ -428,11 +418,10 @@ class Trainer(RunStateMixin):
         """
         model, tasks = self.model, self.tasks
         if checkpoint is not None:
-            model, tasks = checkpoint_model(
-                self.model, self.tasks, checkpoint, self.device, config_to_dict(self.config)
-            )
+            plain, configured = self.strategy.plain_copy(self.model), config_to_dict(self.config)
+            model, tasks = checkpoint_model(plain, self.tasks, checkpoint, self.device, configured)
         elif self.best_state is not None:
-            model = copy.deepcopy(self.model)
+            model = self.strategy.plain_copy(self.model)
             model.load_state_dict(self.best_state)
         metrics, self.test_predictions = self.evaluate_test(model, test_loader, tasks)
         columns = ("test_loss", *headline_columns(self.config, "test"))

@@ -28,6 +28,7 @@ from ..config import Config
 from ..data import SHARED_BUILD_MIN, dataset_from_config
 from ..errors import ConfigError
 from ..logs import LOGGER_NAME, configure_logging
+from ..models import shard_units
 from ..parallel import distributed, shm_comm
 from ..parallel.distributed import DistributedError, RankFailedError
 from ..parallel.strategies import Strategy, make_strategy
@@ -89,7 +90,8 @@ class TrainerDDP(Trainer):
         self._shm: shm_comm.SharedMemoryAllReduce | None = None
         hook = distributed.allreduce_hook  # what DDP does without a hook
         params = [p for p in self.model.parameters() if p.requires_grad]
-        if config.parallel.shared_memory and shm_comm.supported(self.device, params):
+        sharing = config.parallel.shared_memory and self.strategy.comm_hook  # fsdp: its own
+        if sharing and shm_comm.supported(self.device, params):
             self._shm = shm_comm.SharedMemoryAllReduce(
                 sum(p.numel() for p in params), timeout_s=distributed.get_timeout_s()
             )
@@ -101,7 +103,7 @@ class TrainerDDP(Trainer):
             find_unused_parameters=config.parallel.find_unused_parameters,
             hook=self.monitor.wrap_hook(hook),
         )
-        self._optimizer_state: dict[str, Any] | None = None  # gathered for a checkpoint
+        self.monitor.replicated = self.strategy.replicated  # sharded weights differ by rank
 
     # --- who does what -------------------------------------------------------------------------
 
@@ -119,12 +121,19 @@ class TrainerDDP(Trainer):
         return self.strategy.no_sync(self.train_module)
 
     def make_strategy(self) -> Strategy:
-        return make_strategy(self.config.parallel.strategy, self.device)
+        parallel = self.config.parallel
+        return make_strategy(
+            parallel.strategy,
+            self.device,
+            units=lambda module: shard_units(module, parallel.fsdp_modules),
+            # fsdp with bf16 / 16 gathers and computes in bfloat16 / float16 weights
+            param_dtype=self.autocast_dtype,
+        )
 
-    def optimizer_state(self) -> dict[str, Any]:
-        if self._optimizer_state is None:
-            raise DistributedError("the optimizer state is gathered by write_epoch_files")
-        return self._optimizer_state
+    @property
+    def eval_model(self) -> torch.nn.Module:
+        # fsdp: a plain copy gathered from the shards (every rank gets here at the same point)
+        return self.strategy.evaluation_module(super().eval_model, step=self.global_step)
 
     def gather_records(self, record: dict[str, Any]) -> list[dict[str, Any]]:
         return distributed.all_gather_object(record)
@@ -263,6 +272,10 @@ class TrainerDDP(Trainer):
             self.config.validation.mode,
         )
 
+    def on_epoch_start(self, train_loader: DataLoader) -> None:
+        super().on_epoch_start(train_loader)
+        self.strategy.release()  # what the last evaluation gathered
+
     def on_train_end(self) -> None:
         self.rank_logger.info(
             "finished: %d epochs%s",
@@ -320,12 +333,12 @@ class TrainerDDP(Trainer):
         return improved, stop
 
     def write_epoch_files(self, row: dict[str, Any], improved: bool) -> None:
-        # every rank takes part (zero gathers every rank's share); rank 0 writes it
-        self._optimizer_state = self.strategy.optimizer_state(self.optimizer)
+        # every rank takes part (zero and fsdp gather every rank's share); rank 0 writes it
+        self._gathered = self.gather_state()
         try:
             self._on_main(lambda: super(TrainerDDP, self).write_epoch_files(row, improved))
         finally:
-            self._optimizer_state = None
+            self._gathered = None
 
     def write_summary(self, test_metrics: dict[str, float] | None = None) -> None:
         self._on_main(lambda: super(TrainerDDP, self).write_summary(test_metrics))
