@@ -202,3 +202,24 @@ def test_on_gpus_the_strategies_train_with_nccl_and_mixed_precision(
     assert torch.isfinite(torch.tensor(rows[0]["train_loss"]))
     state = torch.load(config.run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert all(not hasattr(v, "placements") for v in state["model"].values())  # plain tensors
+
+
+@pytest.mark.timeout(300)
+def test_fsdp_trains_in_bfloat16_with_everything_else_on(tmp_path, data_root, capsys):
+    """Units computing in bfloat16, recomputed activations, a sharded moving average,
+    accumulation and a schedule: the loss falls and the checkpoint holds plain float32."""
+    args = small(
+        tmp_path, data_root, "bf16", "parallel.strategy=fsdp", "training.precision=bf16",
+        "model.activation_checkpointing=true", "training.ema_decay=0.9",
+        "training.accumulate_grad_batches=2", "training.num_epochs=4",
+        "training.gradient_clip={max_norm: 1.0}",
+    )  # fmt: skip
+    result = run_main(capsys, "train", SHIPPED, *args)
+    assert result.returncode == 0, result.stderr
+    state = last(tmp_path / "bf16")
+    history = state["history"]
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    assert history[-1]["lr"] < history[0]["lr"]  # the cosine schedule moved
+    for weights in (state["model"], state["ema"]["model"]):
+        assert all(v.dtype in (torch.float32, torch.int64) for v in weights.values())
+        assert all(not hasattr(v, "placements") for v in weights.values())
