@@ -223,3 +223,24 @@ def test_fsdp_trains_in_bfloat16_with_everything_else_on(tmp_path, data_root, ca
     for weights in (state["model"], state["ema"]["model"]):
         assert all(v.dtype in (torch.float32, torch.int64) for v in weights.values())
         assert all(not hasattr(v, "placements") for v in weights.values())
+
+
+@pytest.mark.timeout(300)
+def test_a_moving_average_switched_on_when_resuming_starts_from_the_sharded_model(
+    tmp_path, data_root, capsys
+):
+    """--force with training.ema_decay added: the average starts from the checkpoint's
+    weights on every rank (under fsdp, only rank 0 holds a gathered copy of the model)."""
+    args = small(tmp_path, data_root, "run", "parallel.strategy=fsdp", "training.precision=64")
+    first = run_main(capsys, "train", SHIPPED, *args, "training.num_epochs=1")
+    assert first.returncode == 0, first.stderr
+    weights = last(tmp_path / "run")["model"]
+    again = run_main(
+        capsys, "train", SHIPPED, *args, "training.num_epochs=2", "training.ema_decay=0.999999",
+        "--resume", "--force",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    ema = last(tmp_path / "run")["ema"]
+    assert ema["updates"] > 0
+    # a decay this close to 1 keeps the average within rounding of where it started
+    assert largest_difference(ema["model"], weights) < 1e-3

@@ -341,7 +341,7 @@ class RunStateMixin:
             if state["ema"] is not None:
                 self.ema.load_state_dict(state["ema"], self.strategy.load_model_state)
             else:  # EMA switched on for the rest of the run (--force): it starts from the model
-                self.strategy.load_model_state(self.ema.module, self.gather_state()["model"])
+                self.strategy.load_model_state(self.ema.module, state["model"])
         scaling = state.get("target_scaling") or {}
         self.set_tasks([t.with_scaling(scaling.get(t.name)) for t in self.tasks])
         self.epoch = int(state["epoch"])
