@@ -33,6 +33,7 @@ SCRIPTS = (
     ),
     ("invariance.py", "World-size invariance and the cost of full-state checkpoints"),
     ("memory.py", "Past one device's memory: ZeRO, FSDP and activation checkpointing"),
+    ("compile.py", "training.compile on this CPU: compiled against plain epochs"),
     ("generation.py", "Causal-set generation throughput"),
     ("data_files.py", "Your data on disk: preprocessing Zarr files, disk storage, memory"),
     ("baselines.py", "Analytic baselines: the best classical method on each embedded kind"),

@@ -249,6 +249,9 @@ class TrainingConfig:
     )
     # null: none; {max_norm: 1.0} (norm over all parameters, norm_type 2) or {value: 0.5}
     gradient_clip: GradientClipConfig | None = None
+    # compile the model with torch.compile (for varying graph sizes); its first batches take
+    # longer while it compiles. Checkpoints hold the plain module's keys either way
+    compile: bool = False
 
     def validate(self) -> None:
         if self.sampler is not None and self.sampler not in SAMPLER_NAMES:
@@ -417,6 +420,11 @@ class Config:
 
     def validate(self) -> None:
         validate_tasks(self)
+        if self.training.compile and self.parallel.strategy == "fsdp":
+            raise ConfigError(
+                "training.compile: not with parallel.strategy fsdp (compiling sharded units is "
+                "not supported here); use ddp or zero, or compile: false"
+            )
 
     @property
     def run_dir(self) -> Path:

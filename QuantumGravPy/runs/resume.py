@@ -29,6 +29,7 @@ RESUMABLE_KEYS = (
     "data.root",
     "data.device",  # where batches are assembled: the same batches either way
     "model.activation_checkpointing",  # recomputed activations: the same gradients
+    "training.compile",  # the same model, compiled: resumes either way
     "training.path",
     "training.num_epochs",
     "training.checkpoint_every",

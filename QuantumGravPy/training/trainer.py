@@ -122,6 +122,8 @@ class Trainer(RunStateMixin):
         self.strategy = self.make_strategy()
         held = self.strategy.prepare(self.model, *([self.ema.module] if self.ema else []))
         self.optimizer = build_optimizer(t.optimizer, held, self.strategy.optimizer)
+        if t.compile:  # in place: the module, its keys and its parameters stay the same
+            self.model.compile(dynamic=True)
         es = config.early_stopping
         self.lr_scheduler = build_scheduler(
             t.lr_scheduler,
