@@ -6,13 +6,14 @@ with AdamW (two numbers of state per weight) by 2 and 4 gloo processes on this C
 optimizer steps each rank counts the bytes of the tensors it holds: its parameters, their
 gradients and the optimizer state (under fsdp, its shards; under zero, the state of its share
 of the parameters); the table gives the largest rank's, against ddp's, and the time of a step
-against ddp's (medians over the steps; the processes share 2 cores, so the times say what the
-strategies cost in exchanges, not how they scale). Then one forward and backward pass of the
-same model on 2 causal sets of 1,024 elements, in a fresh process each, without and with
-`model.activation_checkpointing`: the peak of the process's resident memory above what it held
-before the pass (glibc told to return every freed block of 64 kB or more, so that the peak is
-that of live memory; the gradients are allocated beforehand), and the bytes autograd saved for
-the backward pass.
+against ddp's (medians over the steps, each on one batch of the training loader collected
+beforehand, the same for every strategy, so that only the step is timed; the processes share
+2 cores, so the times say what the strategies cost in exchanges, not how they scale). Then one
+forward and backward pass of the same model on 2 causal sets of 1,024 elements, in a fresh
+process each, without and with `model.activation_checkpointing`: the peak of the process's
+resident memory above what it held before the pass (glibc told to return every freed block of
+64 kB or more, so that the peak is that of live memory; the gradients are allocated
+beforehand), and the bytes autograd saved for the backward pass.
 
     python bench/memory.py [--steps 4]
 """

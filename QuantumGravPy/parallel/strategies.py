@@ -33,8 +33,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from . import distributed
 
-STRATEGIES = ("ddp", "zero", "fsdp")
-
 
 class Strategy:
     """``ddp`` (and what one process does): the whole model and optimizer on every rank."""

@@ -334,7 +334,9 @@ class Monitor:
         normalisation statistics legitimately differ between ranks until then.
         """
         every = self.config.check_replicas_every
-        if self.world_size == 1 or not self.replicated or not every or (step and step % every):
+        if self.world_size == 1 or not self.replicated or not every:
+            return
+        if step is not None and step % every:
             return
         names = [name for name, _ in self.model.named_parameters()]
         with self.phase("wait"):
