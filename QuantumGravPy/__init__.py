@@ -6,6 +6,7 @@ The package is built in layers, each importing only from the ones below it (a te
 
     cli.py        the command line
     tune/         hyperparameter search with Optuna: studies of trials, pruning, best config
+    predict/      a trained run's model on new data: load_model(), predict()
     training/     Trainer, TrainerDDP, evaluation, early stopping, EMA, launch()
     data/         datasets, split and loaders, samplers, augmentation, range splitting
     models/       GNNModel
@@ -60,6 +61,7 @@ from .physics import (
     sprinkle,
     transitive_percolation,
 )
+from .predict import LoadedModel, Predictions, load_model, predict
 from .runs import load_checkpoint
 from .training import (
     EMA,
@@ -97,9 +99,11 @@ __all__ = [
     "DistributedWeightedRandomSampler",
     "EarlyStopping",
     "GNNModel",
+    "LoadedModel",
     "MetricSums",
     "NonFiniteGradientError",
     "PortInUseError",
+    "Predictions",
     "ProgressiveClassBalancedSampler",
     "QGError",
     "RankAwareSeedGenerator",
@@ -124,9 +128,11 @@ __all__ = [
     "launch",
     "load_checkpoint",
     "load_config",
+    "load_model",
     "myrheim_meyer_dimension",
     "observables",
     "ordering_fraction_expectation",
+    "predict",
     "prepare_run",
     "profile",
     "random_order",

@@ -1,4 +1,4 @@
-"""The command line: ``qg train | test | tune | generate | plot | profile`` (``python -m
+"""The command line: ``qg train | test | predict | tune | generate | plot | profile`` (``python -m
 QuantumGravPy``).
 
 A mistake in what the user passed (config, override, path, checkpoint) prints one line starting
@@ -56,6 +56,53 @@ def build_parser() -> argparse.ArgumentParser:
     )
     test = command("test", "evaluate a checkpoint on the test split; prints JSON")
     test.add_argument("--checkpoint", required=True, metavar="PATH", help="checkpoint file")
+    pred = sub.add_parser(
+        "predict",
+        help="predict with a trained run on new files or its own data; one row per graph",
+        description="Predict with the model of RUN_DIR (its config.yaml and checkpoints/best.pt) "
+        "on new Zarr/HDF5 files, or on the run's data source as KEY=VALUE overrides change it "
+        "(e.g. data.seed=7 data.num_graphs=500). Writes one row per graph in input order, with "
+        "its source, to RUN_DIR/predictions.npz or --output; labels, where the data has them, "
+        "give metrics too.",
+    )
+    pred.add_argument("run_dir", metavar="RUN_DIR", help="a training run's directory")
+    pred.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="override keys of the run's config, e.g. data.root=/scratch/cache",
+    )
+    pred.add_argument(
+        "--checkpoint", metavar="PATH", help="weights to use (default RUN_DIR/checkpoints/best.pt)"
+    )
+    pred.add_argument(
+        "--files",
+        nargs="+",
+        metavar="PATH",
+        help="Zarr stores or HDF5 files (paths or glob patterns) to predict on, read as the "
+        "run's data.* options say; default: the run's data source",
+    )
+    pred.add_argument(
+        "--output",
+        metavar="FILE",
+        help="a .npz (every task) or .csv (graph rows; node rows in <stem>_nodes.csv) file "
+        "(default RUN_DIR/predictions.npz)",
+    )
+    pred.add_argument("--overwrite", action="store_true", help="replace an output file that exists")
+    pred.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        metavar="W",
+        help="share the work over W processes (the same output for any W)",
+    )
+    pred.add_argument(
+        "--split",
+        choices=("all", "train", "val", "test"),
+        default="all",
+        help="one split of the inputs, drawn as training draws it (default all)",
+    )
+    pred.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     prof = command(
         "profile",
         "profile a few training steps on every rank: a trace per rank and where the time went",
@@ -324,6 +371,39 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _predict(args: argparse.Namespace) -> int:
+    import re
+    from pathlib import Path
+
+    from .parallel import distributed
+    from .predict import predict
+    from .predict.run import DEFAULT_OUTPUT
+
+    # ``--files a.h5 b.h5 data.seed=1``: what looks like an override is one
+    files, overrides = [], list(args.overrides)
+    for item in args.files or ():
+        is_override = re.match(r"[A-Za-z_][\w.]*=", item) and not Path(item).exists()
+        (overrides if is_override else files).append(item)
+    result = predict(
+        args.run_dir,
+        files or None,
+        checkpoint=args.checkpoint,
+        overrides=overrides,
+        output=args.output or Path(args.run_dir) / DEFAULT_OUTPUT,
+        overwrite=args.overwrite,
+        world_size=args.world_size,
+        split=args.split,
+    )
+    if distributed.process_env() is not None and distributed.process_env().rank != 0:
+        return 0
+    if result.metrics:
+        numbers = {k: v for k, v in result.metrics.items() if isinstance(v, float)}
+        print("  ".join(f"{k} {v:.4f}" for k, v in numbers.items()))
+    written = f" and {len(result.nodes['graph'])} node rows" if result.nodes else ""
+    print(f"{len(result)} graphs{written} predicted; written to {result.output}")
+    return 0
+
+
 def _profile(args: argparse.Namespace) -> int:
     from .config import load_config
     from .training.profile import SUMMARY, profile, summary_table
@@ -352,6 +432,7 @@ def _plot(args: argparse.Namespace) -> int:
 COMMANDS = {
     "train": _train,
     "test": _test,
+    "predict": _predict,
     "tune": _tune,
     "generate": _generate,
     "plot": _plot,

@@ -24,7 +24,7 @@ LAYERS = [
     {"models"},
     {"data"},
     {"training"},
-    {"tune"},
+    {"tune", "predict"},
     {"cli", "__init__", "__main__"},
 ]
 # Only the parallel layer talks to other processes through torch itself.

@@ -37,13 +37,15 @@ def dataset_from_config(
     world_size: int = 1,
     processes: int = 1,
     min_per_process: int = 0,
+    provenance: bool = False,
 ) -> Dataset | list[Data]:
     """Build (or load from cache) the dataset a ``data:`` config section describes.
 
     ``world_size``: processes that build a missing cache, each a contiguous range (with
     ``min_per_process``, fewer when some would get fewer samples than that); ``processes``: how
     many processes of this machine will each hold the dataset (what ``data.storage: auto``
-    weighs).
+    weighs); ``provenance``: graphs of ``data.files`` say where they came from (a cache of
+    their own, see :class:`~.files.FileSource`).
     """
     if data_cfg.dataset is not None:
         factory = resolve(data_cfg.dataset, key="data.dataset")
@@ -56,7 +58,7 @@ def dataset_from_config(
     if data_cfg.files:
         from .files import FileDataset, FileSource
 
-        source = FileSource(data_cfg)
+        source = FileSource(data_cfg, provenance=provenance)
     else:
         source = GeneratedSource(**generation_parameters(data_cfg))
     transform = (
@@ -70,7 +72,9 @@ def dataset_from_config(
             source, data_cfg.root, transform=transform, progress=progress, world_size=world_size
         )
     if data_cfg.files:
-        return FileDataset(data_cfg, progress=progress, world_size=world_size)
+        return FileDataset(
+            data_cfg, progress=progress, world_size=world_size, provenance=provenance
+        )
     return CausalSetDataset(
         data_cfg.root, **generation_parameters(data_cfg), progress=progress, world_size=world_size
     )

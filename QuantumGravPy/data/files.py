@@ -83,8 +83,11 @@ def _values(array: np.ndarray, where: str) -> torch.Tensor:
     raise DataError(f"{where}: expected numbers, found {array.dtype}")
 
 
-def build_graph(samples: Samples, index: int, transpose: bool) -> Data:
-    """Sample ``index`` of an open file as a graph (see the module's description)."""
+def build_graph(samples: Samples, index: int, transpose: bool, *, provenance: bool = False) -> Data:
+    """Sample ``index`` of an open file as a graph (see the module's description).
+
+    ``provenance``: the graph also holds ``source_element``, each node's element as the file
+    numbers it (nodes are put in a natural labelling, which may reorder them)."""
     cfg, path = samples.cfg, samples.path
     where = f"{path}: {samples.where(index)}"
     matrix = samples.read(index, samples.matrix)
@@ -136,6 +139,8 @@ def build_graph(samples: Samples, index: int, transpose: bool) -> Data:
             value = value.reshape(n, -1)
             columns.append(value if order is None else value[order])
         x = torch.cat(columns, dim=1)
+    if provenance:
+        attributes["source_element"] = torch.arange(n) if order is None else order
     edges = links.nonzero().t()
     return Data(x=x, edge_index=torch.cat([edges, edges.flip(0)], dim=1), **attributes)
 
@@ -189,13 +194,19 @@ def _first_arrays(data_cfg: Any) -> set[str]:
 
 
 class FileSource:
-    """The causal sets of ``data.files`` as a source of graphs for a cache on disk."""
+    """The causal sets of ``data.files`` as a source of graphs for a cache on disk.
+
+    ``provenance``: each graph also says where it came from (for predictions): ``source_file``
+    (the file's position among ``data.files``' matches), ``source_sample`` (the sample's
+    position in its file) and, per node, ``source_element``. A cache of its own.
+    """
 
     prefix = "files"
 
-    def __init__(self, data_cfg: Any):
+    def __init__(self, data_cfg: Any, *, provenance: bool = False):
         self.data_cfg = data_cfg
-        self.params = cache_params(data_cfg)
+        self.provenance = provenance
+        self.params = cache_params(data_cfg) | ({"provenance": 1} if provenance else {})
 
     @cached_property
     def counts(self) -> list[int]:  # opens every file: only when graphs are built
@@ -206,7 +217,9 @@ class FileSource:
         return sum(self.counts)
 
     def graphs(self, start: int, end: int, *, progress: bool = True) -> Iterator[Data]:
-        return iter_range(self.data_cfg, self.counts, start, end, progress=progress)
+        return iter_range(
+            self.data_cfg, self.counts, start, end, progress=progress, provenance=self.provenance
+        )
 
     def rejected_all(self) -> str:
         return (
@@ -225,11 +238,17 @@ def read_files(data_cfg: Any, *, progress: bool = True, world_size: int = 1) -> 
 
 
 def iter_range(
-    data_cfg: Any, counts: list[int], start: int, end: int, *, progress: bool = True
+    data_cfg: Any,
+    counts: list[int],
+    start: int,
+    end: int,
+    *,
+    progress: bool = True,
+    provenance: bool = False,
 ) -> Iterator[Data]:
     """Causal sets ``start`` to ``end - 1`` of ``data.files`` (numbered over all files in
     order; ``counts``: how many each file holds), as graphs with the hooks applied, one at a
-    time."""
+    time; with ``provenance``, each says where it came from (see :class:`FileSource`)."""
     pre_filter = _hook(data_cfg.pre_filter, "data.pre_filter")
     pre_transform = _hook(data_cfg.pre_transform, "data.pre_transform")
     reader = _hook(data_cfg.reader, "data.reader")
@@ -241,7 +260,7 @@ def iter_range(
         disable=None if progress else True,
     )
     offset = 0
-    for path, count in zip(find_files(data_cfg.files), counts, strict=True):
+    for number, (path, count) in enumerate(zip(find_files(data_cfg.files), counts, strict=True)):
         first, last = max(start - offset, 0), min(end - offset, count)
         offset += count
         if first >= last:
@@ -258,11 +277,18 @@ def iter_range(
                             f"{type(graph).__name__}, expected a torch_geometric Data"
                         )
                 else:
-                    graph = build_graph(samples, index, transpose)
+                    graph = build_graph(samples, index, transpose, provenance=provenance)
                 bar.update()
                 if pre_filter is not None and not pre_filter(graph):
                     continue
-                yield pre_transform(graph) if pre_transform is not None else graph
+                if pre_transform is not None:
+                    graph = pre_transform(graph)
+                if provenance:
+                    graph.source_file = torch.tensor([number])
+                    graph.source_sample = torch.tensor([index])
+                    if "source_element" not in graph:  # a reader's graph: as it numbers them
+                        graph.source_element = torch.arange(graph.num_nodes)
+                yield graph
     bar.close()
 
 
@@ -313,10 +339,17 @@ class FileDataset(DigestCachedDataset):
     any of them builds a new one. ``data.transform`` is applied each time a graph is read.
     """
 
-    def __init__(self, data_cfg: Any, *, progress: bool = True, world_size: int = 1):
+    def __init__(
+        self,
+        data_cfg: Any,
+        *,
+        progress: bool = True,
+        world_size: int = 1,
+        provenance: bool = False,
+    ):
         super().__init__(
             data_cfg.root,
-            FileSource(data_cfg),
+            FileSource(data_cfg, provenance=provenance),
             transform=_hook(data_cfg.transform, "data.transform"),
             progress=progress,
             world_size=world_size,

@@ -11,7 +11,7 @@ processes before they are computed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,12 +164,22 @@ class Validator:
 
     @torch.no_grad()
     def accumulate(
-        self, model: nn.Module, loader: Iterable, tasks: Sequence[Task] | None = None
+        self,
+        model: nn.Module,
+        loader: Iterable,
+        tasks: Sequence[Task] | None = None,
+        *,
+        scored: Collection[str] | None = None,
     ) -> Accumulated:
-        """Loss sums and metric states of ``tasks`` (default: the validator's) over ``loader``."""
+        """Loss sums and metric states of ``tasks`` (default: the validator's) over ``loader``.
+
+        ``scored``: the tasks whose targets the data holds (default: all); the others are only
+        predicted (kept predictions without ``true``; no loss, no metric).
+        """
         was_training = model.training
         model.eval()
         tasks = self.tasks if tasks is None else list(tasks)
+        scored = {t.name for t in tasks} if scored is None else set(scored)
         sums = torch.zeros(len(tasks), 2, dtype=torch.float64, device=self.device)
         metrics = [self.task_metrics(t) for t in tasks]
         kept = {t.name: {"graph": [], "predicted": [], "true": []} for t in tasks}
@@ -184,24 +194,28 @@ class Validator:
             ):
                 outputs = model(batch)
                 outputs = self.select(outputs, batch) if self.select else {tasks[0].name: outputs}
-                losses = [t.loss(outputs[t.name], batch) for t in tasks]
+                losses = [
+                    t.loss(outputs[t.name], batch) if t.name in scored else None for t in tasks
+                ]
             for i, (task, loss, task_metrics) in enumerate(
                 zip(tasks, losses, metrics, strict=True)
             ):
-                rows = task.rows(batch)
-                sums[i, 0] += loss.double() * rows
-                sums[i, 1] += rows
                 predicted = task.predictions(outputs[task.name].detach())
-                target = task.target(batch)
-                task_metrics.update(predicted, target)
+                if loss is not None:
+                    rows = task.rows(batch)
+                    sums[i, 0] += loss.double() * rows
+                    sums[i, 1] += rows
+                    target = task.target(batch)
+                    task_metrics.update(predicted, target)
                 if self.keep_predictions:
                     local = torch.arange(batch.num_graphs, device=self.device)
                     if task.level == "node":
                         local = local[batch.batch]
                     part = kept[task.name]
                     part["graph"].append((rank + (seen + local) * world_size).cpu())
-                    part["predicted"].append(_probabilities(task, predicted).cpu())
-                    part["true"].append(target.cpu())
+                    part["predicted"].append(prediction_values(task, predicted).cpu())
+                    if loss is not None:
+                        part["true"].append(target.cpu())
             seen += batch.num_graphs
         model.train(was_training)
         return Accumulated(tasks, sums, metrics, kept if self.keep_predictions else None)
@@ -284,7 +298,7 @@ class Tester(Validator):
     keep_predictions = True
 
 
-def _probabilities(task: Task, predicted: Tensor) -> Tensor:
+def prediction_values(task: Task, predicted: Tensor) -> Tensor:
     """What a prediction file holds: class probabilities, the probability of 1, or values."""
     if task.type == "classification":
         return predicted.float().softmax(dim=-1)

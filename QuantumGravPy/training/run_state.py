@@ -53,6 +53,7 @@ class RunStateMixin:
     ema: EMA | None
     early_stopping: MetricStopping
     tasks: list[Task]
+    model_spec: dict[str, Any]
     device: torch.device
     rank: int
     world_size: int
@@ -281,6 +282,7 @@ class RunStateMixin:
             "sampler_epoch": self.epoch,  # the next epoch's set_epoch
             "early_stopping": self.early_stopping.state_dict(),
             "target_scaling": scalings(self.tasks),  # of regression targets: the model's units
+            "model_spec": self.model_spec,  # what the model is built from
             "stopped_early": self.stopped_early,
             "history": [dict(row) for row in self.history],
             "rng": self._rng_states,  # one entry per rank

@@ -115,15 +115,22 @@ class Task:
         )
 
 
-def build_tasks(config: Config, dataset: Dataset | list) -> list[Task]:
-    """The config's tasks (or its implicit one) checked against ``dataset``, without scaling."""
+def build_tasks(
+    config: Config, dataset: Dataset | list | None, *, outputs: dict[str, int] | None = None
+) -> list[Task]:
+    """The config's tasks (or its implicit one) checked against ``dataset``, without scaling;
+    or, given ``outputs`` (each task's number of outputs, as a trained model has), without
+    reading any data."""
     tasks = []
     explicit = bool(config.tasks)
     for i, tc in enumerate(task_list(config)):
         target_key = f"tasks[{i}].target" if explicit else "data"
         outputs_key = f"tasks[{i}].num_outputs" if explicit else "model.num_classes"
-        check_target(dataset, tc, target_key)
-        num_outputs = task_num_outputs(dataset, tc, target_key, outputs_key)
+        if outputs is not None:
+            num_outputs = outputs[tc.name]
+        else:
+            check_target(dataset, tc, target_key)
+            num_outputs = task_num_outputs(dataset, tc, target_key, outputs_key)
         if explicit:
             loss = resolve(tc.loss_name, key=f"tasks[{i}].loss")
             tasks.append(Task(tc, num_outputs, loss() if isinstance(loss, type) else loss))

@@ -110,11 +110,19 @@ class Trainer(RunStateMixin):
         # Built on the CPU from the seeded generator, so the initial weights do not depend on the
         # device, then moved.
         self.autocast_dtype, self.float_dtype = PRECISIONS[config.training.precision]
+        # What the model is built from, recorded in checkpoints so that it can be rebuilt for
+        # new data without the training set (qg predict).
+        width = graph_feature_width(self.dataset, config.model.graph_features)
+        self.model_spec = {
+            "in_channels": self.in_channels,
+            "outputs": {t.name: t.num_outputs for t in self.tasks},
+            "graph_feature_channels": width,
+        }
         self.model: nn.Module = build_model(
             config.model,
             self.in_channels,
             {t.name: (t.num_outputs, t.level) for t in self.tasks},
-            graph_feature_channels=graph_feature_width(self.dataset, config.model.graph_features),
+            graph_feature_channels=width,
         ).to(self.device, self.float_dtype)
         t = config.training
         # The average follows the trained weights; it is not wrapped in DDP (fsdp shards it).

@@ -1,0 +1,137 @@
+"""What a prediction reads: the run's data source or new files, as graphs that say where they
+came from.
+
+New files (``--files``) are read by the same readers and ``data.*`` options as training, into
+the disk storage (read a batch at a time: any number of causal sets in the memory of a few
+batches) unless ``data.storage`` is given. Their labels are optional: a ``data.targets`` array
+that some file lacks is left out (and its task only predicted), while the arrays the model
+itself reads (the causal or link matrix, ``data.node_features``, the targets named in
+``model.graph_features``) must be in every file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Subset
+
+from ..config import Config
+from ..data import in_memory_values, split_dataset
+from ..data.stores import Samples, find_files, open_store
+from ..errors import ConfigError
+from ..logs import get_logger
+
+SPLITS = ("all", "train", "val", "test")
+
+
+def input_overrides(files: Sequence[str] | None, overrides: Sequence[str]) -> list[str]:
+    """The overrides that make the run's config read ``files``: ``data.files``, and the disk
+    storage unless the overrides choose one."""
+    overrides = list(overrides)
+    if not files:
+        return overrides
+    chosen = any(o.partition("=")[0].strip() == "data.storage" for o in overrides)
+    extra = [f"data.files={json.dumps([str(f) for f in files])}"]
+    return overrides + extra + ([] if chosen else ["data.storage=disk"])
+
+
+def with_available_targets(config: Config) -> Config:
+    """``config`` reading only the ``data.targets`` every file of ``data.files`` holds (the
+    others are labels the new data may lack); those ``model.graph_features`` read stay, and a
+    file without them is refused by the reader, naming it and the array."""
+    data = config.data
+    if not data.files or data.reader is not None:
+        return config
+    needed = {k: v for k, v in data.targets.items() if k in config.model.graph_features}
+    probe = dataclasses.replace(data, targets=needed)
+    held: set[str] | None = None
+    for path in find_files(data.files):
+        with open_store(path) as store:
+            arrays = Samples(store, path, probe).arrays
+        held = arrays if held is None else held & arrays
+    kept = {k: v for k, v in data.targets.items() if k in needed or v in (held or set())}
+    dropped = sorted(set(data.targets) - set(kept))
+    if dropped:
+        get_logger().info(
+            "data.targets: %s not in every file: predicted without labels",
+            ", ".join(f"{k} ({data.targets[k]})" for k in dropped),
+        )
+    return dataclasses.replace(config, data=dataclasses.replace(data, targets=kept))
+
+
+def select_split(dataset: Dataset, config: Config, split: str) -> Dataset:
+    """``split`` of ``dataset`` as training splits it (``data.split`` with ``data.seed``), or
+    all of it."""
+    if split not in SPLITS:
+        raise ConfigError(f"--split: expected one of {', '.join(SPLITS)}, found {split!r}")
+    if split == "all":
+        return dataset
+    train, val, test = split_dataset(dataset, config.data.split, config.data.seed)
+    return {"train": train, "val": val, "test": test}[split]
+
+
+def dataset_positions(dataset: Dataset) -> np.ndarray:
+    """Each graph's position in the dataset under any Subsets."""
+    positions = None
+    while isinstance(dataset, Subset):
+        outer = np.asarray(list(dataset.indices), dtype=np.int64)
+        positions = outer if positions is None else outer[positions]
+        dataset = dataset.dataset
+    return np.arange(len(dataset)) if positions is None else positions
+
+
+def provenance(config: Config, dataset: Dataset) -> dict[str, np.ndarray]:
+    """Where each graph of ``dataset`` (in its order) came from: ``source`` (the file, or
+    ``generated`` / the ``data.dataset`` function), ``index`` (the sample's position in its
+    file, or the graph's in the generated data) and, for files with groups, ``group``."""
+    data = config.data
+    if not data.files or data.dataset is not None:
+        name = "generated" if data.dataset is None else str(data.dataset)
+        index = dataset_positions(dataset)
+        return {"source": np.full(len(index), name), "index": index}
+    files = find_files(data.files)
+    number = _values(dataset, "source_file")
+    sample = _values(dataset, "source_sample")
+    columns = {"source": np.asarray([str(p) for p in files])[number], "index": sample}
+    groups = []
+    for path in files:
+        with open_store(path) as store:
+            found = Samples(store, path, dataclasses.replace(data, targets={}))
+            groups.append(found.groups if found.layout == "groups" else None)
+    if any(g is not None for g in groups):
+        columns["group"] = np.asarray(
+            [
+                groups[f][s] if groups[f] is not None else ""
+                for f, s in zip(number.tolist(), sample.tolist(), strict=True)
+            ]
+        )
+    return columns
+
+
+def elements(dataset: Dataset, graph: np.ndarray) -> np.ndarray:
+    """Each node row's element (``graph``: the row's graph, sorted): as its file numbers it
+    when the graphs recorded it, else its position in its graph."""
+    recorded = in_memory_values(dataset, "source_element")
+    if recorded is not None and len(recorded) == len(graph):
+        return recorded.numpy()
+    first = np.searchsorted(graph, graph)  # the first row of each row's graph
+    return np.arange(len(graph)) - first
+
+
+def _values(dataset: Dataset, name: str) -> np.ndarray:
+    values = in_memory_values(dataset, name)
+    if values is None:  # a dataset read graph by graph
+        values = torch.cat([torch.as_tensor(g[name]).reshape(-1) for g in dataset])
+    return values.reshape(-1).numpy()
+
+
+def labelled(dataset: Dataset, names: Sequence[str]) -> set[str]:
+    """Which of the target attributes ``names`` the graphs hold (read from the first)."""
+    if len(dataset) == 0:
+        return set()
+    first = dataset[0]
+    return {n for n in names if n in first}

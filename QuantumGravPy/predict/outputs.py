@@ -1,0 +1,145 @@
+"""Prediction tables and their files.
+
+One row per graph, in input order: ``source`` and ``index`` (and ``group`` for files with one
+group per causal set), then per graph-level task the predicted class and each class's
+probability (``<task>_class``, ``<task>_prob_<k>``, k the class label), for a binary task the
+probability of 1 and the class it rounds to (``<task>_prob``, ``<task>_class``), for a
+regression the values in the target's units (``<task>``, or ``<task>_<k>`` for several), and
+``<task>_true`` where the data holds labels. Node-level tasks get one row per node: ``graph``
+(the row of its graph), ``element`` and the same columns.
+
+``.npz`` holds every column as an array (node rows under ``nodes.<column>``); ``.csv`` the
+graph rows, with node rows in ``<stem>_nodes.csv`` (where ``source`` and ``index`` stand in
+for ``graph``). Files are written under a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, RunDirectoryError, flag
+from ..training.tasks import Task
+
+FORMATS = (".npz", ".csv")
+NODES = "nodes."  # the prefix of node rows' arrays in an .npz
+
+
+@dataclass
+class Predictions:
+    """What :func:`~QuantumGravPy.predict` returns: ``graphs`` (one array per column, a row per
+    graph in input order), ``nodes`` (the same for node-level tasks, a row per node; empty
+    without them), ``metrics`` (of the tasks whose labels the data holds) and ``output`` (the
+    file written, if any)."""
+
+    graphs: dict[str, np.ndarray]
+    nodes: dict[str, np.ndarray] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    output: Path | None = None
+
+    def __len__(self) -> int:
+        return len(self.graphs["index"])
+
+
+def output_paths(output: Path) -> list[Path]:
+    """The files an output writes (a .csv may add ``<stem>_nodes.csv``)."""
+    if output.suffix == ".csv":
+        return [output, output.with_name(f"{output.stem}_nodes.csv")]
+    return [output]
+
+
+def check_output(output: Path, *, overwrite: bool) -> None:
+    """Refuse, before any work, an output of another format or one that exists."""
+    if output.suffix not in FORMATS:
+        raise ConfigError(f"--output: {output} must end in .npz or .csv")
+    if output.is_dir():
+        raise RunDirectoryError(f"--output: {output} is a directory; name a .npz or .csv file")
+    if not overwrite:
+        for path in output_paths(output):
+            if path.exists():
+                raise RunDirectoryError(
+                    f"{path} exists; pass {flag('overwrite')} to replace it or choose another "
+                    "--output"
+                )
+    if not output.parent.is_dir():
+        raise RunDirectoryError(f"--output: folder {output.parent} does not exist")
+
+
+def task_columns(
+    task: Task, predicted: torch.Tensor, true: torch.Tensor | None
+) -> dict[str, np.ndarray]:
+    """One task's columns from its predictions (as ``test_predictions.npz`` holds them:
+    probabilities, the probability of 1, or values) and targets (class indices, 0/1, values)."""
+    name, values = task.name, predicted.numpy()
+    columns: dict[str, np.ndarray] = {}
+    if task.type == "classification":
+        labels = np.asarray(task.config.classes or range(values.shape[1]))
+        columns[f"{name}_class"] = labels[values.argmax(axis=1)]
+        for k, label in enumerate(labels.tolist()):
+            columns[f"{name}_prob_{label}"] = values[:, k]
+        if true is not None:
+            columns[f"{name}_true"] = labels[true.numpy()]
+    elif task.type == "binary":
+        columns[f"{name}_prob"] = values
+        columns[f"{name}_class"] = (values > 0.5).astype(np.int64)
+        if true is not None:
+            columns[f"{name}_true"] = true.numpy().astype(np.int64)
+    else:
+        values = values.reshape(len(values), -1)
+        single = values.shape[1] == 1
+        for k in range(values.shape[1]):
+            columns[name if single else f"{name}_{k}"] = values[:, k]
+        if true is not None:
+            truth = true.numpy().reshape(len(values), -1)
+            for k in range(truth.shape[1]):
+                columns[f"{name}_true" if single else f"{name}_{k}_true"] = truth[:, k]
+    return columns
+
+
+def write(output: Path, graphs: dict[str, np.ndarray], nodes: dict[str, np.ndarray]) -> None:
+    """The tables into ``output`` (.npz or .csv, see the module's description)."""
+    if output.suffix == ".npz":
+        arrays = {**graphs, **{f"{NODES}{k}": v for k, v in nodes.items()}}
+        _atomic(output, lambda f: np.savez_compressed(f, **arrays), binary=True)
+        return
+    _atomic(output, lambda f: _csv(f, graphs))
+    if nodes:
+        keys = [k for k in ("source", "index", "group") if k in graphs]
+        rows = nodes["graph"]
+        table = {**{k: graphs[k][rows] for k in keys}, **nodes}
+        table.pop("graph")
+        _atomic(output_paths(output)[1], lambda f: _csv(f, table))
+
+
+def _csv(f: Any, columns: dict[str, np.ndarray]) -> None:
+    writer = csv.writer(f)
+    names: Sequence[str] = list(columns)
+    writer.writerow(names)
+    writer.writerows(zip(*(columns[n].tolist() for n in names), strict=True))
+
+
+def _atomic(path: Path, fill: Any, *, binary: bool = False) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb" if binary else "w", newline=None if binary else "") as f:
+            fill(f)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read(path: str | Path) -> Predictions:
+    """A prediction file back as :class:`Predictions` (.npz; for .csv, read it with any CSV
+    reader)."""
+    path = Path(path)
+    with np.load(path) as arrays:
+        graphs = {k: arrays[k] for k in arrays.files if not k.startswith(NODES)}
+        nodes = {k[len(NODES) :]: arrays[k] for k in arrays.files if k.startswith(NODES)}
+    return Predictions(graphs, nodes, output=path)

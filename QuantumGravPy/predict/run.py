@@ -1,0 +1,168 @@
+"""``qg predict``: a trained model over new causal sets (or its own data), in input order.
+
+The inputs are cached as graphs once (by up to ``world_size`` processes, each a contiguous
+range, as training builds its cache), then cut into batches of ``testing.batch_size`` in input
+order; rank r of W evaluates batches r, r + W, ... and rank 0 puts the predictions back in
+order. Every batch holds the same graphs for any W, so the output is the same for any W.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Subset
+from tqdm.auto import tqdm
+
+from ..config import Config, load_config
+from ..data import SHARED_BUILD_MIN, dataset_from_config, make_loader
+from ..errors import ConfigError
+from ..parallel import distributed, run_distributed
+from ..training.evaluation import Accumulated, Tester
+from . import inputs
+from .inputs import input_overrides, labelled, provenance, select_split, with_available_targets
+from .model import model_from_checkpoint, run_files
+from .outputs import Predictions, check_output, task_columns, write
+
+DEFAULT_OUTPUT = "predictions.npz"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    config: Config
+    checkpoint: Path
+    split: str
+    provenance: bool
+
+
+def _dataset(job: _Job, *, progress: bool, world_size: int = 1) -> Any:
+    return dataset_from_config(
+        job.config.data,
+        progress=progress,
+        world_size=world_size,
+        processes=world_size,
+        min_per_process=SHARED_BUILD_MIN,
+        provenance=job.provenance,
+    )
+
+
+def _device(config: Config, world_size: int) -> torch.device | None:
+    """A rank's GPU (cuda:LOCAL_RANK) when several processes predict on GPUs; else the
+    config's device (None)."""
+    spec = config.training.device
+    if world_size > 1 and spec in ("auto", "cuda") and torch.cuda.is_available():
+        return torch.device(f"cuda:{distributed.get_local_rank()}")
+    if world_size > 1 and spec.startswith("cuda:"):
+        raise ConfigError(
+            f"training.device: {spec!r} would put every process on one GPU; use 'cuda' or 'auto'"
+        )
+    return None
+
+
+def predict_worker(rank: int, world_size: int, job: _Job) -> dict[str, Any] | None:
+    """Predict this rank's batches; rank 0 returns every rank's predictions, in order, and
+    the metrics of the labelled tasks."""
+    if distributed.process_env() is not None and world_size > 1:
+        # under torchrun or srun: the first process on each machine builds a missing cache
+        if distributed.get_local_rank() == 0:
+            _dataset(job, progress=rank == 0)
+        distributed.barrier()
+    loaded = model_from_checkpoint(job.config, job.checkpoint, _device(job.config, world_size))
+    dataset = select_split(_dataset(job, progress=False), job.config, job.split)
+    size = job.config.testing.batch_size
+    batches = [range(i, min(i + size, len(dataset))) for i in range(0, len(dataset), size)]
+    mine = torch.tensor([p for b in batches[rank::world_size] for p in b], dtype=torch.long)
+    loader = make_loader(
+        Subset(dataset, mine.tolist()),
+        batch_size=size,
+        num_workers=job.config.training.num_workers,
+    )
+    tasks = loaded.tasks
+    scored = labelled(dataset, [t.config.target_name for t in tasks])
+    scored_tasks = [t for t in tasks if t.config.target_name in scored]
+    tester = Tester(
+        tasks, loaded.device, loaded.autocast_dtype, loaded.float_dtype, select=loaded.select
+    )
+    bar = tqdm(loader, desc="predicting", unit="batch", disable=None if rank == 0 else True)
+    found = tester.accumulate(loaded.model, bar, scored={t.name for t in scored_tasks})
+    for parts in (found.predictions or {}).values():
+        parts["graph"] = [mine[g] for g in parts["graph"]]  # positions in the whole input
+    across = world_size > 1
+    predictions = found.gathered_predictions(across_ranks=across)
+    metrics: dict[str, Any] = {}
+    if scored_tasks:
+        keep = [i for i, t in enumerate(tasks) if t in scored_tasks]
+        sums = distributed.all_reduce_sum(found.sums[keep].clone())
+        picked = Accumulated(scored_tasks, sums, [found.metrics[i] for i in keep])
+        # columns named as training names them for a split (test_...), predict_... for all
+        prefix = "predict" if job.split == "all" else job.split
+        metrics = picked.compute(prefix, across_ranks=across)
+    if rank != 0:
+        return None
+    return {"predictions": predictions, "metrics": metrics}
+
+
+def predict(
+    run_dir: str | Path,
+    files: Sequence[str] | None = None,
+    *,
+    checkpoint: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    output: str | Path | None = None,
+    overwrite: bool = False,
+    world_size: int = 1,
+    split: str = "all",
+) -> Predictions:
+    """Predict with the run in ``run_dir`` (its ``config.yaml``; weights of ``checkpoint``,
+    default ``checkpoints/best.pt``) on ``files`` (paths or glob patterns of Zarr stores and
+    HDF5 files, read as the run's ``data.*`` says), or without them on the run's data source
+    as ``overrides`` change it; ``split`` picks a split of it (``train``, ``val``, ``test``:
+    as training drew them) instead of ``all``.
+
+    ``world_size`` processes share the work (the result is the same for any number).
+    Returns the tables; with ``output`` (.npz or .csv) they are also written there, never over
+    an existing file unless ``overwrite``.
+    """
+    if world_size < 1:
+        raise ConfigError(f"--world-size: expected a positive number, found {world_size}")
+    config_path, checkpoint = run_files(run_dir, checkpoint)
+    target = None if output is None else Path(output)
+    if target is not None:
+        check_output(target, overwrite=overwrite)
+    config = load_config(config_path, input_overrides(files, overrides))
+    config = with_available_targets(config)
+    # the model is loaded once here: a checkpoint that does not fit fails before data is read
+    tasks = model_from_checkpoint(config, checkpoint, "cpu").tasks
+    job = _Job(config, checkpoint, split, provenance=bool(config.data.files))
+    env = distributed.process_env()
+    if env is None:
+        _dataset(job, progress=True, world_size=world_size)
+    if world_size == 1 and env is None:
+        result = predict_worker(0, 1, job)
+    else:
+        result = run_distributed(predict_worker, config, job, world_size=world_size)
+    if result is None:  # a rank other than 0 under torchrun or srun
+        return Predictions({"index": np.zeros(0, dtype=np.int64)})
+    dataset = select_split(_dataset(job, progress=False), config, split)
+    graphs = provenance(config, dataset)
+    nodes: dict[str, np.ndarray] = {}
+    for task in tasks:
+        found = result["predictions"].get(task.name)
+        if found is None:
+            continue
+        columns = task_columns(task, found["predicted"], found.get("true"))
+        if task.level == "graph":
+            graphs.update(columns)
+        else:
+            if "graph" not in nodes:
+                graph = found["graph"].numpy()
+                nodes["graph"] = graph
+                nodes["element"] = inputs.elements(dataset, graph)
+            nodes.update(columns)
+    if target is not None:
+        write(target, graphs, nodes)
+    return Predictions(graphs, nodes, result["metrics"], target)
