@@ -306,3 +306,40 @@ def test_many_graphs_read_at_once_come_back_in_the_order_asked_repeats_included(
     monkeypatch.setattr(disk_module, "_IN_QUERY", 7)  # several queries for one batch
     wanted = [5, 3, 5, 0, *range(len(dataset) - 1, 10, -2), 3]
     assert dataset.db.multi_get(wanted) == [dataset.db.get(i) for i in wanted]
+
+
+def test_what_is_kept_beside_the_table_collates_as_pyg_collates_the_light_graphs():
+    """The per-graph values kept in memory for samplers and tasks (built in parts, joined in
+    order) are what ``InMemoryDataset.collate`` makes of them: graph-level numbers, 0-dim
+    tensors and per-node vectors, with each graph's slice."""
+    from torch_geometric.data import Data, InMemoryDataset
+
+    from QuantumGravPy.data.disk import Kept
+
+    graphs = [
+        Data(
+            x=torch.ones(n, 2),
+            edge_index=torch.zeros(2, 0, dtype=torch.long),
+            y=torch.tensor([n % 3]),
+            w=torch.tensor(float(n)),
+            t=torch.arange(n).float(),
+        )
+        for n in range(1, 300)
+    ]
+    first, second = Kept(), Kept()
+    for g in graphs[:150]:
+        first.add(g)
+    for g in graphs[150:]:
+        second.add(g)
+    first.extend(second)
+    values, slices = first.collate()
+    light = [Data(y=g.y, w=g.w, t=g.t) for g in graphs]
+    expected, expected_slices = InMemoryDataset.collate(light)
+    assert len(first) == len(graphs) and sorted(slices) == ["t", "w", "y"]
+    for key in ("y", "w", "t"):
+        assert torch.equal(values[key], expected[key]) and values[key].dtype == expected[key].dtype
+        assert torch.equal(slices[key], expected_slices[key])
+    odd = Kept()
+    odd.add(graphs[0])
+    with pytest.raises(qg.DataError, match="graph 1 has the attributes t, y"):
+        odd.add(Data(x=torch.ones(1, 2), y=torch.tensor([0]), t=torch.zeros(1)))
