@@ -14,6 +14,8 @@ to (`bench/data_files.py`: under 1.5 GB), with the time, and every row checked.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import multiprocessing
 import shutil
 import sys
@@ -82,7 +84,8 @@ def _predict(args: list[str], queue) -> None:
     from QuantumGravPy.cli import main
 
     start = time.perf_counter()
-    code = main(args)
+    with contextlib.redirect_stdout(io.StringIO()):  # its summary line is not the report's
+        code = main(args)
     seconds = time.perf_counter() - start
     # VmHWM, not ru_maxrss: the latter starts from the parent's size at the fork before exec
     with open("/proc/self/status") as f:

@@ -36,6 +36,7 @@ SCRIPTS = (
     ("compile.py", "training.compile on this CPU: compiled against plain epochs"),
     ("generation.py", "Causal-set generation throughput"),
     ("data_files.py", "Your data on disk: preprocessing Zarr files, disk storage, memory"),
+    ("predict.py", "Predicting on a large HDF5 file: qg predict's time and memory"),
     ("baselines.py", "Analytic baselines: the best classical method on each embedded kind"),
     ("readout.py", "The default read-out: the size-normalised sum against the plain sum"),
     ("curvature_bound.py", "Curvature: the most any model of the causal order can reach"),

@@ -1,7 +1,8 @@
-"""Tracking from rank 0: TensorBoard event files and a local MLflow store hold every epoch's
-columns once, also after a job killed mid-run is resumed, and the hyperparameters, test
-metrics (and for MLflow the run's files) at the end."""
+"""Tracking from rank 0: TensorBoard event files, a local MLflow store and offline Weights &
+Biases runs hold every epoch's columns once, also after a job killed mid-run is resumed, and
+the hyperparameters, test metrics (and for MLflow and W&B the run's files) at the end."""
 
+import json
 import signal
 
 import numpy as np
@@ -13,6 +14,7 @@ from test_resume import kill_config, start_job
 
 import QuantumGravPy as qg
 from QuantumGravPy.runs import directory as rd
+from QuantumGravPy.runs.wandb_run import _records, offline_history
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -107,13 +109,14 @@ def test_a_killed_and_resumed_job_has_each_epoch_once(tmp_path, data_root):
     path = kill_config(tmp_path, data_root, "cut", 1)
     raw = yaml.safe_load(path.read_text())
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    raw["tracking"] = {"tensorboard": True, "mlflow": uri}
+    raw["tracking"] = {"tensorboard": True, "mlflow": uri, "wandb": "qg-tests"}
+    raw["tracking"]["wandb_mode"] = "offline"
     path.write_text(yaml.safe_dump(raw))
     run = tmp_path / "cut"
     # killed while writing the third last.pt: epoch 3's events are written, its checkpoint not
     job = start_job(path, QG_TEST_KILL_IN_WRITE="3")
-    job.communicate(timeout=120)
-    assert job.returncode == -signal.SIGKILL
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == -signal.SIGKILL, err
     assert [s for s, _ in steps(events(run), "val_loss")] == [1, 2, 3]
     job = start_job(path, "--resume")
     _, err = job.communicate(timeout=120)
@@ -127,6 +130,12 @@ def test_a_killed_and_resumed_job_has_each_epoch_once(tmp_path, data_root):
         (r["epoch"], round(r["val_loss"], 6)) for r in history
     ]
     assert mlrun.info.status == "FINISHED"
+    # W&B: one run id over both jobs (a folder of records each); every epoch once, as trained
+    run_id = json.loads((run / "wandb.json").read_text())["run_id"]
+    assert len(list((run / "wandb").glob(f"offline-run-*-{run_id}"))) == 2
+    epochs = [r for r in offline_history(run, run_id) if "epoch" in r]
+    assert [r["epoch"] for r in epochs] == [1, 2, 3, 4, 5, 6]
+    assert [r["val_loss"] for r in epochs] == [r["val_loss"] for r in history]
 
 
 def test_without_tensorboard_the_error_names_the_extra(make_config, tmp_path, monkeypatch):
@@ -158,3 +167,60 @@ def test_under_ddp_rank_0_alone_writes_the_events(make_config, tmp_path):
         for column in ("epoch_s", "data_s", "exchange_exposed_s"):
             tag = f"ranks/{row['rank']}/{column}"
             assert (row["epoch"], logged(row[column])) in steps(found, tag), tag
+
+
+def wandb_records(run, kind):
+    """The records of ``kind`` (run, summary, history, ...) of the run's offline W&B files."""
+    from wandb.proto import wandb_internal_pb2
+
+    found = []
+    for path in sorted((run / "wandb").glob("offline-run-*/run-*.wandb")):
+        for data in _records(path):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            if record.WhichOneof("record_type") == kind:
+                found.append(getattr(record, kind))
+    return found
+
+
+def test_an_offline_wandb_run_holds_the_config_every_column_the_results_and_pictures(
+    make_config, tmp_path, monkeypatch
+):
+    # WANDB_MODE is honoured: the config says online, the environment offline (no network)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    cfg = make_config("tracking.wandb=qg-tests", f"training.path={tmp_path}/run", "name=wb")
+    _, history, metrics = train(cfg)
+    run = tmp_path / "run"
+    run_id = json.loads((run / "wandb.json").read_text())["run_id"]
+    (started,) = wandb_records(run, "run")
+    assert started.run_id == run_id and started.project == "qg-tests"
+    assert started.display_name == "run" and started.run_group == ""
+    config = {u.key: json.loads(u.value_json) for u in started.config.update}
+    assert config["training"]["batch_size"] == 16 and config["name"] == "wb"
+    rows = [r for r in offline_history(run, run_id) if "epoch" in r]
+    assert [r["epoch"] for r in rows] == [h["epoch"] for h in history]
+    for row, expected in zip(rows, history, strict=True):
+        for column in ("train_loss", "val_loss", "val_accuracy", "lr"):
+            assert row[column] == expected[column], column
+    for timing in rd.read_ranks(run):  # monitor.timing's per-rank times, beside the curves
+        (row,) = [r for r in rows if r["epoch"] == timing["epoch"]]
+        assert row[f"ranks/{timing['rank']}/epoch_s"] == timing["epoch_s"]
+    summary = {
+        u.key or "/".join(u.nested_key): json.loads(u.value_json)
+        for s in wandb_records(run, "summary")
+        for u in s.update
+    }
+    assert summary["test_accuracy"] == metrics["test_accuracy"]
+    pictures = [r for r in offline_history(run, run_id) if "plots/curves/_type" in r]
+    assert len(pictures) == 1 and pictures[0]["plots/curves/_type"] == "image-file"
+    assert "epoch" not in pictures[0]  # a row of its own: a resumed run counts no epoch in it
+    assert (run / "wandb.json").exists() and rd.WANDB in rd.RUN_FILES
+
+
+def test_without_wandb_the_error_names_the_extra(make_config, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed
+    cfg = make_config("tracking.wandb=p", f"training.path={tmp_path}/run")
+    with pytest.raises(qg.ConfigError, match=r"the 'wandb' extra: pip install"):
+        train(cfg)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT, TESTS, assert_refused, run_cli, run_main, small_raw_config
+from test_tracking import wandb_records
 
 import QuantumGravPy as qg
 from QuantumGravPy.tune.storage import filesystem_type, open_storage, redact, warn_if_shared
@@ -161,7 +162,10 @@ def test_impossible_trials_are_recorded_as_failed_and_the_study_goes_on(
     }
     config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=1)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    done = run_main(capsys, "tune", config, space_file, "--trials", "4", f"tracking.mlflow={uri}")
+    wandb = ["tracking.wandb=qg-tests", "tracking.wandb_mode=offline"]
+    done = run_main(
+        capsys, "tune", config, space_file, "--trials", "4", f"tracking.mlflow={uri}", *wandb
+    )
     assert done.returncode == 0, done.stderr
     rows = read_trials(study)
     assert len(rows) == 4
@@ -175,6 +179,11 @@ def test_impossible_trials_are_recorded_as_failed_and_the_study_goes_on(
     assert sorted(r.data.tags["trial"] for r in runs) == sorted(r["number"] for r in trained)
     assert {r.data.tags["study"] for r in runs} == {"test"}
     assert {r.info.run_name for r in runs} == {Path(r["run_dir"]).name for r in trained}
+    # and in W&B, grouped by the study and named by trial
+    for row in trained:
+        (started,) = wandb_records(Path(row["run_dir"]), "run")
+        assert started.run_group == "test" and started.job_type == "trial"
+        assert started.display_name == f"test trial {row['number']}"
     for row in rows:
         if row["training.optimizer.type"] == "torch.optim.AdamW":
             assert row["state"] == "FAIL"

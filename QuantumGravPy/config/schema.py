@@ -395,6 +395,14 @@ class TrackingConfig:
     # run's plots, summary and best checkpoint, in the experiment named by name (the mlflow
     # extra); null: none
     mlflow: str | None = None
+    # a Weights & Biases project: the config, every history column per epoch (per-rank times
+    # with monitor.timing), the test metrics and the run's pictures, from rank 0; a resumed
+    # run continues its W&B run, each epoch once; tuning trials grouped by study (the wandb
+    # extra); null: none
+    wandb: str | None = None
+    # online, or offline (files under RUN_DIR/wandb/, for wandb sync); WANDB_MODE, when set,
+    # takes precedence
+    wandb_mode: Literal["online", "offline"] = "online"
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ PREDICTIONS = "test_predictions.npz"  # each task's test predictions and targets
 # Anything a run writes; one of them present means the directory holds a run.
 TENSORBOARD = "tensorboard"  # tracking.tensorboard's event files
 MLFLOW = "mlflow.json"  # tracking.mlflow: the run's id, for a resumed run to continue it
+WANDB = "wandb.json"  # tracking.wandb: the run's id and the last epoch sent
+WANDB_FILES = "wandb"  # W&B's own folder: logs, and offline runs' records
 RANKS = "ranks.csv"  # monitor.timing: per epoch and rank, where the time went
 RUN_FILES = (
     CONFIG,
@@ -36,6 +38,8 @@ RUN_FILES = (
     PREDICTIONS,
     TENSORBOARD,
     MLFLOW,
+    WANDB,
+    WANDB_FILES,
     RANKS,
 )
 

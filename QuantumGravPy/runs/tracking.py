@@ -1,12 +1,13 @@
-"""Experiment tracking from rank 0: TensorBoard event files and MLflow runs.
+"""Experiment tracking from rank 0: TensorBoard event files, MLflow and Weights & Biases runs.
 
-Both get every history column per epoch (the learning rate included) and, at the end, the
+All get every history column per epoch (the learning rate included) and, at the end, the
 hyperparameters (the config's scalar keys) and the test metrics; MLflow also the run's files
-(plots, summary, history, config, best checkpoint). A resumed run continues the same curves
-with every epoch once: TensorBoard hides what the killed run wrote after its checkpoint
-(``purge_step``); MLflow's run is reopened by the id kept in ``RUN_DIR/mlflow.json``, and
-epochs it already has are not sent again (a resumed run repeats them exactly). TensorBoard is
-the ``tracking`` extra, MLflow the ``mlflow`` extra.
+(plots, summary, history, config, best checkpoint), W&B the run's pictures. A resumed run
+continues the same curves with every epoch once: TensorBoard hides what the killed run wrote
+after its checkpoint (``purge_step``); MLflow's run is reopened by the id kept in
+``RUN_DIR/mlflow.json``, and epochs it already has are not sent again (a resumed run repeats
+them exactly); W&B's likewise (:mod:`.wandb_run`). TensorBoard is the ``tracking`` extra,
+MLflow the ``mlflow`` extra, W&B the ``wandb`` extra.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..logs import get_logger
-from .directory import CHECKPOINTS, CONFIG, HISTORY, MLFLOW, SUMMARY, TENSORBOARD, write_atomic
+from .directory import (
+    CHECKPOINTS,
+    CONFIG,
+    HISTORY,
+    MLFLOW,
+    SUMMARY,
+    TENSORBOARD,
+    write_atomic,
+)
 
 
 def flat_scalars(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -29,6 +29,7 @@ from ..runs.checkpoint import load_model_state, save_checkpoint
 from ..runs.reproducibility import seed_everything
 from ..runs.resume import config_digest, read_resume_state
 from ..runs.tracking import MLflowTracker, TensorBoardTracker
+from ..runs.wandb_run import WandbTracker
 from .early_stopping import MetricStopping
 from .ema import EMA
 from .tasks import Task, scalings
@@ -67,7 +68,7 @@ class RunStateMixin:
         """A run at its start: no epoch done, nothing recorded."""
         self.epoch = 0  # completed epochs
         self.trackers: list[Any] = []  # rank 0's TensorBoard and MLflow writers (tracking:)
-        self.run_tags: dict[str, str] = {}  # for MLflow: a tuning trial's study and number
+        self.run_tags: dict[str, str] = {}  # MLflow, W&B: a tuning trial's study and number
         self.global_step = 0  # optimizer steps
         self.history: list[dict[str, Any]] = []
         self.rank_rows: list[dict[str, Any]] = []  # ranks.csv's rows of the last epoch, rank 0's
@@ -208,6 +209,17 @@ class RunStateMixin:
                     experiment=self.config.name,
                     params=config_to_dict(self.config),
                     tags=self.run_tags,
+                )
+            )
+        if tracking.wandb is not None:
+            self.trackers.append(
+                WandbTracker(
+                    tracking.wandb,
+                    self.run_dir,
+                    mode=tracking.wandb_mode,
+                    params=config_to_dict(self.config),
+                    tags=self.run_tags,
+                    history=self.history,  # a resumed run's: what W&B lacks is sent
                 )
             )
 

@@ -1,0 +1,182 @@
+"""Weights & Biases tracking from rank 0 (``tracking.wandb``), each epoch sent once.
+
+The W&B run's id is kept in ``RUN_DIR/wandb.json``; a resumed run reopens that W&B run. Which
+epochs it already holds is asked of W&B itself, not of our own record: online, the server's
+next step (``starting_step``); offline, the history records in the run's files under
+``RUN_DIR/wandb/`` (W&B writes them from a helper process in blocks, so a killed job's last
+epochs may never have reached its file). The resumed run then sends, from the checkpoint's
+history, the epochs W&B lacks, and skips those it has when it trains them again (a resumed run
+repeats them exactly): every epoch once, whatever the kill left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+import os
+import secrets
+import struct
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..logs import get_logger
+from .directory import WANDB, WANDB_FILES, write_atomic
+
+_BLOCK = 32768  # W&B's records are framed as LevelDB's log: 32 kB blocks
+_HEADER = 7  # the file's: ":W&B", a magic number and a version; each record's: crc, length, kind
+
+
+def _records(path: Path) -> Iterator[bytes]:
+    """The records of a ``.wandb`` file, in order; a torn last record (a killed writer) is
+    left out."""
+    data = path.read_bytes()
+    position, part = _HEADER, b""
+    while position + _HEADER <= len(data):
+        left = _BLOCK - position % _BLOCK
+        if left < _HEADER:  # a block's tail too short for a header is padding
+            position += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[position : position + _HEADER])
+        if kind == 0:  # zeros: the rest of the block was never written
+            position += left
+            continue
+        payload = data[position + _HEADER : position + _HEADER + length]
+        if len(payload) < length:
+            return
+        position += _HEADER + length
+        if kind == 1:  # whole
+            yield payload
+        elif kind == 2:  # first part
+            part = payload
+        elif kind == 3:  # middle
+            part += payload
+        elif kind == 4:  # last
+            yield part + payload
+
+
+def offline_history(run_dir: Path, run_id: str) -> list[dict[str, Any]]:
+    """Every history row of W&B run ``run_id`` in the offline files under ``RUN_DIR/wandb/``
+    (one folder per start or resume), in the order they were written."""
+    from wandb.proto import wandb_internal_pb2
+
+    rows = []
+    folders = sorted((run_dir / WANDB_FILES).glob(f"offline-run-*-{run_id}"))
+    for path in (p / f"run-{run_id}.wandb" for p in folders):
+        if not path.is_file():
+            continue
+        for data in _records(path):
+            record = wandb_internal_pb2.Record()
+            try:
+                record.ParseFromString(data)
+            except Exception:  # a damaged record: what follows may still be read
+                continue
+            if record.WhichOneof("record_type") == "history":
+                rows.append(
+                    {
+                        item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                        for item in record.history.item
+                    }
+                )
+    return rows
+
+
+class WandbTracker:
+    """Logs a run to the Weights & Biases ``project`` (call it on rank 0 only).
+
+    ``mode``: online or offline (``WANDB_MODE`` takes precedence). The run is named after the
+    run directory; a tuning trial (``tags``: its study and number) is named after its study and
+    number and grouped by its study. ``history``: the rows a resumed run starts with, sent where
+    W&B lacks them. A failure to start the W&B run is a ConfigError; later, a failed upload
+    costs a warning, never the run.
+    """
+
+    def __init__(
+        self,
+        project: str,
+        run_dir: Path,
+        *,
+        mode: str,
+        params: dict[str, Any],
+        tags: dict[str, str],
+        history: Sequence[dict[str, Any]] = (),
+    ):
+        try:
+            import wandb
+        except ImportError:
+            raise ConfigError(
+                "tracking.wandb needs the 'wandb' extra: pip install 'QuantumGravPy[wandb]'"
+            ) from None
+        self.wandb, self.run_dir, self.done = wandb, run_dir, False
+        record = run_dir / WANDB
+        self.run_id = (
+            json.loads(record.read_text())["run_id"]
+            if record.exists()
+            else secrets.token_hex(4)  # W&B's ids: 8 letters or digits
+        )
+        self.mode = os.environ.get("WANDB_MODE") or mode
+        study = tags.get("study")
+        try:
+            self.run = wandb.init(
+                project=project,
+                id=self.run_id,
+                resume="allow",  # a resumed run continues its W&B run
+                mode=self.mode,
+                dir=str(run_dir),
+                name=f"{study} trial {tags['trial']}" if study else run_dir.absolute().name,
+                group=study,
+                job_type="trial" if study else "train",
+                config=params,
+                reinit="create_new",  # several runs in one process (a notebook, trials)
+                # no banner, and our terminal left alone (W&B would capture it)
+                settings=wandb.Settings(silent=True, console="off"),
+            )
+        except Exception as e:
+            text = " ".join(str(e).split()) or type(e).__name__
+            raise ConfigError(
+                f"tracking.wandb: cannot start a W&B run ({self.mode}): {text}"
+            ) from None
+        write_atomic(record, json.dumps({"run_id": self.run_id}))
+        self.last_step = self._sent()
+        for row in history:
+            self.log_epoch(row)  # the epochs W&B lacks (a killed job's last ones)
+        get_logger().info("W&B run %s in project %s (%s)", self.run_id, project, self.mode)
+
+    def _sent(self) -> int:
+        """The last epoch this W&B run holds (0: none)."""
+        if self.mode == "offline":
+            rows = offline_history(self.run_dir, self.run_id)
+            return int(max((row["epoch"] for row in rows if "epoch" in row), default=0))
+        return max(int(getattr(self.run, "starting_step", 0) or 0) - 1, 0)
+
+    def _safely(self, what: str, fn, *args, **kwargs) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception as e:
+            get_logger().warning("W&B: could not log %s: %s", what, e)
+
+    def log_epoch(self, row: dict[str, Any]) -> None:
+        step = int(row["epoch"])
+        if step <= self.last_step:
+            return  # W&B has it; a resumed run repeats the epoch exactly
+        values = {k: v for k, v in row.items() if isinstance(v, numbers.Real)}
+        self._safely(f"epoch {step}", self.run.log, values, step=step, commit=True)
+        self.last_step = step
+
+    def log_results(self, config: dict[str, Any], metrics: dict[str, Any], step: int) -> None:
+        scalars = {k: v for k, v in metrics.items() if isinstance(v, numbers.Real)}
+        self._safely("the test metrics", self.run.summary.update, scalars)
+        pictures = {
+            f"plots/{path.stem}": self.wandb.Image(str(path))
+            for path in sorted(self.run_dir.glob("*.png"))
+        }
+        if pictures:
+            self._safely("the plots", self.run.log, pictures)  # a row of their own, no epoch
+        self.close()
+
+    def close(self, complete: bool = True) -> None:
+        """End the W&B run: finished if the run trained to its end, else failed."""
+        if not self.done:
+            self._safely("the run's end", self.run.finish, exit_code=0 if complete else 1)
+            self.done = True
