@@ -3,9 +3,9 @@
 python bench/predict.py [--sets 200000] [--points 24]
 
 A stacked HDF5 file (QuantumGrav.jl's stacked layout: matrices (S, n, n) in Julia's
-column-major orientation, zero-padded, with ``cset_size`` and the labels ``y``) of 2D, 3D and
-4D sprinklings of 12 to ``--points`` elements (2,000 distinct sets, repeated to ``--sets``) is
-predicted by a small model trained for one epoch on the embedded data. ``qg predict`` runs as a
+column-major orientation, zero-padded, with `cset_size` and the labels `y`) of 2D, 3D and
+4D sprinklings of 12 to `--points` elements (2,000 distinct sets, repeated to `--sets`) is
+predicted by a small model trained for two epochs on the embedded data. ``qg predict`` runs as a
 user runs it, in a fresh process (reading the file into the disk cache included); its peak
 resident memory is reported (VmHWM, imports included) against the bound disk training is held
 to (`bench/data_files.py`: under 1.5 GB), with the time, and every row checked.

@@ -23,8 +23,14 @@ from ..data import SHARED_BUILD_MIN, dataset_from_config, make_loader
 from ..errors import ConfigError
 from ..parallel import distributed, run_distributed
 from ..training.evaluation import Accumulated, Tester
-from . import inputs
-from .inputs import input_overrides, labelled, provenance, select_split, with_available_targets
+from .inputs import (
+    elements,
+    input_overrides,
+    labelled,
+    provenance,
+    select_split,
+    with_available_targets,
+)
 from .model import model_from_checkpoint, run_files
 from .outputs import Predictions, check_output, task_columns, write
 
@@ -161,7 +167,7 @@ def predict(
             if "graph" not in nodes:
                 graph = found["graph"].numpy()
                 nodes["graph"] = graph
-                nodes["element"] = inputs.elements(dataset, graph)
+                nodes["element"] = elements(dataset, graph)
             nodes.update(columns)
     if target is not None:
         write(target, graphs, nodes)
