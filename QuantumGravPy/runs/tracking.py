@@ -47,6 +47,15 @@ def flat_scalars(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def log_safely(service: str, what: str, fn, *args, **kwargs) -> None:
+    """``fn(*args, **kwargs)``; a failure (a server gone, a full disk) is a warning naming
+    ``service`` and ``what`` was being logged, never the end of the run."""
+    try:
+        fn(*args, **kwargs)
+    except Exception as e:
+        get_logger().warning("%s: could not log %s: %s", service, what, e)
+
+
 class TensorBoardTracker:
     """Writes a run's epochs and results as TensorBoard events (call it on rank 0 only)."""
 
@@ -140,10 +149,7 @@ class MLflowTracker:
         write_atomic(record, json.dumps({"tracking_uri": uri, "run_id": self.run_id}))
 
     def _safely(self, what: str, fn, *args, **kwargs) -> None:
-        try:
-            fn(*args, **kwargs)
-        except Exception as e:
-            get_logger().warning("MLflow (%s): could not log %s: %s", self.uri, what, e)
+        log_safely(f"MLflow ({self.uri})", what, fn, *args, **kwargs)
 
     def log_epoch(self, row: dict[str, Any]) -> None:
         from mlflow.entities import Metric

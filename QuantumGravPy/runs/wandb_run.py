@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..logs import get_logger
 from .directory import WANDB, WANDB_FILES, write_atomic
+from .tracking import log_safely
 
 _BLOCK = 32768  # W&B's records are framed as LevelDB's log: 32 kB blocks
 _HEADER = 7  # the file's: ":W&B", a magic number and a version; each record's: crc, length, kind
@@ -151,10 +152,7 @@ class WandbTracker:
         return max(int(getattr(self.run, "starting_step", 0) or 0) - 1, 0)
 
     def _safely(self, what: str, fn, *args, **kwargs) -> None:
-        try:
-            fn(*args, **kwargs)
-        except Exception as e:
-            get_logger().warning("W&B: could not log %s: %s", what, e)
+        log_safely("W&B", what, fn, *args, **kwargs)
 
     def log_epoch(self, row: dict[str, Any]) -> None:
         step = int(row["epoch"])
