@@ -399,7 +399,8 @@ def test_a_two_process_run_continues_in_one_process_as_it_would_have_gone_on(
     assert whole.returncode == 0, whole.stderr
     run = tmp_path / "shrink"
     log = (run / "train.log").read_text()
-    assert "resuming a run trained with 2 process(es) on 1: 16 graphs per optimizer step" in log
+    assert "resuming a run trained with 2 process(es) on 1: the trajectory changes" in log
+    assert "16 graphs per optimizer step as before" in log
     assert "results depend on the number of processes" not in log
     assert json.loads((run / "summary.json").read_text())["world_size"] == 1
 

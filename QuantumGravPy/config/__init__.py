@@ -11,7 +11,14 @@ Imports only the ground floor (``errors``).
 """
 
 from .dotted import DottedPath, resolve
-from .loading import apply_overrides, config_from_dict, config_to_dict, dump_config, load_config
+from .loading import (
+    apply_overrides,
+    config_from_dict,
+    config_to_dict,
+    dump_config,
+    load_config,
+    per_process,
+)
 from .schema import (
     EARLY_STOPPING_METRICS,
     SAMPLER_NAMES,
@@ -78,6 +85,7 @@ __all__ = [
     "history_columns",
     "improves_towards",
     "load_config",
+    "per_process",
     "resolve",
     "shown_columns",
     "task_list",

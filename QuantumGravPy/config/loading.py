@@ -242,3 +242,24 @@ def _kind(value: Any) -> str:
 
 def _deep_copy(raw: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _deep_copy(v) if isinstance(v, Mapping) else v for k, v in raw.items()}
+
+
+def per_process(config: Config, world_size: int) -> Config:
+    """``config`` for one of ``world_size`` processes: with ``training.global_batch_size``,
+    ``training.batch_size`` is its share; with ``parallel.invariant``, ``parallel.shards``
+    must divide over the processes. One line naming both numbers otherwise."""
+    t, p = config.training, config.parallel
+    if p.invariant and p.shards % world_size:
+        raise ConfigError(
+            f"parallel.invariant: parallel.shards {p.shards} micro-batches do not divide over "
+            f"{world_size} processes; use a number of processes that divides {p.shards}"
+        )
+    if t.global_batch_size is None:
+        return config
+    if t.global_batch_size % world_size:
+        raise ConfigError(
+            f"training.global_batch_size: {t.global_batch_size} graphs do not divide over "
+            f"{world_size} processes; choose a multiple of {world_size}"
+        )
+    share = t.global_batch_size // world_size
+    return dataclasses.replace(config, training=dataclasses.replace(t, batch_size=share))

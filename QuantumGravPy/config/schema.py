@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 from .dotted import DottedPath, resolve
+from .invariance import invariant_refusals
 from .tasks import TaskConfig, validate_tasks
 
 
@@ -228,6 +229,9 @@ class TrainingConfig:
     path: str | None = None  # the run directory; null: runs/<name>
     num_epochs: int = field(default=30, metadata=_POSITIVE)  # at most (early stopping)
     batch_size: int = field(default=32, metadata=_POSITIVE)  # per process
+    # graphs per batch over all processes: each of W processes takes global_batch_size / W
+    # (batch_size ignored); the steps stay the same when the number of GPUs changes
+    global_batch_size: int | None = field(default=None, metadata=_POSITIVE)
     drop_last: bool = False  # drop each epoch's last, smaller batch (a world-size condition)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # the optimizer
     lr_scheduler: SchedulerConfig | None = None  # null: a constant learning rate
@@ -302,6 +306,12 @@ class ParallelConfig:
     # their own (gathered only while they run); empty: the whole model is one unit. The
     # built-in model's units are its message-passing blocks and its heads
     fsdp_modules: tuple[str, ...] = ()
+    # the same weights, history and predictions, bit for bit, on any number of processes that
+    # divides shards (and a run may resume on another such number): each global batch is cut
+    # into shards fixed micro-batches whose gradients are added exactly, in a fixed order (see
+    # the README on reproducibility). Needs training.global_batch_size, a multiple of shards
+    invariant: bool = False
+    shards: int = field(default=12, metadata=_POSITIVE)  # micro-batches per global batch
 
     def validate(self) -> None:
         if self.fsdp_modules and self.strategy != "fsdp":
@@ -395,9 +405,8 @@ class TrackingConfig:
     # run's plots, summary and best checkpoint, in the experiment named by name (the mlflow
     # extra); null: none
     mlflow: str | None = None
-    # a Weights & Biases project: the config, every history column per epoch (per-rank times
-    # with monitor.timing), the test metrics and the run's pictures, from rank 0; a resumed
-    # run continues its W&B run, each epoch once; tuning trials grouped by study (the wandb
+    # a Weights & Biases project: the same, plus per-rank times and the run's pictures; a
+    # resumed run continues its W&B run, each epoch once; trials grouped by study (the wandb
     # extra); null: none
     wandb: str | None = None
     # online, or offline (files under RUN_DIR/wandb/, for wandb sync); WANDB_MODE, when set,
@@ -428,6 +437,8 @@ class Config:
 
     def validate(self) -> None:
         validate_tasks(self)
+        if self.parallel.invariant:
+            invariant_refusals(self)  # its checks cross the sections
         if self.training.compile and self.parallel.strategy == "fsdp":
             raise ConfigError(
                 "training.compile: not with parallel.strategy fsdp (compiling sharded units is "

@@ -169,6 +169,31 @@ def _as_is(batch: Batch) -> Batch:
     return batch
 
 
+class MicroBatches:
+    """The batches of ``parallel.invariant``: each of ``batches`` batches of ``batch_size``
+    indices from ``sampler`` (a rank's share of a global batch), cut into ``micro`` micro-batches
+    (``batch[m::micro]``).
+
+    Rank r of W holds the elements r, r + W, ... of the epoch's sequence, so its micro-batch m
+    holds, of global batch k of size B, the elements kB + j + S*t with j = r + W*m: micro-batch
+    j of S, the same graphs for any number of processes W dividing S.
+    """
+
+    def __init__(self, sampler: Any, *, batch_size: int, micro: int, batches: int):
+        self.sampler, self.batch_size = sampler, batch_size
+        self.micro, self.batches = micro, batches
+
+    def __len__(self) -> int:
+        return self.batches * self.micro
+
+    def __iter__(self) -> Iterator[list[int]]:
+        indices = iter(self.sampler)
+        for _ in range(self.batches):
+            batch = list(itertools.islice(indices, self.batch_size))
+            for m in range(self.micro):
+                yield batch[m :: self.micro]
+
+
 def make_loader(
     dataset: Dataset,
     *,
@@ -179,12 +204,14 @@ def make_loader(
     seed: int = 0,
     sampler: Any = None,
     device: torch.device | None = None,
+    micro: tuple[int, int] | None = None,
 ) -> DataLoader:
     """A loader of batches of graphs; a shuffling loader draws its order from its own seeded
     generator, and its worker processes, if any, last from one epoch to the next. Batches of
     graphs in memory or on disk are assembled by index, others by PyTorch Geometric's
     collation: the same batches either way. ``device``: where batches in memory are assembled
-    (see :func:`batch_device`; None: the host)."""
+    (see :func:`batch_device`; None: the host). ``micro`` (micro-batches per batch, batches per
+    epoch): the sampler's batches cut into micro-batches (:class:`MicroBatches`)."""
     if shuffle and sampler is not None:
         raise ValueError("shuffle and sampler exclude each other: the sampler decides the order")
     options = {
@@ -196,6 +223,10 @@ def make_loader(
         "persistent_workers": num_workers > 0,
         "generator": torch.Generator().manual_seed(seed) if shuffle else None,
     }
+    if micro is not None:
+        cut = MicroBatches(sampler, batch_size=batch_size, micro=micro[0], batches=micro[1])
+        del options["batch_size"], options["drop_last"], options["sampler"]
+        options["batch_sampler"] = cut  # torch: a batch sampler excludes the three above
     batches = index_batches(dataset, device)
     if batches is None:  # PyTorch Geometric's collation, graph by graph
         return BatchLoader(dataset, collate_fn=Collater(dataset), **options)
@@ -211,10 +242,14 @@ def make_train_loader(
     world_size: int = 1,
     label: str = "y",
     device: torch.device | None = None,
+    shards: int | None = None,
 ) -> DataLoader:
     """The training loader of ``rank`` of ``world_size``: augmented, sampled, in batches.
 
     ``label``: the graph attribute whose classes a class-balancing sampler balances.
+    ``shards`` (``parallel.invariant``): each global batch cut into that many micro-batches,
+    this rank's ``shards / world_size`` of them in a row; an epoch is the whole global batches
+    of the sequence one process would draw (the last, partial one left out).
 
     Call ``set_epoch(epoch)`` on its ``sampler`` and ``dataset`` before each epoch.
     """
@@ -227,6 +262,10 @@ def make_train_loader(
             rank=rank,
             world_size=world_size,
         )
+    micro = None
+    if shards is not None:
+        whole = len(build_sampler(training, dataset, num_replicas=1, rank=0, label=label))
+        micro = (shards // world_size, whole // (training.batch_size * world_size))
     return make_loader(
         dataset,
         batch_size=training.batch_size,
@@ -235,6 +274,7 @@ def make_train_loader(
         num_workers=training.num_workers,
         seed=training.seed,
         device=device,
+        micro=micro,
     )
 
 

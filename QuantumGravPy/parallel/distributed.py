@@ -355,6 +355,13 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     return holder[0]
 
 
+def all_reduce_max(tensor: torch.Tensor) -> torch.Tensor:
+    """Element-wise maximum over ranks, in place (exact: no rounding); returns the tensor."""
+    if is_initialized():
+        _collective("all_reduce", dist.all_reduce, tensor, op=dist.ReduceOp.MAX)
+    return tensor
+
+
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     """Element-wise sum over ranks, in place; returns the tensor."""
     if is_initialized():

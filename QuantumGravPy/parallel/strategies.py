@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -104,6 +106,112 @@ class Strategy:
     ) -> dict[str, Any] | None:
         """The plain optimizer state dict on rank 0 (None on the others); every rank calls it."""
         return optimizer.state_dict() if distributed.is_main() else None
+
+    # --- micro-batches (the invariant strategy's; one step of whole batches here) ----------
+
+    def step_graphs(self, graphs: int) -> int:
+        """What a micro-batch's loss is weighted against: this rank's graphs of the step (DDP
+        then averages over the ranks)."""
+        return graphs
+
+    def before_forward(self, step: int, index: int) -> None:
+        """Before the forward pass of micro-batch ``index`` of optimizer step ``step``."""
+
+    def after_backward(self, model: nn.Module) -> None:
+        """After each micro-batch's backward pass."""
+
+    def exchange(self, model: nn.Module) -> None:
+        """Before the step: the gradients made whole (DDP has done it in the backward pass)."""
+
+    def fold(self, sums: torch.Tensor, reduce: Callable[[torch.Tensor], torch.Tensor]):
+        """An epoch's per-micro-batch training sums ``[micro, ...]`` of this rank, added up
+        over micro-batches and (``reduce``) over ranks."""
+        return reduce(sums.sum(dim=0))
+
+
+class InvariantStrategy(Strategy):
+    """``parallel.invariant``: the same gradients, to the bit, on any number of processes.
+
+    Every micro-batch's gradient is kept apart (:meth:`after_backward`), and the step's are
+    added exactly: each parameter's gradients are put on one fixed-point grid, chosen from
+    their largest magnitude over every rank (an exact maximum), as 64-bit integers; integers
+    add exactly, in any order and grouping, so the all-reduced sum is the same whatever the
+    number of processes, and the result is rounded back once. The grid keeps 62 bits below
+    the largest value, less the bits the number of micro-batches needs: finer than the float32
+    sum it replaces for every gradient within 2^30 of the largest.
+    """
+
+    name = "invariant"
+    comm_hook = False  # no DDP: the exchange is exact and explicit
+
+    def __init__(self, device: torch.device, world_size: int, *, seed: int, shards: int):
+        super().__init__(device)
+        self.world_size, self.rank = world_size, distributed.get_rank()
+        self.seed, self.micro = seed, shards // world_size
+        self.kept: list[list[torch.Tensor | None]] = []
+
+    def before_forward(self, step: int, index: int) -> None:
+        # Dropout draws from (seed, step, micro-batch), whichever rank computes it: batch
+        # ``a`` of the step, micro-batch j = rank + W * m of the global batch's shards.
+        a, m = divmod(index, self.micro)
+        j = self.rank + self.world_size * m
+        key = hashlib.sha256(f"{self.seed}:{step}:{a}:{j}".encode()).digest()
+        torch.manual_seed(int.from_bytes(key[:8], "little") >> 1)
+
+    def fold(self, sums: torch.Tensor, reduce: Callable[[torch.Tensor], torch.Tensor]):
+        # every rank's micro-batch sums, added in the order of the shards: j = r + W * m
+        parts = distributed.all_gather(sums.contiguous())  # [W * micro, ...], rank by rank
+        by_shard = parts.view(self.world_size, self.micro, *sums.shape[1:]).transpose(0, 1)
+        total = torch.zeros_like(sums[0])
+        for part in by_shard.reshape(-1, *sums.shape[1:]):
+            total += part
+        return total
+
+    def wrap(self, model: nn.Module, *, find_unused_parameters: bool, hook: Callable) -> nn.Module:
+        return model
+
+    def no_sync(self, wrapped: nn.Module) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def step_graphs(self, graphs: int) -> int:
+        return graphs * self.world_size  # every rank's share is the same size
+
+    def after_backward(self, model: nn.Module) -> None:
+        grads = []
+        for p in model.parameters():
+            grads.append(p.grad)
+            p.grad = None
+        self.kept.append(grads)
+
+    def exchange(self, model: nn.Module) -> None:
+        params = list(model.parameters())
+        kept, self.kept = self.kept, []
+        # micro-batches of the step, and of those each parameter has a gradient from (over ranks)
+        counts = [len(kept)] + [sum(g[i] is not None for g in kept) for i in range(len(params))]
+        counts = distributed.all_reduce_sum(torch.tensor(counts, device=self.device)).tolist()
+        micro, present = counts[0], counts[1:]
+        largest = torch.zeros(len(params), dtype=torch.float64, device=self.device)
+        for grads in kept:
+            for i, g in enumerate(grads):
+                if g is not None:
+                    largest[i] = torch.maximum(largest[i], g.detach().abs().max().double())
+        distributed.all_reduce_max(largest)
+        # 2^e >= the largest magnitude; micro of them fit in 2^62 on a grid of 2^(e - bits)
+        bits = 62 - max(micro - 1, 1).bit_length()
+        for i, p in enumerate(params):
+            if not present[i]:  # unused in every micro-batch: no gradient, as under DDP
+                continue
+            grads = [grads[i] for grads in kept if grads[i] is not None]
+            top = float(largest[i])
+            if not math.isfinite(top):  # non-finite: the step is skipped or stops the run
+                p.grad = torch.full_like(p, top)
+                continue
+            shift = bits - (math.frexp(top)[1] if top > 0 else 0)
+            total = torch.zeros(p.shape, dtype=torch.int64, device=self.device)
+            for g in grads:
+                total += torch.round(torch.ldexp(g.double(), torch.tensor(shift))).long()
+            distributed.all_reduce_sum(total)
+            p.grad = torch.ldexp(total.double(), torch.tensor(-shift)).to(p.dtype)
 
 
 class ZeroStrategy(Strategy):
@@ -281,9 +389,14 @@ def make_strategy(
     *,
     units: Units | None = None,
     param_dtype: torch.dtype | None = None,
+    seed: int = 0,
+    shards: int = 1,
 ) -> Strategy:
     """The strategy ``parallel.strategy`` names, for the processes of a distributed run;
     ``units`` and ``param_dtype``: fsdp's (see :class:`FSDPStrategy`)."""
     if name == "fsdp":
         return FSDPStrategy(device, units or (lambda module: []), param_dtype)
+    if name == "invariant":
+        world_size = distributed.get_world_size()
+        return InvariantStrategy(device, world_size, seed=seed, shards=shards)
     return {"ddp": Strategy, "zero": ZeroStrategy}[name](device)

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..config import Config, config_to_dict
+from ..config import Config, config_to_dict, per_process
 from ..errors import CheckpointError, ConfigError, flag
 from .checkpoint import FORMAT_VERSION, load_checkpoint
 from .directory import CHECKPOINTS, LAST, check_startable
@@ -36,6 +36,7 @@ RESUMABLE_KEYS = (
     "training.num_workers",
     "training.device",
     "training.batch_size",
+    "training.global_batch_size",  # compared through the graphs per step
     "training.accumulate_grad_batches",
     "validation.batch_size",
     "testing.batch_size",
@@ -89,7 +90,7 @@ def check_resume(
     with what that key's default means, so only another value counts as a change.
     """
     saved = state["config"]
-    t = config.training
+    t = per_process(config, world_size).training
     defaults = trained_config(Config())
     before = {**defaults, **trained_config(saved)}
     now = {**defaults, **trained_config(config)}
@@ -129,17 +130,23 @@ def check_resume(
             )
         )
     if state["world_size"] != world_size:
-        streams = "; dropout continues from new random streams" if config.model.dropout else ""
-        notices.append(
-            (
-                logging.INFO,
-                f"resuming a run trained with {state['world_size']} process(es) on "
-                f"{world_size}: {new_step} graphs per optimizer step as before "
-                f"({t.batch_size} per process x {world_size} x {t.accumulate_grad_batches} "
-                "accumulated); the batch sequence is unchanged when the world-size conditions "
-                f"hold{streams}",
+        moved = f"resuming a run trained with {state['world_size']} process(es) on {world_size}"
+        if config.parallel.invariant:
+            notices.append(
+                (logging.INFO, f"{moved}: parallel.invariant, so it continues bit for bit")
             )
-        )
+        else:
+            streams = "; dropout continues from new random streams" if config.model.dropout else ""
+            notices.append(
+                (
+                    logging.WARNING,
+                    f"{moved}: the trajectory changes (gradients are added in another order, "
+                    "so the weights drift apart by rounding; parallel.invariant avoids it). "
+                    f"{new_step} graphs per optimizer step as before ({t.batch_size} per "
+                    f"process x {world_size} x {t.accumulate_grad_batches} accumulated); the "
+                    f"batch sequence is unchanged when the world-size conditions hold{streams}",
+                )
+            )
     return notices
 
 

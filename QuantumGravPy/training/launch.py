@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import Config
+from ..config import Config, per_process
 from ..data import SHARED_BUILD_MIN, check_file_targets, dataset_from_config
 from ..logs import append_to_log
 from ..parallel import WorkerError, distributed, run_distributed
@@ -88,6 +88,7 @@ def prepare_run(
     before minutes are spent, and builds the causal-set cache so that the ranks only read it.
     """
     check_flags(overwrite=overwrite, resume=resume)
+    per_process(config, world_size)  # a batch or shards that do not divide: before any work
     if resume:
         check_resumable(config, world_size=world_size, force=force)
     else:

@@ -95,6 +95,12 @@ def _cores() -> int:
 
 def invariance_note(config: Config) -> str | None:
     """Why the results of ``config`` would depend on the number of processes, if they would."""
+    if config.parallel.invariant:
+        return (
+            f"parallel.invariant: the same bits on any number of processes dividing "
+            f"{config.parallel.shards} ({config.parallel.shards} micro-batches of "
+            f"{config.training.global_batch_size // config.parallel.shards} graphs per batch)"
+        )
     breaks = rs.invariance_breaks(config)
     if not breaks:
         return None

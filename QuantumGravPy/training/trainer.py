@@ -12,7 +12,6 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,7 +19,12 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from ..config import Config, balanced_task, config_to_dict, headline_columns, improves_towards
+from ..config import (
+    Config,
+    balanced_task,
+    improves_towards,
+    per_process,
+)
 from ..data import (
     batch_device,
     check_file_targets,
@@ -34,14 +38,14 @@ from ..data import (
 from ..errors import ConfigError, DataError
 from ..logs import configure_logging
 from ..models import build_model
-from ..parallel.strategies import Strategy
+from ..parallel.strategies import Strategy, make_strategy
 from ..runs import reproducibility as rs
 from ..runs.directory import check_flags
 from ..runs.reproducibility import seed_everything
 from .devices import PRECISIONS, autocast, select_device
 from .early_stopping import MetricStopping
 from .ema import EMA
-from .evaluation import Tester, Validator, check_forward, checkpoint_model, to_device
+from .evaluation import Tester, Validator, check_forward, to_device
 from .monitor import Monitor, check_loss
 from .notices import describe_run, invariance_note, start_notices
 from .optim import build_optimizer, build_scheduler, clip_gradients, step_groups, step_scheduler
@@ -55,9 +59,10 @@ from .tasks import (
     total_loss,
     train_columns,
 )
+from .testing import TestingMixin
 
 
-class Trainer(RunStateMixin):
+class Trainer(TestingMixin, RunStateMixin):
     """Single-process training from a :class:`~QuantumGravPy.config.Config`.
 
     ``Trainer(config)`` builds (or loads from cache) the dataset, the model and the optimizer.
@@ -86,7 +91,7 @@ class Trainer(RunStateMixin):
         force: bool = False,
     ):
         check_flags(overwrite=overwrite, resume=resume)
-        self.config = config
+        self.config = config = per_process(config, self.world_size)  # its batch, its shards
         self.init_run_state()
         self.overwrite = overwrite
         self.resuming = resume
@@ -191,7 +196,15 @@ class Trainer(RunStateMixin):
         return select_device(self.config.training.device)
 
     def make_strategy(self) -> Strategy:  # hook: DDP's is parallel.strategy's
-        return Strategy(self.device)
+        p = self.config.parallel
+        return make_strategy("invariant", self.device, seed=self.config.training.seed,
+                             shards=p.shards) if p.invariant else Strategy(self.device)  # fmt: skip
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per batch: ``parallel.invariant``'s shards of this rank, else 1."""
+        p = self.config.parallel
+        return p.shards // self.world_size if p.invariant else 1
 
     def load_dataset(self) -> Dataset | list:  # hook
         return dataset_from_config(self.config.data)
@@ -205,6 +218,7 @@ class Trainer(RunStateMixin):
             world_size=self.world_size,
             label=getattr(balanced_task(self.config), "target_name", "y"),
             device=self.batch_device,
+            shards=self.config.parallel.shards if self.config.parallel.invariant else None,
         )
 
     def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:  # hook
@@ -226,7 +240,9 @@ class Trainer(RunStateMixin):
             self.logger.info("%s", note)
 
     def on_epoch_start(self, train_loader: DataLoader) -> None:  # hook
-        for part in (train_loader.sampler, train_loader.dataset):
+        # the sampler behind the batches (the loader's own, unless they are micro-batches)
+        sampler = getattr(train_loader.batch_sampler, "sampler", train_loader.sampler)
+        for part in (sampler, train_loader.dataset):
             if hasattr(part, "set_epoch"):
                 part.set_epoch(self.epoch)  # new draws each epoch, the same on every rank
 
@@ -355,11 +371,12 @@ class Trainer(RunStateMixin):
         """
         model = self.train_module
         model.train()
-        tasks = self.tasks
-        # per task: loss summed over rows, rows right (classification, binary), rows
-        sums = torch.zeros(len(tasks), 3, dtype=torch.float64, device=self.device)
+        tasks, strategy, micro = self.tasks, self.strategy, self.micro_batches
+        # per micro-batch of a batch, per task: loss summed over rows, rows right
+        # (classification, binary), rows; added up over ranks by the strategy (fold)
+        sums = torch.zeros(micro, len(tasks), 3, dtype=torch.float64, device=self.device)
         step_sums = torch.zeros_like(sums)
-        k = self.config.training.accumulate_grad_batches
+        k = self.config.training.accumulate_grad_batches * micro
         # With drop_last, a step short of k batches is dropped too, as a short batch would be.
         batches = len(loader) - len(loader) % k if self.config.training.drop_last else len(loader)
         bar = tqdm(
@@ -370,22 +387,26 @@ class Trainer(RunStateMixin):
         for group in step_groups(bar, k):
             graphs = sum(batch.num_graphs for batch in group)
             monitor.graphs += graphs
+            graphs = strategy.step_graphs(graphs)  # what each loss is weighted against
             step_sums.zero_()  # added to the epoch's if the step is taken
             self.optimizer.zero_grad(set_to_none=True)
             for i, batch in enumerate(group):
                 batch = to_device(batch, self.device, self.float_dtype)
                 monitor.lap("data")
                 last = i == len(group) - 1
+                strategy.before_forward(self.global_step, i)
                 # Gradients are exchanged once per step, on its last batch.
                 with contextlib.nullcontext() if last else self.no_sync():
                     with self.autocast():
                         outputs = self.select(model(batch), batch)
                         losses = [task.loss(outputs[task.name], batch) for task in tasks]
                         loss = total_loss(tasks, losses)
-                    add_train_sums(step_sums, tasks, losses, outputs, batch)
+                    add_train_sums(step_sums[i % micro], tasks, losses, outputs, batch)
                     monitor.lap("forward")
                     self.scaler.scale(loss * (batch.num_graphs / graphs)).backward()
+                strategy.after_backward(self.model)
                 monitor.lap("backward")
+            strategy.exchange(self.model)
             if scaled := self.scaler.is_enabled():
                 self.scaler.unscale_(self.optimizer)  # the gradient norm in its true units
             if monitor.gradients_ok(step_sums, self.global_step, self.epoch + 1, scaled):
@@ -398,7 +419,8 @@ class Trainer(RunStateMixin):
             self.global_step += 1
             monitor.lap("optimizer")
             monitor.check_replicas(step=self.global_step)
-        return check_loss(train_columns(tasks, self.reduce_sums(sums)), epoch=self.epoch + 1)
+        totals = strategy.fold(sums, self.reduce_sums)
+        return check_loss(train_columns(tasks, totals), epoch=self.epoch + 1)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """``training.precision``: float32, or autocast to bfloat16 / float16."""
@@ -414,36 +436,3 @@ class Trainer(RunStateMixin):
         self._rng_states = [r["rng"] for r in records]
         self.rank_rows = [r["timing"] for r in records if r["timing"] is not None]
         self.write_epoch_files(row, improved)
-
-    # --- testing -------------------------------------------------------------------------------
-
-    def run_test(
-        self, test_loader: DataLoader, checkpoint: str | Path | None = None
-    ) -> dict[str, float]:
-        """Test metrics of ``checkpoint``; by default of the best epoch, if this trainer trained.
-
-        The trainer's own model is left as it is; the weights are loaded into a copy. The best
-        weights are kept in memory as well as in ``best.pt``, so every process of a distributed
-        run has them without reading a file another process wrote.
-        """
-        model, tasks = self.model, self.tasks
-        if checkpoint is not None:
-            plain, configured = self.strategy.plain_copy(self.model), config_to_dict(self.config)
-            model, tasks = checkpoint_model(plain, self.tasks, checkpoint, self.device, configured)
-        elif self.best_state is not None:
-            model = self.strategy.plain_copy(self.model)
-            model.load_state_dict(self.best_state)
-        metrics, self.test_predictions = self.evaluate_test(model, test_loader, tasks)
-        columns = ("test_loss", *headline_columns(self.config, "test"))
-        self.logger.info("%s", "  ".join(f"{c} {metrics[c]:.4f}" for c in columns))
-        if self._run_open:
-            self.write_summary(metrics)
-        return metrics
-
-    def evaluate_test(
-        self, model: nn.Module, test_loader: DataLoader, tasks: list[Task] | None = None
-    ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]]]:  # hook
-        """The test columns of ``tasks`` (default: the trainer's), and each task's predictions
-        in the order of the test set."""
-        accumulated = self.tester.accumulate(model, test_loader, tasks)
-        return accumulated.compute(self.tester.prefix), accumulated.gathered_predictions()

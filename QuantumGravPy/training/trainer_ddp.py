@@ -123,11 +123,13 @@ class TrainerDDP(Trainer):
     def make_strategy(self) -> Strategy:
         parallel = self.config.parallel
         return make_strategy(
-            parallel.strategy,
+            "invariant" if parallel.invariant else parallel.strategy,
             self.device,
             units=lambda module: shard_units(module, parallel.fsdp_modules),
             # fsdp with bf16 / 16 gathers and computes in bfloat16 / float16 weights
             param_dtype=self.autocast_dtype,
+            seed=self.config.training.seed,
+            shards=parallel.shards,
         )
 
     @property
@@ -248,7 +250,7 @@ class TrainerDDP(Trainer):
             self._run_open = True
 
     def on_train_start(self, train_loader: DataLoader) -> None:
-        sampler = train_loader.sampler
+        sampler = getattr(train_loader.batch_sampler, "sampler", train_loader.sampler)
         self.rank_logger.info(
             "started: rank %d of %d, local rank %d, device %s, %d of %d training graphs "
             "(%d batches) per epoch",

@@ -1,0 +1,172 @@
+"""``parallel.invariant``: the same bits on any number of processes, and resuming on another
+number; ``training.global_batch_size``; and one line for each setting invariance cannot hold."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import ROOT, TESTS, assert_refused, run_main, run_ranks, small_raw_config
+from test_resume import final_state, killed, start_job
+
+import QuantumGravPy as qg
+from QuantumGravPy.config import apply_overrides, config_from_dict
+from QuantumGravPy.runs import directory as rd
+
+pytestmark = pytest.mark.timeout(300)
+
+# Everything that used to depend on the rank or the number of processes, at once.
+INVARIANT = [
+    "parallel.invariant=true",
+    "training.global_batch_size=24",  # 2 micro-batches of 12 ... 12 of 2, for W = 1, 2, 3, 4
+    "training.precision=32",
+    "model.dropout=0.2",
+    "augmentation.preset=moderate",
+    "training.sampler=class_balanced",
+    "training.ema_decay=0.9",
+    "training.accumulate_grad_batches=2",
+    "training.num_epochs=3",
+    "early_stopping.enabled=false",
+    "tasks=[{name: dim, target: y}, {name: d, target: dimension, type: regression}, "
+    "{name: time, type: regression, level: node}]",
+]
+
+
+def raw_config(tmp_path, data_root, name, *overrides):
+    raw = small_raw_config(tmp_path, data_root)
+    return apply_overrides(raw, [*INVARIANT, f"training.path={tmp_path / name}", *overrides])
+
+
+def everything(run):
+    """Every tensor a run ends with (weights, buffers, moving average, optimizer state), its
+    history without the epoch's time, and its test predictions."""
+    state = final_state(run)
+    tensors = {f"model.{k}": v for k, v in state["model"].items()}
+    tensors.update({f"ema.{k}": v for k, v in state["ema"]["model"].items()})
+    for i, slot in state["optimizer"]["state"].items():
+        tensors.update({f"optimizer.{i}.{k}": torch.as_tensor(v) for k, v in slot.items()})
+    history = [{k: v for k, v in r.items() if k != "epoch_seconds"} for r in state["history"]]
+    with np.load(run / rd.PREDICTIONS) as arrays:
+        predictions = {k: arrays[k] for k in arrays.files}
+    return tensors, history, predictions
+
+
+def assert_same_bits(a, b):
+    (ta, ha, pa), (tb, hb, pb) = a, b
+    assert ta.keys() == tb.keys()
+    for key in ta:  # bitwise: torch.equal compares every element exactly
+        assert ta[key].dtype == tb[key].dtype and torch.equal(ta[key], tb[key]), key
+    assert ha == hb
+    assert pa.keys() == pb.keys()
+    for key in pa:
+        assert pa[key].tobytes() == pb[key].tobytes(), key
+
+
+def train_ranks(rank, world_size, config):
+    trainer = qg.TrainerDDP(rank, config)
+    train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+    trainer.run_training(train_loader, val_loader)
+    trainer.run_test(test_loader)
+    trainer.close()
+
+
+def test_one_two_three_and_four_processes_give_the_same_bits(tmp_path, data_root):
+    one = config_from_dict(raw_config(tmp_path, data_root, "w1"))
+    trainer = qg.Trainer(one)
+    train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+    trainer.run_training(train_loader, val_loader)
+    trainer.run_test(test_loader)
+    trainer.close()
+    reference = everything(tmp_path / "w1")
+    first = qg.load_checkpoint(tmp_path / "w1" / "checkpoints" / "best.pt")
+    assert reference[1][-1]["epoch"] == 3 and first["epoch"] >= 1
+    for w in (2, 3, 4):
+        config = config_from_dict(raw_config(tmp_path, data_root, f"w{w}"))
+        run_ranks(w, train_ranks, config, timeout_s=240)
+        assert_same_bits(everything(tmp_path / f"w{w}"), reference)
+    # the same config without invariance is not the same after one step on 2 processes:
+    # the check above is not comparing runs that could not differ
+    plain = raw_config(tmp_path, data_root, "plain", "parallel.invariant=false")
+    run_ranks(2, train_ranks, config_from_dict(plain), timeout_s=240)
+    tensors, _, _ = everything(tmp_path / "plain")
+    assert any(not torch.equal(tensors[k], reference[0][k]) for k in tensors)
+
+
+def write_config(tmp_path, data_root, name, *overrides):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw_config(tmp_path, data_root, name, *overrides)))
+    return path
+
+
+def test_killed_on_four_processes_resumed_on_two_ends_as_one_process_does(
+    tmp_path, data_root, capsys
+):
+    whole = write_config(tmp_path, data_root, "whole")
+    assert run_main(capsys, "train", whole).returncode == 0
+    cut = write_config(tmp_path, data_root, "cut", "parallel.world_size=4", "log_level=INFO")
+    killed(cut, {"QG_TEST_KILL_AT": "train:3:2"}, expect_epoch=2)
+    job = start_job(cut, "--resume", "parallel.world_size=2")
+    _, err = job.communicate(timeout=240)
+    assert job.returncode == 0, err
+    assert "resuming a run trained with 4 process(es) on 2" in err
+    assert_same_bits(everything(tmp_path / "cut"), everything(tmp_path / "whole"))
+    # the same through torchrun, restarted with another --nproc_per_node
+    from QuantumGravPy.parallel.distributed import free_port
+
+    elastic = write_config(tmp_path, data_root, "elastic")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS / "kill_hooks"), str(ROOT), str(TESTS)])
+
+    def torchrun(processes, *args, **extra):
+        command = [
+            sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
+            "--master_port", str(free_port()), "-m", "QuantumGravPy", "train", str(elastic),
+            *args,
+        ]  # fmt: skip
+        return subprocess.run(  # a session of its own: the kill takes its whole group
+            command, cwd=ROOT, env={**env, **extra}, capture_output=True, text=True,
+            timeout=240, start_new_session=True,
+        )  # fmt: skip
+
+    first = torchrun(4, QG_TEST_KILL_AT="train:3:1")
+    assert first.returncode != 0 and final_state(tmp_path / "elastic")["epoch"] == 2
+    second = torchrun(3, "--resume")
+    assert second.returncode == 0, second.stderr
+    assert_same_bits(everything(tmp_path / "elastic"), everything(tmp_path / "whole"))
+
+
+def test_global_batch_size_splits_over_the_processes(tmp_path, data_root):
+    raw = apply_overrides(small_raw_config(tmp_path, data_root), ["training.global_batch_size=24"])
+    config = config_from_dict(raw)
+    assert qg.config.per_process(config, 3).training.batch_size == 8
+    assert qg.config.per_process(config, 1).training.batch_size == 24
+    with pytest.raises(qg.ConfigError, match="24 graphs do not divide over 5 processes"):
+        qg.config.per_process(config, 5)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["training.global_batch_size=null"], "parallel.invariant: needs "
+         "training.global_batch_size"),
+        (["training.global_batch_size=30"], "training.global_batch_size 30 is not a multiple "
+         "of parallel.shards 12"),
+        (["model.norm=batch"], "not with model.norm batch"),
+        (["parallel.strategy=zero"], "only with parallel.strategy ddp (found zero)"),
+        (["parallel.strategy=fsdp"], "only with parallel.strategy ddp (found fsdp)"),
+        (["augmentation.seeding=per_rank"], "not with augmentation.seeding per_rank"),
+        (["validation.mode=sharded"], "needs validation.mode rank0"),
+        (["parallel.world_size=5"], "parallel.shards 12 micro-batches do not divide over 5 "
+         "processes"),
+    ],
+)  # fmt: skip
+def test_what_invariance_cannot_hold_is_refused_in_one_line(
+    tmp_path, data_root, capsys, overrides, message
+):
+    path = write_config(tmp_path, data_root, "refused")
+    result = run_main(capsys, "train", path, *overrides)
+    assert_refused(result, message)
+    assert not (tmp_path / "refused").exists()  # refused before anything was written
