@@ -8,7 +8,15 @@ batches. Printed: the largest difference of any weight from the 1-process run af
 for `training.precision` 32 and 64 (extra `key=value` overrides may follow `--`). Then the
 time and size of one `last.pt` write against the epoch time of the 1-process float32 run.
 
-    python bench/invariance.py [--epochs 4] [--graphs 600]
+Then the cost of `parallel.invariant` (the same bits on any number of processes): the shipped
+config on 2,000 graphs at global batch 384 and 48 (12 micro-batches of 32 and of 4 graphs), on
+2 processes, against standard DDP on 2 processes and against 1 process (standard; and
+invariant, 12 micro-batches in a row), each a whole training run as a user starts it, in
+rounds that alternate between the four; the median epoch time (the first epoch of each run
+left out) over the rounds, and the ratios of medians (target: invariant at 2 processes at
+most 1.3x standard DDP at 2 processes, and still faster than 1 process where DDP is).
+
+    python bench/invariance.py [--epochs 4] [--graphs 600] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -34,8 +42,8 @@ def train_weights(rank: int, world_size: int, config: qg.Config) -> list[dict]:
     snapshots = []
     end_epoch = trainer.end_epoch
 
-    def end_epoch_and_keep(row, improved):
-        end_epoch(row, improved)
+    def end_epoch_and_keep(row, improved, timing=None):
+        end_epoch(row, improved, timing)
         snapshots.append(
             {k: v.detach().double().clone() for k, v in trainer.model.state_dict().items()}
         )
@@ -54,6 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--graphs", type=int, default=600)
+    parser.add_argument("--rounds", type=int, default=3)
     args, _ = parser.parse_known_args()
     with tempfile.TemporaryDirectory() as tmp:
         base = [
@@ -123,6 +132,68 @@ def main() -> None:
             f"{write * 1000:.1f} ms = {100 * write / epoch:.1f}% of a "
             f"{epoch * 1000:.0f} ms epoch"
         )
+        invariant_cost(base, tmp, args.rounds)
+
+
+def epoch_times(rank: int, world_size: int, config: qg.Config) -> list[float]:
+    """The epoch times of a whole run (as rank 0 measured them)."""
+    trainer = qg.TrainerDDP(rank, config) if world_size > 1 else qg.Trainer(config)
+    history = trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    trainer.close()
+    return [row["epoch_seconds"] for row in history]
+
+
+RUNS = {  # name: (processes, overrides)
+    "1 process": (1, []),
+    "1 process, invariant": (1, ["parallel.invariant=true"]),
+    "2 processes, DDP": (2, []),
+    "2 processes, invariant": (2, ["parallel.invariant=true"]),
+}
+COST_BATCHES = (384, 48)  # global batches: micro-batches of 32 and of 4 graphs
+COST_GRAPHS = 2000
+
+
+def invariant_cost(base: list[str], tmp: str, rounds: int) -> None:
+    for batch in COST_BATCHES:
+        times: dict[str, list[float]] = {name: [] for name in RUNS}
+        for r in range(rounds):
+            for i, (name, (world_size, overrides)) in enumerate(RUNS.items()):
+                config = qg.load_config(
+                    ROOT / "configs" / "train.yaml",
+                    [
+                        *base,
+                        f"data.num_graphs={COST_GRAPHS}",
+                        f"training.global_batch_size={batch}",
+                        *overrides,
+                        f"training.path={tmp}/cost-{batch}-{r}-{i}",
+                    ],
+                )
+                if world_size == 1:
+                    seconds = epoch_times(0, 1, config)
+                else:
+                    seconds = spawn(epoch_times, world_size, config, backend="gloo")[0]
+                times[name] += seconds[1:]
+        report(batch, {name: statistics.median(t) for name, t in times.items()}, rounds)
+
+
+def report(batch: int, medians: dict[str, float], rounds: int) -> None:
+    ddp, one = medians["2 processes, DDP"], medians["1 process"]
+    print(
+        f"\nThe cost of parallel.invariant at global batch {batch} (12 micro-batches of "
+        f"{batch // 12} graphs; {COST_GRAPHS} graphs): median epoch seconds over {rounds} "
+        "rounds\n"
+    )
+    print("| run | s/epoch | x 2 processes, DDP | x 1 process |\n|---|---|---|---|")
+    for name, m in medians.items():
+        print(f"| {name} | {m:.3f} | {m / ddp:.2f} | {m / one:.2f} |")
+    invariant = medians["2 processes, invariant"]
+    ratio = invariant / ddp
+    met = "met" if ratio <= 1.3 and (invariant < one or ddp >= one) else "MISSED"
+    print(
+        f"\ntarget: invariant at 2 processes <= 1.3x DDP at 2 processes ({ratio:.2f}x), and "
+        f"faster than 1 process where DDP is (invariant {invariant / one:.2f}x, DDP "
+        f"{ddp / one:.2f}x the 1-process epoch): {met}"
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -148,7 +147,7 @@ class InvariantStrategy(Strategy):
         super().__init__(device)
         self.world_size, self.rank = world_size, distributed.get_rank()
         self.seed, self.micro = seed, shards // world_size
-        self.kept: list[list[torch.Tensor | None]] = []
+        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def before_forward(self, step: int, index: int) -> None:
         # Dropout draws from (seed, step, micro-batch), whichever rank computes it: batch
@@ -177,41 +176,59 @@ class InvariantStrategy(Strategy):
         return graphs * self.world_size  # every rank's share is the same size
 
     def after_backward(self, model: nn.Module) -> None:
-        grads = []
-        for p in model.parameters():
-            grads.append(p.grad)
+        # one flat float64 copy of this micro-batch's gradients (zeros where a parameter had
+        # none), and which parameters had one
+        params = list(model.parameters())
+        self.kept.append(
+            (
+                torch.cat([_flat(p.grad, p) for p in params]),
+                torch.tensor([p.grad is not None for p in params], device=self.device),
+            )
+        )
+        for p in params:
             p.grad = None
-        self.kept.append(grads)
 
     def exchange(self, model: nn.Module) -> None:
         params = list(model.parameters())
         kept, self.kept = self.kept, []
-        # micro-batches of the step, and of those each parameter has a gradient from (over ranks)
-        counts = [len(kept)] + [sum(g[i] is not None for g in kept) for i in range(len(params))]
-        counts = distributed.all_reduce_sum(torch.tensor(counts, device=self.device)).tolist()
-        micro, present = counts[0], counts[1:]
+        sizes = [p.numel() for p in params]
+        owner = torch.repeat_interleave(
+            torch.arange(len(params), device=self.device), torch.tensor(sizes, device=self.device)
+        )
+        # micro-batches of the step, and of those each parameter has a gradient from (all ranks)
+        counts = torch.zeros(len(params) + 1, dtype=torch.int64, device=self.device)
         largest = torch.zeros(len(params), dtype=torch.float64, device=self.device)
-        for grads in kept:
-            for i, g in enumerate(grads):
-                if g is not None:
-                    largest[i] = torch.maximum(largest[i], g.detach().abs().max().double())
-        distributed.all_reduce_max(largest)
-        # 2^e >= the largest magnitude; micro of them fit in 2^62 on a grid of 2^(e - bits)
+        for flat, has in kept:
+            counts[0] += 1
+            counts[1:] += has
+            largest = largest.scatter_reduce(0, owner, flat.abs(), "amax")
+        distributed.all_reduce_sum(counts)
+        distributed.all_reduce_max(largest)  # exact, and NaN if any gradient was NaN
+        micro, present = int(counts[0]), counts[1:].tolist()
+        # 2^e > each parameter's largest magnitude; micro of them fit in 2^62 on a grid of
+        # 2^(e - bits): shift by bits - e
         bits = 62 - max(micro - 1, 1).bit_length()
-        for i, p in enumerate(params):
+        finite = torch.isfinite(largest)
+        exponent = torch.frexp(torch.where(finite, largest, 0.0)).exponent
+        shift = (bits - exponent)[owner]
+        total = torch.zeros(len(owner), dtype=torch.int64, device=self.device)
+        for flat, _ in kept:
+            total += torch.round(torch.ldexp(flat, shift)).long()
+        distributed.all_reduce_sum(total)
+        whole = torch.ldexp(total.double(), -shift)
+        for i, (p, part) in enumerate(zip(params, whole.split(sizes), strict=True)):
             if not present[i]:  # unused in every micro-batch: no gradient, as under DDP
                 continue
-            grads = [grads[i] for grads in kept if grads[i] is not None]
-            top = float(largest[i])
-            if not math.isfinite(top):  # non-finite: the step is skipped or stops the run
-                p.grad = torch.full_like(p, top)
+            if not bool(finite[i]):  # non-finite: the step is skipped or stops the run
+                p.grad = torch.full_like(p, float(largest[i]))
                 continue
-            shift = bits - (math.frexp(top)[1] if top > 0 else 0)
-            total = torch.zeros(p.shape, dtype=torch.int64, device=self.device)
-            for g in grads:
-                total += torch.round(torch.ldexp(g.double(), torch.tensor(shift))).long()
-            distributed.all_reduce_sum(total)
-            p.grad = torch.ldexp(total.double(), torch.tensor(-shift)).to(p.dtype)
+            p.grad = part.view_as(p).to(p.dtype)
+
+
+def _flat(grad: torch.Tensor | None, param: torch.Tensor) -> torch.Tensor:
+    if grad is None:
+        return torch.zeros(param.numel(), dtype=torch.float64, device=param.device)
+    return grad.detach().reshape(-1).double()
 
 
 class ZeroStrategy(Strategy):
