@@ -197,8 +197,10 @@ class Trainer(TestingMixin, RunStateMixin):
 
     def make_strategy(self) -> Strategy:  # hook: DDP's is parallel.strategy's
         p = self.config.parallel
-        return make_strategy("invariant", self.device, seed=self.config.training.seed,
-                             shards=p.shards) if p.invariant else Strategy(self.device)  # fmt: skip
+        if p.invariant:  # one process: the micro-batches of any number, added the same way
+            return make_strategy("invariant", self.device, seed=self.config.training.seed,
+                                 shards=p.shards)  # fmt: skip
+        return Strategy(self.device)
 
     @property
     def micro_batches(self) -> int:

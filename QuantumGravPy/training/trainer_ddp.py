@@ -43,7 +43,8 @@ class TrainerDDP(Trainer):
     """One process of a distributed run. Needs a process group (:func:`qg.initialize_ddp`).
 
     ``TrainerDDP(rank, config)`` with ``rank`` the global rank. ``training.batch_size`` is per
-    process; the global batch is ``batch_size * world_size``. Only rank 0 writes files and shows
+    process; the global batch is ``batch_size * world_size`` (or ``training.global_batch_size``,
+    split between the processes). Only rank 0 writes files and shows
     progress bars; ``run_training`` returns the same history on every rank.
     """
 
