@@ -2,15 +2,16 @@
 full-state checkpoints cost.
 
 The shipped config (`configs/train.yaml`) on a smaller dataset, under the world-size conditions
-of the README (`drop_last: true`, no dropout, per-graph normalisation, per-sample augmentation
-seeding), trained with 1 process at batch 8, 2 at batch 4 and 4 at batch 2: the same global
-batches. Printed: the largest difference of any weight from the 1-process run after each epoch,
-for `training.precision` 32 and 64 (extra `key=value` overrides may follow `--`). Then the
-time and size of one `last.pt` write against the epoch time of the 1-process float32 run.
+of docs/reproducibility.md (`drop_last: true`, no dropout, per-graph normalisation, per-sample
+augmentation seeding), trained with 1 process at batch 8, 2 at batch 4 and 4 at batch 2: the
+same global batches. Printed: the largest difference of any weight from the 1-process run after
+each epoch, for `training.precision` 32 and 64 (extra `key=value` overrides may follow `--`).
+Then the time and size of one `last.pt` write against the epoch time of the 1-process float32
+run.
 
 Then the cost of `parallel.invariant` (the same bits on any number of processes): the shipped
-config on 2,000 graphs at global batch 384 and 48 (12 micro-batches of 32 and of 4 graphs), on
-2 processes, against standard DDP on 2 processes and against 1 process (standard; and
+config on 3,072 training graphs at global batch 384 and 48 (12 micro-batches of 32 and of 4
+graphs), on 2 processes, against standard DDP on 2 processes and against 1 process (standard; and
 invariant, 12 micro-batches in a row), each a whole training run as a user starts it, in
 rounds that alternate between the four; the median epoch time (the first epoch of each run
 left out) over the rounds, and the ratios of medians (target: invariant at 2 processes at
@@ -154,7 +155,8 @@ RUNS = {  # name: (processes, overrides)
     "2 processes, DDP, 6 accumulated": (2, ["training.accumulate_grad_batches=6"]),
 }
 COST_BATCHES = (384, 48)  # global batches: micro-batches of 32 and of 4 graphs
-COST_GRAPHS = 2000
+COST_GRAPHS = 4000
+COST_SPLIT = "[0.768,0.116,0.116]"  # 3,072 training graphs: whole steps at both batches
 
 
 def invariant_cost(base: list[str], tmp: str, rounds: int) -> None:
@@ -168,6 +170,7 @@ def invariant_cost(base: list[str], tmp: str, rounds: int) -> None:
                     [
                         *base,
                         f"data.num_graphs={COST_GRAPHS}",
+                        f"data.split={COST_SPLIT}",
                         f"training.global_batch_size={batch // 6 if accumulated else batch}",
                         *overrides,
                         f"training.path={tmp}/cost-{batch}-{r}-{i}",
@@ -185,7 +188,7 @@ def report(batch: int, medians: dict[str, float], rounds: int) -> None:
     ddp, one = medians["2 processes, DDP"], medians["1 process"]
     print(
         f"\nThe cost of parallel.invariant at global batch {batch} (12 micro-batches of "
-        f"{batch // 12} graphs; {COST_GRAPHS} graphs): median epoch seconds over {rounds} "
+        f"{batch // 12} graphs; 3,072 training graphs): median epoch seconds over {rounds} "
         "rounds\n"
     )
     print("| run | s/epoch | x 2 processes, DDP | x 1 process |\n|---|---|---|---|")

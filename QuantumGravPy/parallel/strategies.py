@@ -155,7 +155,12 @@ class InvariantStrategy(Strategy):
         a, m = divmod(index, self.micro)
         j = self.rank + self.world_size * m
         key = hashlib.sha256(f"{self.seed}:{step}:{a}:{j}".encode()).digest()
-        torch.manual_seed(int.from_bytes(key[:8], "little") >> 1)
+        seed = int.from_bytes(key[:8], "little") >> 1
+        # the generators a forward pass draws from: the CPU's and the device's (not
+        # torch.manual_seed, which costs a millisecond a call)
+        torch.default_generator.manual_seed(seed)
+        if self.device.type == "cuda":
+            torch.cuda.default_generators[self.device.index or 0].manual_seed(seed)
 
     def fold(self, sums: torch.Tensor, reduce: Callable[[torch.Tensor], torch.Tensor]):
         # every rank's micro-batch sums, added in the order of the shards: j = r + W * m
@@ -182,7 +187,9 @@ class InvariantStrategy(Strategy):
         self.kept.append(
             (
                 torch.cat([_flat(p.grad, p) for p in params]),
-                torch.tensor([p.grad is not None for p in params], device=self.device),
+                torch.tensor(
+                    [p.grad is not None for p in params], dtype=torch.float64, device=self.device
+                ),
             )
         )
         for p in params:
@@ -195,16 +202,16 @@ class InvariantStrategy(Strategy):
         owner = torch.repeat_interleave(
             torch.arange(len(params), device=self.device), torch.tensor(sizes, device=self.device)
         )
-        # micro-batches of the step, and of those each parameter has a gradient from (all ranks)
-        counts = torch.zeros(len(params) + 1, dtype=torch.int64, device=self.device)
-        largest = torch.zeros(len(params), dtype=torch.float64, device=self.device)
+        # each parameter's largest magnitude, and whether any micro-batch gave it a gradient,
+        # over every rank: one exact maximum (NaN if any gradient was NaN). Every rank has as
+        # many micro-batches as this one.
+        largest = torch.zeros(2, len(params), dtype=torch.float64, device=self.device)
         for flat, has in kept:
-            counts[0] += 1
-            counts[1:] += has
-            largest = largest.scatter_reduce(0, owner, flat.abs(), "amax")
-        distributed.all_reduce_sum(counts)
-        distributed.all_reduce_max(largest)  # exact, and NaN if any gradient was NaN
-        micro, present = int(counts[0]), counts[1:].tolist()
+            largest[0] = largest[0].scatter_reduce(0, owner, flat.abs(), "amax")
+            largest[1] = torch.maximum(largest[1], has)
+        distributed.all_reduce_max(largest)
+        largest, present = largest[0], largest[1].tolist()
+        micro = len(kept) * self.world_size
         # 2^e > each parameter's largest magnitude; micro of them fit in 2^62 on a grid of
         # 2^(e - bits): shift by bits - e
         bits = 62 - max(micro - 1, 1).bit_length()
