@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 REQUIREMENTS ?= requirements-cpu.txt
 
-.PHONY: demo test test-gpu lint bench clean
+.PHONY: demo test test-gpu lint bench docs docs-serve docs-notebook clean
 
 $(STAMP): setup.cfg pyproject.toml $(REQUIREMENTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,9 +30,20 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check QuantumGravPy tests bench examples
 	$(VENV)/bin/ruff format --check QuantumGravPy tests bench examples
 
+# The documentation site (mkdocs.yml, docs/), strict: a broken link or reference fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+# Run the tutorial notebook again and store it, with its outputs and pictures, for the site.
+docs-notebook: $(STAMP)
+	$(PY) docs/scripts/notebook.py
+
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/report.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache site .cache

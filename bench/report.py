@@ -2,8 +2,9 @@
 
     python bench/report.py [--output BENCHMARKS.md]
 
-`make bench` runs this. Each script runs in its own process, one after the other, so they do not
-compete for the cores; their own output (markdown tables, with the targets they check) is
+`make bench` runs this, then `bench/headline.py` (the README's and the site's headline tables,
+from the new BENCHMARKS.md). Each script runs in its own process, one after the other, so they
+do not compete for the cores; their own output (markdown tables, with the targets they check) is
 copied under a heading that says what they compare.
 """
 
@@ -19,6 +20,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import headline
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -120,6 +124,9 @@ def main() -> int:
     )
     output_path.write_text(header + "\n" + "\n".join(sections), encoding="utf-8")
     print(f"wrote {args.output}")
+    if output_path.resolve() == headline.BENCHMARKS:
+        # the README's and the site's headline tables, from what was just measured
+        return headline.main(["--write"])
     return 0
 
 

@@ -116,7 +116,7 @@ def run_main(capsys, *args) -> subprocess.CompletedProcess:
 
 
 def assert_refused(result: subprocess.CompletedProcess, *fragments: str) -> str:
-    """The README's promise for a mistake at the command line: exit status 2 and one line on
+    """The documented promise for a mistake at the command line: exit status 2 and one line on
     stderr, starting with ``error:`` and naming each of ``fragments``; no traceback anywhere."""
     assert result.returncode == 2, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout

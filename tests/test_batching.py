@@ -372,7 +372,7 @@ def test_workers_on_a_cpu_run_are_warned_about_before_training(make_config):
     assert not any("num_workers" in n for n in notices())
     (notice,) = [n for n in notices("training.num_workers=2") if "num_workers" in n]
     assert notice.startswith("training.num_workers: 2 worker process(es) compete for the CPU")
-    assert "README: The data path" in notice
+    assert "(docs: Data, the data path)" in notice
 
 
 def test_a_batch_from_a_worker_crosses_in_one_buffer_and_is_the_same_batch():

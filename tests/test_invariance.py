@@ -8,7 +8,7 @@ from conftest import run_ranks
 
 import QuantumGravPy as qg
 
-# The conditions under which results do not depend on the number of processes (see README),
+# The conditions under which results do not depend on the number of processes (see docs/reproducibility.md),
 # with float64 so that rounding (which adaptive optimizers amplify) stays far below 1e-5.
 INVARIANT = (
     "training.drop_last=true",

@@ -370,7 +370,7 @@ def test_a_sharded_job_killed_in_an_epoch_resumes_to_the_uninterrupted_result(
         assert_same_weights(a["optimizer"]["state"][i], b["optimizer"]["state"][i])
 
 
-# The README's world-size conditions, in float64 so that rounding stays far below the tolerance.
+# The world-size conditions of docs/reproducibility.md, in float64 so that rounding stays far below the tolerance.
 INVARIANT = (
     "training.drop_last=true",
     "training.precision=64",
@@ -385,7 +385,7 @@ def test_a_two_process_run_continues_in_one_process_as_it_would_have_gone_on(
     tmp_path, data_root, capsys
 ):
     """Under the world-size conditions the run goes on as the uninterrupted one, up to the
-    rounding of another summation order (README: Reproducibility and resuming)."""
+    rounding of another summation order (docs/reproducibility.md)."""
     config = kill_config(tmp_path, data_root, "shrink", 2)
     first = run_main(capsys, "train", config, *INVARIANT, "training.num_epochs=2")
     assert first.returncode == 0, first.stderr

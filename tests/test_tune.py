@@ -528,7 +528,7 @@ def test_the_shipped_search_space_fits_the_shipped_configs():
 
 
 def start_worker(config, space_file, *args, hostname=None):
-    """``qg tune ... --resume`` as one job of the README's job array: its own process group, and
+    """``qg tune ... --resume`` as one job of the documented job array (docs/tuning.md): its own process group, and
     with ``hostname`` its own host name (a UTS namespace: a worker on another machine)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
     command = [sys.executable, "-m", "QuantumGravPy", "tune", str(config), str(space_file)]
@@ -558,7 +558,7 @@ def start_worker(config, space_file, *args, hostname=None):
 def test_workers_started_at_once_share_a_study_to_exactly_n_distinct_trials(
     tmp_path, data_root, request, storage, workers
 ):
-    """The README's job array: workers of one new study start together, on a journal file or
+    """The job array of docs/tuning.md: workers of one new study start together, on a journal file or
     on a new database of a real PostgreSQL server; every one joins, none repeats another's
     suggestion, and the study ends with exactly N trials."""
     space = seeded_lr_space(0)  # the same seed in every worker

@@ -5,7 +5,8 @@
 - :mod:`.tasks`: the tasks, the metrics each type offers, and the history columns they make;
 - :mod:`.loading`: YAML, overrides and the validating walk (errors name the dotted key);
 - :mod:`.dotted`: dotted import paths to the user's own classes and functions;
-- :mod:`.docs`: the README's configuration reference, generated from the schema.
+- :mod:`.docs`: the documentation's configuration reference (docs/config.md), generated
+  from the schema.
 
 Imports only the ground floor (``errors``).
 """

@@ -1,4 +1,4 @@
-"""What ``parallel.invariant`` needs of the rest of the config (README: reproducibility)."""
+"""What ``parallel.invariant`` needs of the rest of the config (docs/reproducibility.md)."""
 
 from __future__ import annotations
 

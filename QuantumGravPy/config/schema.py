@@ -1,9 +1,9 @@
 """The typed configuration: one tree of frozen dataclasses, validated once when it is loaded.
 
 Defaults live here and nowhere else. The comment beside each field is its documentation: the
-README's configuration reference is generated from it (:mod:`.docs`). Checks that involve more
-than one value of a section are the sections' ``validate`` methods; types, ranges and unknown
-keys are checked by the loader (:mod:`.loading`).
+configuration reference (docs/config.md) is generated from it (:mod:`.docs`). Checks that
+involve more than one value of a section are the sections' ``validate`` methods; types, ranges
+and unknown keys are checked by the loader (:mod:`.loading`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class DataConfig:
     # the embedded data: dimension (y: the index in dimensions), curvature (flat, de Sitter,
     # anti-de Sitter at h), manifold_like (sprinklings against percolations of the same
     # ordering fraction), cset_type (one class per generator) or ricci (2D, random conformal
-    # factor; the Ricci scalar per element). See "The embedded data" in the README
+    # factor; the Ricci scalar per element). See "The embedded data" in the docs (Data)
     kind: Literal["dimension", "curvature", "manifold_like", "cset_type", "ricci"] = "dimension"
     # curvature: h of the de Sitter and anti-de Sitter classes, in [0, 1) (0.6: the de
     # Sitter diamond is 1.4 radii high), or [low, high] to draw each set's h from
@@ -245,7 +245,7 @@ class TrainingConfig:
     accumulate_grad_batches: int = field(default=1, metadata=_POSITIVE)
     # "32": float32; "bf16" or "16": autocast to bfloat16 / float16 (16 adds a gradient scaler);
     # "64": float64 weights and data, which keeps runs on different process counts together
-    # far longer (see the README on reproducibility)
+    # far longer (see the docs: Reproducibility and resuming)
     precision: Literal["32", "bf16", "16", "64"] = "32"
     # null: no average; e.g. 0.999: validation and test use an exponential moving average
     ema_decay: float | None = field(
@@ -309,7 +309,7 @@ class ParallelConfig:
     # the same weights, history and predictions, bit for bit, on any number of processes that
     # divides shards (and a run may resume on another such number): each global batch is cut
     # into shards fixed micro-batches whose gradients are added exactly, in a fixed order (see
-    # the README on reproducibility). Needs training.global_batch_size, a multiple of shards
+    # the docs: Reproducibility). Needs training.global_batch_size, a multiple of shards
     invariant: bool = False
     shards: int = field(default=12, metadata=_POSITIVE)  # micro-batches per global batch
 
@@ -421,8 +421,8 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     training: TrainingConfig = field(default_factory=TrainingConfig)
-    # what the model learns: a list of tasks (see "Tasks" in the README); empty: one
-    # classification of each graph's y, whose loss is criterion
+    # what the model learns: a list of tasks (see "Tasks and metrics" in the docs: Training);
+    # empty: one classification of each graph's y, whose loss is criterion
     tasks: tuple[TaskConfig, ...] = ()
     # without tasks: a loss class, called as loss(outputs, batch.y), or a function
     # f(outputs, batch)

@@ -91,7 +91,7 @@ class TaskConfig:
     # classes[k] (e.g. [1, 2] for QuantumGrav.jl's 1-based labels); null: the targets are the
     # class indices 0, 1, ...
     classes: tuple[int, ...] | None = None
-    # any of those offered for the type (see "Metrics" in the README); null: accuracy,
+    # any of those offered for the type (see "Tasks and metrics" in the docs); null: accuracy,
     # f1_macro, confusion_matrix (classification); accuracy, f1, auroc, confusion_matrix
     # (binary); mse, mae, r2 (regression)
     metrics: tuple[str, ...] | None = None

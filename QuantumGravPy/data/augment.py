@@ -80,6 +80,8 @@ PRESETS = {
 
 
 def get_preset(name: str) -> AugmentationConfig:
+    """The settings of the preset ``mild``, ``moderate`` or ``aggressive``; a ValueError naming
+    the presets for any other name."""
     try:
         return PRESETS[name]
     except KeyError:

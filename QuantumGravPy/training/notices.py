@@ -71,7 +71,7 @@ def start_notices(
             f"training.num_workers: {workers} worker process(es) compete for the CPU cores with "
             f"the model, whose computation already uses {torch.get_num_threads()} thread(s), "
             "while a batch of graphs in memory or on disk is assembled in under a millisecond; "
-            "0 is usually quicker (README: The data path)"
+            "0 is usually quicker (docs: Data, the data path)"
         )
     batch = config.training.batch_size
     per_process = math.ceil(train_graphs / processes)

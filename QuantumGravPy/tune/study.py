@@ -12,10 +12,10 @@ on this machine is gone or its heartbeat is older than ``stale_after_s`` (``--st
 5 minutes unless told), and puts its parameters back in the queue, so it is run again under a
 new number and the total stays N.
 
-Several jobs may work on one study at once (the README's job array). Counting and asking are
-two steps in a shared storage, so two jobs can both ask for the last trial; trial numbers are
-given out one at a time, so the trial whose number comes after N counted ones is the surplus:
-it is failed at once, marked ``surplus``, and counted nowhere.
+Several jobs may work on one study at once (the job array of docs/tuning.md). Counting and
+asking are two steps in a shared storage, so two jobs can both ask for the last trial; trial
+numbers are given out one at a time, so the trial whose number comes after N counted ones is the
+surplus: it is failed at once, marked ``surplus``, and counted nowhere.
 """
 
 from __future__ import annotations
