@@ -23,8 +23,9 @@ BENCHMARKS = ROOT / "BENCHMARKS.md"
 BLOCKS = {  # marker name: what it holds
     "benchmarks": "the headline benchmark table",
     "baselines": "the GNN against the best classical method on each embedded kind",
+    "world-size": "how far weights on 2 and 4 processes drift from 1 process's, per epoch",
 }
-TARGETS = ("README.md", "docs/benchmarks.md", "docs/physics.md")
+TARGETS = ("README.md", "docs/benchmarks.md", "docs/physics.md", "docs/reproducibility.md")
 
 
 class BenchmarksError(Exception):
@@ -306,12 +307,32 @@ def baselines_block(text: str) -> str:
     return "\n".join(lines)
 
 
+def world_size_block(text: str) -> str:
+    t = section(sections(text), "invariance.py")
+    rows = next((table for table in tables(t) if table and "precision" in table[0]), None)
+    if rows is None:
+        raise BenchmarksError("bench/invariance.py: no table of weight differences")
+    header = list(rows[0])
+    lines = [
+        "| " + " | ".join(h.replace(" x ", " × ") for h in header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for row in rows:
+        cells_ = [row[h] for h in header]
+        cells_[0] = f'`"{cells_[0]}"`'
+        cells_[1] = cells_[1].replace(" x ", " × ")
+        lines.append("| " + " | ".join(cells_) + " |")
+    return "\n".join(lines)
+
+
 def block(name: str, path: str, text: str) -> str:
     """The generated block ``name`` as it stands in ``path`` (links relative to that file)."""
     if name == "benchmarks":
         body = benchmarks_block(text, "" if path.startswith("docs/") else "docs/")
-    else:
+    elif name == "baselines":
         body = baselines_block(text)
+    else:
+        body = world_size_block(text)
     stamp = re.search(r"on (\d{4}-\d\d-\d\d)", text)
     return (
         f"<!-- {name}:start -->\n<!-- generated from BENCHMARKS.md"
