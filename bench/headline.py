@@ -288,13 +288,14 @@ ROWS: tuple[Callable[[dict[str, str]], Row], ...] = (
 )
 
 
-def benchmarks_block(text: str, links_from: str = "") -> str:
+def benchmarks_block(text: str, in_docs: bool = False) -> str:
+    """The headline table; its links written from the repository root, or from docs/."""
     s = sections(text)
     lines = ["| benchmark | ours | the strongest peer | target |", "|---|---|---|---|"]
     for make in ROWS:
         lines.append("| " + " | ".join(make(s)) + " |")
     table = "\n".join(lines)
-    return table.replace("](docs/", f"]({links_from}") if links_from != "docs/" else table
+    return table.replace("](docs/", "](") if in_docs else table
 
 
 def baselines_block(text: str) -> str:
@@ -328,7 +329,7 @@ def world_size_block(text: str) -> str:
 def block(name: str, path: str, text: str) -> str:
     """The generated block ``name`` as it stands in ``path`` (links relative to that file)."""
     if name == "benchmarks":
-        body = benchmarks_block(text, "" if path.startswith("docs/") else "docs/")
+        body = benchmarks_block(text, in_docs=path.startswith("docs/"))
     elif name == "baselines":
         body = baselines_block(text)
     else:

@@ -45,6 +45,7 @@ from .disk import DiskDataset
 from .files import FileDataset, FileSource, check_file_targets, read_files
 from .loaders import (
     batch_device,
+    epoch_sampler,
     make_loader,
     make_train_loader,
     release_workers,
@@ -96,6 +97,7 @@ __all__ = [
     "dataset_dimensions",
     "dataset_from_config",
     "dataset_labels",
+    "epoch_sampler",
     "gen_augmentation_params",
     "gen_distributed_augmentation_params",
     "generate_causal_set_graphs",

@@ -169,6 +169,11 @@ def _as_is(batch: Batch) -> Batch:
     return batch
 
 
+def epoch_sampler(loader: DataLoader) -> Any:
+    """The sampler that draws ``loader``'s indices (its own, or its micro-batches')."""
+    return getattr(loader.batch_sampler, "sampler", loader.sampler)
+
+
 class MicroBatches:
     """The batches of ``parallel.invariant``: each of ``batches`` batches of ``batch_size``
     indices from ``sampler`` (a rank's share of a global batch), cut into ``micro`` micro-batches

@@ -40,6 +40,7 @@ class Strategy:
 
     name = "ddp"
     replicated = True  # every rank holds the same whole parameters (the monitor compares them)
+    micro_batches = 1  # passes per batch of this rank (the invariant strategy cuts batches)
     comm_hook = True  # gradients averaged by DDP, through the hook wrap() is given
 
     def __init__(self, device: torch.device):
@@ -146,13 +147,13 @@ class InvariantStrategy(Strategy):
     def __init__(self, device: torch.device, world_size: int, *, seed: int, shards: int):
         super().__init__(device)
         self.world_size, self.rank = world_size, distributed.get_rank()
-        self.seed, self.micro = seed, shards // world_size
+        self.seed, self.micro_batches = seed, shards // world_size
         self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def before_forward(self, step: int, index: int) -> None:
         # Dropout draws from (seed, step, micro-batch), whichever rank computes it: batch
         # ``a`` of the step, micro-batch j = rank + W * m of the global batch's shards.
-        a, m = divmod(index, self.micro)
+        a, m = divmod(index, self.micro_batches)
         j = self.rank + self.world_size * m
         key = hashlib.sha256(f"{self.seed}:{step}:{a}:{j}".encode()).digest()
         seed = int.from_bytes(key[:8], "little") >> 1
@@ -165,7 +166,7 @@ class InvariantStrategy(Strategy):
     def fold(self, sums: torch.Tensor, reduce: Callable[[torch.Tensor], torch.Tensor]):
         # every rank's micro-batch sums, added in the order of the shards: j = r + W * m
         parts = distributed.all_gather(sums.contiguous())  # [W * micro, ...], rank by rank
-        by_shard = parts.view(self.world_size, self.micro, *sums.shape[1:]).transpose(0, 1)
+        by_shard = parts.view(self.world_size, self.micro_batches, *sums.shape[1:]).transpose(0, 1)
         total = torch.zeros_like(sums[0])
         for part in by_shard.reshape(-1, *sums.shape[1:]):
             total += part

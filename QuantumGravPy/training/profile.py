@@ -75,7 +75,7 @@ def profile_worker(
     try:
         train_loader, _, _ = trainer.prepare_dataloaders()
         trainer.check_model(train_loader.dataset)
-        k = config.training.accumulate_grad_batches * trainer.micro_batches
+        k = config.training.accumulate_grad_batches * trainer.strategy.micro_batches
         trainer.train_epoch(_Steps(train_loader, WARMUP_STEPS, k, trainer))
         activities = [torch.profiler.ProfilerActivity.CPU]
         if trainer.device.type == "cuda":

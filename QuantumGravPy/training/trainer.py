@@ -29,6 +29,7 @@ from ..data import (
     batch_device,
     check_file_targets,
     dataset_from_config,
+    epoch_sampler,
     graph_feature_width,
     make_loader,
     make_train_loader,
@@ -202,12 +203,6 @@ class Trainer(TestingMixin, RunStateMixin):
                                  shards=p.shards)  # fmt: skip
         return Strategy(self.device)
 
-    @property
-    def micro_batches(self) -> int:
-        """Micro-batches per batch: ``parallel.invariant``'s shards of this rank, else 1."""
-        p = self.config.parallel
-        return p.shards // self.world_size if p.invariant else 1
-
     def load_dataset(self) -> Dataset | list:  # hook
         return dataset_from_config(self.config.data)
 
@@ -242,9 +237,7 @@ class Trainer(TestingMixin, RunStateMixin):
             self.logger.info("%s", note)
 
     def on_epoch_start(self, train_loader: DataLoader) -> None:  # hook
-        # the sampler behind the batches (the loader's own, unless they are micro-batches)
-        sampler = getattr(train_loader.batch_sampler, "sampler", train_loader.sampler)
-        for part in (sampler, train_loader.dataset):
+        for part in (epoch_sampler(train_loader), train_loader.dataset):
             if hasattr(part, "set_epoch"):
                 part.set_epoch(self.epoch)  # new draws each epoch, the same on every rank
 
@@ -373,7 +366,8 @@ class Trainer(TestingMixin, RunStateMixin):
         """
         model = self.train_module
         model.train()
-        tasks, strategy, micro = self.tasks, self.strategy, self.micro_batches
+        tasks, strategy = self.tasks, self.strategy
+        micro = strategy.micro_batches  # passes per batch (parallel.invariant's cut)
         # per micro-batch of a batch, per task: loss summed over rows, rows right
         # (classification, binary), rows; added up over ranks by the strategy (fold)
         sums = torch.zeros(micro, len(tasks), 3, dtype=torch.float64, device=self.device)

@@ -25,7 +25,7 @@ from torch.utils.data import Dataset, Subset
 from torch_geometric.loader import DataLoader
 
 from ..config import Config
-from ..data import SHARED_BUILD_MIN, dataset_from_config
+from ..data import SHARED_BUILD_MIN, dataset_from_config, epoch_sampler
 from ..errors import ConfigError
 from ..logs import LOGGER_NAME, configure_logging
 from ..models import shard_units
@@ -251,7 +251,7 @@ class TrainerDDP(Trainer):
             self._run_open = True
 
     def on_train_start(self, train_loader: DataLoader) -> None:
-        sampler = getattr(train_loader.batch_sampler, "sampler", train_loader.sampler)
+        sampler = epoch_sampler(train_loader)
         self.rank_logger.info(
             "started: rank %d of %d, local rank %d, device %s, %d of %d training graphs "
             "(%d batches) per epoch",
