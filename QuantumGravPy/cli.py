@@ -258,24 +258,29 @@ def run() -> None:
 
 
 def _rank_prefix() -> str:
-    from .parallel import distributed
-
+    distributed = sys.modules.get(f"{__package__}.parallel.distributed")
+    if distributed is None:  # never loaded, so no process group: a mistake told before torch
+        return ""
     return f"[RANK {distributed.get_rank()}] " if distributed.is_initialized() else ""
 
 
 def _train(args: argparse.Namespace) -> int:
     from .config import load_config
     from .errors import ConfigError
-    from .parallel.distributed import process_env, restart_count
-    from .runs import check_resumable
-    from .runs.directory import check_flags, check_run_dir
-    from .training import Trainer, launch
 
+    # The config and the flags first: a mistake is told before torch is loaded.
     config = load_config(args.config, args.overrides)
     overwrite, resume, force = args.overwrite, args.resume, args.force
     if force and not resume:
         raise ConfigError("--force only applies to --resume")
+    from .runs.directory import check_flags
+
     check_flags(overwrite=overwrite, resume=resume)
+    from .parallel.distributed import process_env, restart_count
+    from .runs import check_resumable
+    from .runs.directory import check_run_dir
+    from .training import Trainer, launch
+
     if restart_count() > 0:
         overwrite, resume = False, True  # the launcher restarted the job: continue, never wipe
     env = process_env()
@@ -312,10 +317,11 @@ def _report(metrics: dict[str, float], config) -> None:
 
 def _test(args: argparse.Namespace) -> int:
     from .config import load_config
+
+    config = load_config(args.config, args.overrides)
     from .runs import load_checkpoint
     from .training import Trainer
 
-    config = load_config(args.config, args.overrides)
     load_checkpoint(args.checkpoint)  # a bad file fails before the data is built
     trainer = Trainer(config)
     _, _, test_loader = trainer.prepare_dataloaders()
@@ -326,11 +332,12 @@ def _test(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
     from .config import load_config
-    from .data import dataset_from_config
     from .errors import ConfigError
     from .logs import configure_logging
 
     config = load_config(args.config, args.overrides)
+    from .data import dataset_from_config
+
     configure_logging(config.log_level)
     if args.world_size < 1:
         raise ConfigError(f"--world-size: expected a positive number, found {args.world_size}")
@@ -406,9 +413,10 @@ def _predict(args: argparse.Namespace) -> int:
 
 def _profile(args: argparse.Namespace) -> int:
     from .config import load_config
-    from .training.profile import SUMMARY, profile, summary_table
 
     config = load_config(args.config, args.overrides)
+    from .training.profile import SUMMARY, profile, summary_table
+
     target, rows = profile(config, steps=args.steps, world_size=args.world_size, output=args.output)
     print(summary_table(rows))
     print(f"traces (rank<r>.trace.json) and {SUMMARY} in {target}")

@@ -1,7 +1,10 @@
 """``qg predict`` and ``qg.predict``/``qg.load_model``: a trained run's model on its own test
-split (exactly ``test_predictions.npz``), on new Zarr and HDF5 files in QuantumGrav.jl's layouts
+split (``test_predictions.npz``), on new Zarr and HDF5 files in QuantumGrav.jl's layouts
 (one row per causal set, in input order, with where it came from), on 1 and 2 processes (the
-same bytes), and one line for each bad input."""
+same bytes), and one line for each bad input.
+
+Bits are compared only between results computed in the same batches on one thread each (1 and 2
+processes); the same graphs in other batches, or the run's own test pass, agree within CLOSE."""
 
 import csv
 import dataclasses
@@ -30,6 +33,12 @@ TASKS = (
 # New causal sets: the generator of the embedded data with another seed, as a user's files.
 NEW = {"num_graphs": 30, "num_points": [12, 20], "dimensions": [2, 3, 4], "seed": 11}
 LABELS = "data.targets={y: y, dimension: dimension, time: time}"
+# The same graphs computed another way (in other batches, or on another number of threads) by
+# the same float32 model: each matrix product may add in another order, a few units in the last
+# place per product, through a handful of layers. Seen here across batches, threads and kernel
+# paths: at most 6e-8 on outputs of order 1. 1e-5 leaves a hundredfold margin and is far below
+# what a wrong graph, weight or order of rows changes (1e-2 and more).
+CLOSE = {"rtol": 1e-5, "atol": 1e-5}
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +66,11 @@ def test_predicting_the_test_split_gives_the_runs_test_predictions(run, capsys):
     written = read(run_dir / "predictions.npz")
     test = np.load(run_dir / "test_predictions.npz")
     probs = np.stack([written.graphs[f"dim_prob_{k}"] for k in range(3)], axis=1)
-    assert np.array_equal(probs, test["dim.predicted"])  # the same bits
+    # the same batches, but on one thread, where the run's test pass used the worker's threads
+    assert np.allclose(probs, test["dim.predicted"], **CLOSE)
     assert np.array_equal(written.graphs["dim_true"], test["dim.true"])
-    assert np.array_equal(written.graphs["d"], test["d.predicted"].reshape(-1))
-    assert np.array_equal(written.nodes["time"], test["time.predicted"].reshape(-1))
+    assert np.allclose(written.graphs["d"], test["d.predicted"].reshape(-1), **CLOSE)
+    assert np.allclose(written.nodes["time"], test["time.predicted"].reshape(-1), **CLOSE)
     assert np.array_equal(written.nodes["graph"], test["time.graph"])
     # the metrics printed are the run's test metrics
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -82,12 +92,14 @@ def test_zarr_and_hdf5_files_give_one_row_per_causal_set_in_input_order(run):
     assert out.graphs["group"].tolist() == [f"cset_{i + 1}" for i in range(n)] * 2
     # Julia's column-major groups read back as the sets they were written from: the same
     # predictions as the generated sets themselves, and for both formats
+    # (in other batches: the 30 sets of one file share a batch with sets of the other)
     generated = qg.predict(run_dir, overrides=[f"data.{k}={v}" for k, v in NEW.items()])
-    for column in ("dim_prob_0", "dim_prob_2", "d", "dim_true"):
-        assert np.array_equal(out.graphs[column][:n], generated.graphs[column])
-        assert np.array_equal(out.graphs[column][n:], generated.graphs[column])
-    assert np.array_equal(
-        out.nodes["time"][: len(generated.nodes["time"])], generated.nodes["time"]
+    for column in ("dim_prob_0", "dim_prob_2", "d"):
+        assert np.allclose(out.graphs[column][:n], generated.graphs[column], **CLOSE)
+        assert np.allclose(out.graphs[column][n:], generated.graphs[column], **CLOSE)
+    assert np.array_equal(out.graphs["dim_true"][:n], generated.graphs["dim_true"])
+    assert np.allclose(
+        out.nodes["time"][: len(generated.nodes["time"])], generated.nodes["time"], **CLOSE
     )
     labels = np.concatenate([generated.graphs["dim_true"]] * 2)
     assert np.array_equal(out.graphs["dim_true"], labels)
@@ -148,8 +160,8 @@ def test_load_model_gives_the_model_with_what_it_needs(run):
     assert loaded.tasks[1].scaled  # the regression target's scaling came with it
     out = qg.predict(run_dir, [str(files["h5"])])
     graphs = read_files(dataclasses.replace(loaded.config.data, files=(str(files["h5"]),)))
-    values = loaded.predict_batch(Batch.from_data_list(graphs[:5]))
-    assert torch.equal(values["dim"][:, 0], torch.from_numpy(out.graphs["dim_prob_0"][:5]))
+    values = loaded.predict_batch(Batch.from_data_list(graphs[:5]))  # a batch of its own
+    assert np.allclose(values["dim"][:, 0].numpy(), out.graphs["dim_prob_0"][:5], **CLOSE)
     # a checkpoint written before the model's dimensions were recorded still loads
     old = tmp / "old.pt"
     state = torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)

@@ -47,6 +47,16 @@ def assert_same_weights(a, b, tol=0.0):
 BEFORE_LAYOUT = TESTS / "fixtures" / "run_before_layout"
 
 
+def assert_close_floats(a: dict, b: dict, rel: float) -> None:
+    """The same keys; floats equal within ``rel``, everything else (counts, matrices) exactly."""
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+        if isinstance(value, float):
+            assert value == pytest.approx(b[key], rel=rel, abs=rel * 1e-2), key
+        else:
+            assert value == b[key], key
+
+
 def test_a_run_checkpointed_before_the_package_was_split_into_layers_resumes(tmp_path, data_root):
     run = tmp_path / "old"
     shutil.copytree(BEFORE_LAYOUT, run)
@@ -59,11 +69,16 @@ def test_a_run_checkpointed_before_the_package_was_split_into_layers_resumes(tmp
         config_from_dict(apply_overrides(raw, (*moved, f"training.path={run}"))), resume=True
     )
     assert trainer.resumed_from == run / "checkpoints" / "last.pt"
-    assert len(resumed) == 4 and without_times(resumed[2:]) == without_times(history[2:])
-    # the epochs trained before have the columns of their time (metrics came later), same values
-    for old, new in zip(without_times(resumed[:2]), without_times(history[:2]), strict=True):
-        assert old == {k: new[k] for k in old}
-    assert resumed_metrics == metrics
+    # The fixture's two epochs were computed on another machine, whose kernels may round
+    # differently: the runs agree to float32 rounding, not to the bit. Differences seen across
+    # kernel paths: 6e-8 relative after four epochs; a resume that lost any state (the random
+    # generators' draws for dropout and augmentation, the schedule, the moving average) changes
+    # the losses by 1e-3 and more.
+    assert len(resumed) == 4
+    for old, new in zip(without_times(resumed), without_times(history), strict=True):
+        # the epochs trained before have the columns of their time (metrics came later)
+        assert_close_floats(old, {k: new[k] for k in old}, rel=1e-5)
+    assert_close_floats(resumed_metrics, metrics, rel=1e-5)
     # Keys added since (model.type) count as their defaults, so another value is a change.
     other = config_from_dict(
         apply_overrides(

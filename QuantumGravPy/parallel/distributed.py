@@ -8,11 +8,12 @@ many processes runs unchanged in one.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -159,6 +160,27 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def one_thread(device: torch.device) -> Iterator[None]:
+    """Within the block, torch computes on one CPU thread in this process (restored after).
+
+    For results that must not depend on how many processes share the machine. CPU kernels
+    split some sums by the number of threads (MKL's matrix products on its compatible code
+    path, torch's own reductions on its scalar one), so the last bits of a result depend on
+    it, and each process's thread count is the cores divided among the processes: one thread
+    is the only count that every number of processes can have. A no-op on a GPU.
+    """
+    if device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # --- the process group -------------------------------------------------------------------------

@@ -1,7 +1,11 @@
-"""What the forkserver imports before it forks any rank: the package, and a quick exit.
+"""What the forkserver imports before it forks any rank: the libraries every rank uses, and a
+quick exit.
 
-Importing this module imports ``QuantumGravPy`` (its parent package), so every rank forked from
-the server starts with torch and the package already imported.
+``import QuantumGravPy`` alone loads no library (its names load on first use), so the server
+imports the heavy ones itself: torch, torch_geometric (which loads torch._dynamo) and torchmetrics
+(which loads scipy.signal), seconds of imports that every rank forked from the server then starts
+with. :func:`~QuantumGravPy.parallel.spawn.spawn` also preloads the module of the function it
+runs, which brings the package's own modules that function needs.
 
 A quick exit: a process that imported torch, torch_geometric and torchmetrics holds millions of
 objects, and the garbage collections Python runs while it shuts down walk all of them, 1 to
@@ -14,5 +18,9 @@ here the server does, when it ends with the program that started it.
 
 import atexit
 import gc
+
+import torch  # noqa: F401
+import torch_geometric  # noqa: F401
+import torchmetrics  # noqa: F401
 
 atexit.register(gc.freeze)

@@ -135,7 +135,10 @@ def spawn(
         )
     if start_method == "forkserver":
         # Imported once, in the server; it has no effect once the server runs.
-        multiprocessing.set_forkserver_preload([f"{__package__}.forkserver_preload"])
+        preload = [f"{__package__}.forkserver_preload"]
+        if fn.__module__ != "__main__":  # a script's own module is not importable by name
+            preload.append(fn.__module__)
+        multiprocessing.set_forkserver_preload(preload)
     attempts = 1 if master_port is not None else _PORT_ATTEMPTS
     for attempt in range(attempts):
         port = master_port if master_port is not None else distributed.free_port(master_addr)

@@ -42,6 +42,7 @@ class Strategy:
     replicated = True  # every rank holds the same whole parameters (the monitor compares them)
     micro_batches = 1  # passes per batch of this rank (the invariant strategy cuts batches)
     comm_hook = True  # gradients averaged by DDP, through the hook wrap() is given
+    one_thread = False  # whether the run computes on one CPU thread (distributed.one_thread)
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -143,6 +144,9 @@ class InvariantStrategy(Strategy):
 
     name = "invariant"
     comm_hook = False  # no DDP: the exchange is exact and explicit
+    # The passes too: a CPU matrix product's last bits can depend on the number of threads,
+    # which differs with the number of processes sharing the machine.
+    one_thread = True
 
     def __init__(self, device: torch.device, world_size: int, *, seed: int, shards: int):
         super().__init__(device)

@@ -3,7 +3,9 @@
 The inputs are cached as graphs once (by up to ``world_size`` processes, each a contiguous
 range, as training builds its cache), then cut into batches of ``testing.batch_size`` in input
 order; rank r of W evaluates batches r, r + W, ... and rank 0 puts the predictions back in
-order. Every batch holds the same graphs for any W, so the output is the same for any W.
+order. Every batch holds the same graphs for any W, and each process computes on one CPU thread
+(the thread count would otherwise change with W, and with it a product's last bits), so the
+output is the same for any W.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ def predict_worker(rank: int, world_size: int, job: _Job) -> dict[str, Any] | No
         tasks, loaded.device, loaded.autocast_dtype, loaded.float_dtype, select=loaded.select
     )
     bar = tqdm(loader, desc="predicting", unit="batch", disable=None if rank == 0 else True)
-    found = tester.accumulate(loaded.model, bar, scored={t.name for t in scored_tasks})
+    with distributed.one_thread(loaded.device):  # the same bits for any number of processes
+        found = tester.accumulate(loaded.model, bar, scored={t.name for t in scored_tasks})
     for parts in (found.predictions or {}).values():
         parts["graph"] = [mine[g] for g in parts["graph"]]  # positions in the whole input
     across = world_size > 1

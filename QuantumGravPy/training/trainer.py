@@ -39,6 +39,7 @@ from ..data import (
 from ..errors import ConfigError, DataError
 from ..logs import configure_logging
 from ..models import build_model
+from ..parallel import distributed
 from ..parallel.strategies import Strategy, make_strategy
 from ..runs import reproducibility as rs
 from ..runs.directory import check_flags
@@ -134,6 +135,11 @@ class Trainer(TestingMixin, RunStateMixin):
         # The average follows the trained weights; it is not wrapped in DDP (fsdp shards it).
         self.ema = EMA(self.model, t.ema_decay) if t.ema_decay is not None else None
         self.strategy = self.make_strategy()
+        # Restored by close(): a run whose bits must not depend on the number of processes
+        # computes on one CPU thread per process (see distributed.one_thread).
+        self._pinned = contextlib.ExitStack()
+        if self.strategy.one_thread:
+            self._pinned.enter_context(distributed.one_thread(self.device))
         held = self.strategy.prepare(self.model, *([self.ema.module] if self.ema else []))
         self.optimizer = build_optimizer(t.optimizer, held, self.strategy.optimizer)
         if t.compile:  # in place: the module, its keys and its parameters stay the same
@@ -202,6 +208,10 @@ class Trainer(TestingMixin, RunStateMixin):
             return make_strategy("invariant", self.device, seed=self.config.training.seed,
                                  shards=p.shards)  # fmt: skip
         return Strategy(self.device)
+
+    def close(self) -> None:
+        super().close()
+        self._pinned.close()  # the threads as they were before this run
 
     def load_dataset(self) -> Dataset | list:  # hook
         return dataset_from_config(self.config.data)
