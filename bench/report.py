@@ -24,9 +24,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import headline
 
+from QuantumGravPy.runs.reproducibility import cpu_name
+
 ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPTS = (
+    ("startup.py", "Start-up: the package and the command line against `import torch`"),
     ("overhead.py", "Framework overhead: `qg.Trainer` against a hand-written loop and Lightning"),
     ("ddp_scaling.py", "1 against 2 processes: ours, a hand-written DDP loop and Lightning's DDP"),
     ("monitor.py", "The cost of looking inside a run: the monitor's defaults against none"),
@@ -45,16 +48,6 @@ SCRIPTS = (
     ("readout.py", "The default read-out: the size-normalised sum against the plain sum"),
     ("curvature_bound.py", "Curvature: the most any model of the causal order can reach"),
 )
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def docstring_lead(path: Path) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,16 @@ import yaml
 # spin while they wait burn the core a waiting rank needs, which doubled the suite's CPU time;
 # passive waiting lets them sleep. Read once, when torch loads: so before QuantumGravPy.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# torch.compile's cache of generated C++ does not tell kernel paths apart: code generated for
+# AVX-512 is reused, and fails to build, when ATEN_CPU_CAPABILITY=default runs the suite on the
+# same machine. One cache per kernel path (kept between sessions, so compiling stays cheap).
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR",
+    os.path.join(
+        tempfile.gettempdir(),
+        f"qg-tests-inductor-{os.environ.get('ATEN_CPU_CAPABILITY', 'native')}",
+    ),
+)
 
 from QuantumGravPy.config import Config, apply_overrides, config_from_dict
 

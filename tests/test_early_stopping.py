@@ -128,16 +128,20 @@ def replayed_stop(history, columns, combine, patience):
     return None
 
 
+# Patience 1: the validation loss first fails to improve in epoch 11, the training loss keeps
+# improving there, on every kernel path tried (AVX-512, AVX2 on one thread, torch's scalar
+# kernels with MKL's compatible path); with patience 2 whether "any" stopped at all depended on
+# the last bits of epoch 10.
 COMBINED = (
     "early_stopping.metric=[val_loss, train_loss]",
-    "early_stopping.patience=2",
+    "early_stopping.patience=1",
     "training.num_epochs=14",
     "training.optimizer.kwargs={lr: 0.02}",
 )
 
 
 def check_stop(history, combine, stopped):
-    expected = replayed_stop(history, ["val_loss", "train_loss"], combine, patience=2)
+    expected = replayed_stop(history, ["val_loss", "train_loss"], combine, patience=1)
     assert stopped == (expected is not None)
     assert history[-1]["epoch"] == (expected or 14)
 

@@ -136,16 +136,21 @@ def test_resuming_in_process_equals_the_uninterrupted_run(make_config, tmp_path)
     assert starts[1]["torch"] == torch.__version__ and starts[1]["world_size"] == 1
 
 
-def test_resuming_under_other_package_versions_is_flagged(make_config):
+def test_resuming_under_other_package_versions_or_cpu_kernels_is_flagged(make_config):
     cfg = make_config("training.num_epochs=1", "log_level=INFO")
     train(cfg)
     last = cfg.run_dir / "checkpoints" / "last.pt"
     state = qg.load_checkpoint(last)
+    now = torch.backends.cpu.get_cpu_capability()
+    assert state["environment"]["cpu_capability"] == now
+    assert state["environment"]["threads"] == torch.get_num_threads()
     state["environment"]["torch"] = "1.0.0"
+    state["environment"]["cpu_capability"] = "VSX"
     save_checkpoint(state, last)
     train(make_config("training.num_epochs=2", "log_level=INFO"), resume=True)
     log = (cfg.run_dir / "train.log").read_text()
-    assert "WARNING the checkpoint was written with other versions (torch 1.0.0 -> " in log
+    assert "WARNING the checkpoint was written with other versions or CPU kernels " in log
+    assert f"(torch 1.0.0 -> {torch.__version__}, cpu_capability VSX -> {now})" in log
 
 
 def test_history_rows_after_the_checkpoint_are_discarded(make_config):

@@ -9,6 +9,7 @@ run would have done (:mod:`.resume` checks that a resumed config trains the same
 
 from __future__ import annotations
 
+import os
 import platform
 import random
 import sys
@@ -80,6 +81,37 @@ def set_rng_state(state: Mapping[str, Any], device: torch.device | None = None) 
 
 # Versions that decide the numbers a run computes; a resume under other ones is flagged.
 NUMERIC_PACKAGES = ("torch", "torch_geometric", "numpy")
+# Settings that move torch's, MKL's and oneDNN's CPU kernels onto other code paths, which round
+# differently (docs/reproducibility.md: the test suite passes both ways).
+KERNEL_SETTINGS = (
+    "ATEN_CPU_CAPABILITY",
+    "MKL_CBWR",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "ONEDNN_MAX_CPU_ISA",
+)
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_kernels() -> dict[str, Any]:
+    """What decides the last bits of a CPU computation besides the versions: the instruction
+    set torch's kernels use (``AVX512``, ``AVX2``, ``DEFAULT``: the processor's, unless
+    ``ATEN_CPU_CAPABILITY`` lowers it), the settings that move MKL and oneDNN, and the threads."""
+    return {
+        "cpu": cpu_name(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "kernel_settings": {k: os.environ[k] for k in KERNEL_SETTINGS if k in os.environ},
+        "threads": torch.get_num_threads(),
+    }
 
 
 def environment(device: torch.device | None = None, world_size: int = 1) -> dict[str, Any]:
@@ -99,6 +131,7 @@ def environment(device: torch.device | None = None, world_size: int = 1) -> dict
         "python": platform.python_version(),
         **{name: installed(name) for name in NUMERIC_PACKAGES},
         "platform": platform.platform(),
+        **cpu_kernels(),
         "host": platform.node(),
         "world_size": world_size,
         "device": str(device) if device is not None else None,
@@ -115,11 +148,15 @@ def version_changes(saved: Mapping[str, Any] | None) -> list[str]:
     if not saved:
         return []
     now = environment()
-    return [
+    changed = [
         f"{name} {saved.get(name)} -> {now[name]}"
         for name in NUMERIC_PACKAGES
         if saved.get(name) != now[name]
     ]
+    for name in ("cpu_capability", "kernel_settings"):  # recorded since 0.1 (older: unknown)
+        if name in saved and saved[name] != now[name]:
+            changed.append(f"{name} {saved[name]} -> {now[name]}")
+    return changed
 
 
 # --- world-size invariance -----------------------------------------------------------------------

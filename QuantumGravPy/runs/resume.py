@@ -125,8 +125,9 @@ def check_resume(
         notices.append(
             (
                 logging.WARNING,
-                f"the checkpoint was written with other versions ({', '.join(versions)}): the "
-                "continued run may differ from an uninterrupted one by rounding",
+                f"the checkpoint was written with other versions or CPU kernels "
+                f"({', '.join(versions)}): the continued run may differ from an uninterrupted "
+                "one by rounding",
             )
         )
     if state["world_size"] != world_size:

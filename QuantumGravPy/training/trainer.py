@@ -100,7 +100,6 @@ class Trainer(TestingMixin, RunStateMixin):
         self.run_dir = config.run_dir
         self.logger = self.setup_logging()
         self.device = self.select_device()
-        self._environment = rs.environment(self.device, self.world_size)
         seed_everything(config.training.seed)
         if dataset is None:
             check_file_targets(config)  # before minutes are spent reading files
@@ -140,6 +139,7 @@ class Trainer(TestingMixin, RunStateMixin):
         self._pinned = contextlib.ExitStack()
         if self.strategy.one_thread:
             self._pinned.enter_context(distributed.one_thread(self.device))
+        self._environment = rs.environment(self.device, self.world_size)  # with its threads
         held = self.strategy.prepare(self.model, *([self.ema.module] if self.ema else []))
         self.optimizer = build_optimizer(t.optimizer, held, self.strategy.optimizer)
         if t.compile:  # in place: the module, its keys and its parameters stay the same
