@@ -39,6 +39,7 @@ SCRIPTS = (
         "Distributed samplers: ours against Lightning's wrapper and DistributedSampler",
     ),
     ("invariance.py", "World-size invariance and the cost of full-state checkpoints"),
+    ("threads.py", "One thread per process: the cost of pinning for invariance and prediction"),
     ("memory.py", "Past one device's memory: ZeRO, FSDP and activation checkpointing"),
     ("compile.py", "training.compile on this CPU: compiled against plain epochs"),
     ("generation.py", "Causal-set generation throughput"),

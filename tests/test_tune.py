@@ -226,7 +226,8 @@ def test_ddp_trials_are_pruned_on_every_rank_and_run_two_at_a_time(tmp_path, dat
 @pytest.mark.timeout(240)
 def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, data_root, capsys):
     space = seeded_lr_space(2)
-    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=12)
+    # 4 epochs a trial: the kill lands within 50 ms of trial 1's first epoch, 3 epochs early
+    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=4)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
     args = [sys.executable, "-m", "QuantumGravPy", "tune", str(config), str(space_file)]
     job = subprocess.Popen(
@@ -628,8 +629,12 @@ def test_a_live_workers_trial_is_left_alone_and_a_silent_ones_run_again_after_th
     space = seeded_lr_space(1)
     config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=300)
     here = ("tune", config, space_file, "--resume", "--stale-after", "3")  # workers on this host
-    # a worker on another machine (its own host name), whose one trial trains for long
-    far = start_worker(config, space_file, "--trials", 1, "--stale-after", 3, hostname="node-a")
+    # a worker on another machine (its own host name), whose one trial trains for long (and
+    # idly: its model waits instead of computing, so it takes no core from the other tests)
+    far = start_worker(
+        config, space_file, "--trials", 1, "--stale-after", 3, "model.type=user_models.Unhurried",
+        hostname="node-a",
+    )  # fmt: skip
     try:
         until(
             lambda: (study / "trial_0000" / "history.csv").exists() or far.poll() is not None, 120

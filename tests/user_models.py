@@ -34,6 +34,17 @@ class MeanFeatures(nn.Module):
         return self.linear(global_mean_pool(batch.x, batch.batch, batch.num_graphs))
 
 
+class Unhurried(MeanFeatures):
+    """MeanFeatures that takes 50 ms a batch without computing: a trial that runs for long
+    while leaving the cores to the rest of the suite."""
+
+    def forward(self, batch):
+        import time
+
+        time.sleep(0.05)
+        return super().forward(batch)
+
+
 class OneColumnTooMany(MeanFeatures):
     def __init__(self, in_channels, outputs):
         ((n, level),) = outputs.values()

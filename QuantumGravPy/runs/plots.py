@@ -314,13 +314,15 @@ def run_config(path: str | Path) -> Config | None:
 
 
 def write_run_plots(
-    path: str | Path, config: Config | None = None, *, ranks: bool = True
+    path: str | Path, config: Config | None = None, *, training: bool = True
 ) -> list[Path]:
     """``curves.png``, ``ranks.png`` and, once the run was tested, each task's pictures of the
     test set.
 
     ``config``: the run's (default: read from its config.yaml), which names the tasks;
-    ``ranks=False`` leaves ``ranks.png`` as it is.
+    ``training=False`` draws the test set's pictures only, leaving the pictures of the training
+    (curves and ranks, which a test does not change) as they are: each costs a fraction of a
+    second, as much as a small run's epochs.
     """
     path = Path(path)
     config = config if config is not None else run_config(path)
@@ -328,8 +330,10 @@ def write_run_plots(
     summary: dict[str, Any] = {}
     if (path / rd.SUMMARY).is_file():
         summary = json.loads((path / rd.SUMMARY).read_text(encoding="utf-8"))
-    written = [plot_curves([read_run(path)], path / CURVES, metrics, [best_epoch(path)])]
-    timing = rd.read_ranks(path) if ranks else []
+    written = []
+    if training:
+        written.append(plot_curves([read_run(path)], path / CURVES, metrics, [best_epoch(path)]))
+    timing = rd.read_ranks(path) if training else []
     if timing:
         written.append(plot_ranks(timing, path / RANKS))
     tasks = task_list(config) if config is not None else ()

@@ -257,15 +257,16 @@ class RunStateMixin:
         rd.write_summary(self.run_dir, summary)
         if test_metrics is not None and self.test_predictions is not None:
             rd.write_predictions(self.run_dir, self.test_predictions)
-        self.write_plots(ranks=test_metrics is None)  # the test changes nothing ranks.png shows
+        self.write_plots(training=test_metrics is None)  # a test adds its own pictures only
         if test_metrics is not None:
             for tracker in self.trackers:
                 tracker.log_results(config_to_dict(self.config), test_metrics, self.epoch)
 
-    def write_plots(self, *, ranks: bool = True) -> None:
-        """curves.png and each task's pictures; a failure here costs a warning, never the run."""
+    def write_plots(self, *, training: bool = True) -> None:
+        """curves.png and ranks.png (``training``) or each task's pictures of the test set; a
+        failure here costs a warning, never the run."""
         try:
-            plots.write_run_plots(self.run_dir, self.config, ranks=ranks)
+            plots.write_run_plots(self.run_dir, self.config, training=training)
         except Exception as e:  # the results are on disk already; pictures are a convenience
             self.logger.warning("could not write the plots of %s: %s", self.run_dir, e)
 
