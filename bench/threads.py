@@ -28,8 +28,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import QuantumGravPy as qg  # noqa: E402
-from QuantumGravPy.config import apply_overrides, config_to_dict, load_config  # noqa: E402
-from QuantumGravPy.config import config_from_dict  # noqa: E402
+from QuantumGravPy.config import (  # noqa: E402
+    apply_overrides,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+)
 from QuantumGravPy.parallel.strategies import InvariantStrategy  # noqa: E402
 
 
