@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import traceback
+from collections import Counter
 from collections.abc import Sequence
 
 from .errors import COMMAND_LINE_ENV, QGError
@@ -246,12 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run() -> None:
-    """The ``qg`` program (and ``python -m QuantumGravPy``): :func:`main`, then a quick exit.
-
-    The command has closed what it opened by now; freezing the objects spares the interpreter's
-    final garbage collections a walk over everything torch created (see
-    ``parallel/forkserver_preload.py``), a second or more per process.
-    """
+    """The ``qg`` program (and ``python -m QuantumGravPy``): :func:`main`, then a quick exit:
+    freezing the objects spares the interpreter's final garbage collections a walk over all
+    torch created (``parallel/forkserver_preload.py``), a second or more per process."""
     code = main()
     gc.freeze()
     sys.exit(code)
@@ -373,9 +371,7 @@ def _tune(args: argparse.Namespace) -> int:
         stale_after_s=STALE_AFTER_S if args.stale_after is None else args.stale_after,
         overrides=args.overrides,
     )
-    states = {}
-    for t in filter(shown, study.get_trials(deepcopy=False)):
-        states[t.state.name.lower()] = states.get(t.state.name.lower(), 0) + 1
+    states = Counter(t.state.name.lower() for t in filter(shown, study.get_trials(deepcopy=False)))
     folder = study.user_attrs.get("directory") or ""
     counts = ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
     print(f"study {study.study_name}: {counts}; {TRIALS_CSV} and {BEST_YAML} in {folder}")

@@ -59,7 +59,12 @@ def config_file(tmp_path, data_root):
             "log_level": "WARNING",
             "data": {"root": str(data_root), "num_graphs": 80, "num_points": [16, 24]},
             "model": {"hidden_channels": 8, "num_layers": 1, "head_channels": [8]},
-            "training": {"path": str(tmp_path / "run"), "device": "cpu", "num_epochs": 2},
+            "training": {
+                "path": str(tmp_path / "run"),
+                "device": "cpu",
+                "num_epochs": 2,
+                "plots": False,  # as small_raw_config
+            },
         }
         for key, value in sections.items():
             raw.setdefault(key, {}).update(value)
@@ -184,6 +189,8 @@ def run_ranks(world_size: int, fn, *args, timeout_s: float = 60.0) -> list:
 
 
 def small_raw_config(tmp_path: Path, data_root: Path) -> dict:
+    """A small, fast config. Without pictures: drawing them takes longer than the epochs of
+    these runs; the tests of pictures ask for them (training.plots=true)."""
     return {
         "name": "test",
         "log_level": "WARNING",
@@ -194,6 +201,7 @@ def small_raw_config(tmp_path: Path, data_root: Path) -> dict:
             "device": "cpu",
             "num_epochs": 3,
             "batch_size": 16,
+            "plots": False,
         },
         "early_stopping": {"patience": 20},
     }

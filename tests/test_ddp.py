@@ -262,7 +262,7 @@ def test_validation_and_test_are_exact_for_any_world_size(eval_configs, world_si
 
 
 def test_two_ranks_train_on_disjoint_data_agree_and_only_rank0_writes(make_config, tmp_path):
-    config = make_config("training.num_epochs=4", "data.num_graphs=121")
+    config = make_config("training.num_epochs=4", "data.num_graphs=121", "training.plots=true")
     config_lr0 = make_config(
         f"training.path={tmp_path / 'lr0'}",
         "training.num_epochs=10",

@@ -34,7 +34,7 @@ def parameter_bytes(run: Path) -> int:
 def test_a_two_process_run_says_where_each_rank_spent_its_time(capsys, config_file, tmp_path):
     # rank 1 reads each graph 20 ms slowly (a user's dataset): a straggler waiting for data
     config = config_file(
-        training={"num_epochs": 3, "batch_size": 8},
+        training={"num_epochs": 3, "batch_size": 8, "plots": True},
         parallel={"world_size": 2},
         data={"dataset": "user_data.slow_on_rank_1"},
         model={"num_classes": 2},

@@ -4,6 +4,7 @@ figures' own data are checked against the history and summary.json, not only the
 import json
 
 import numpy as np
+import pytest
 from conftest import assert_refused, run_main, train
 
 from QuantumGravPy.runs import directory as rd
@@ -15,6 +16,12 @@ PANELS = {
     "accuracy": ["train_accuracy", "val_accuracy"],
     "learning rate": ["lr"],
 }
+
+
+@pytest.fixture
+def make_config(make_config):
+    """conftest's small configs, with their pictures: every run here draws them."""
+    return lambda *overrides: make_config("training.plots=true", *overrides)
 
 
 def is_png(path):
@@ -79,6 +86,15 @@ def test_every_run_leaves_curves_and_a_confusion_matrix(make_config, drawn):
     ]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["d = 2", "d = 3", "d = 4"]
     assert ax.get_title() == f"test set: {correct}/{total} correct"
+
+
+def test_a_run_without_pictures_gets_them_from_qg_plot(make_config, capsys):
+    cfg = make_config("training.num_epochs=2", "training.plots=false")
+    train(cfg)
+    assert not list(cfg.run_dir.glob("*.png"))
+    result = run_main(capsys, "plot", cfg.run_dir)
+    assert result.returncode == 0, result.stderr
+    assert is_png(cfg.run_dir / "curves.png") and is_png(cfg.run_dir / "confusion_matrix.png")
 
 
 def test_qg_plot_draws_one_run_and_overlays_several(make_config, tmp_path, capsys, drawn):

@@ -135,7 +135,7 @@ def test_a_single_regression_task_has_unprefixed_columns_and_original_units(make
 
 
 def test_a_binary_task_scores_like_scikit_learn_and_draws_its_roc(make_config, drawn):
-    cfg = make_config(*RINGS, "training.num_epochs=4")
+    cfg = make_config(*RINGS, "training.num_epochs=4", "training.plots=true")
     _, history, metrics = train(cfg)
     assert {"val_f1", "val_ring_auroc", "train_ring_accuracy", "train_accuracy"} <= set(history[0])
     kept = np.load(cfg.run_dir / "test_predictions.npz")

@@ -66,7 +66,7 @@ def mlflow_steps(client, run_id, key):
 
 def test_a_run_reaches_a_local_mlflow_store_with_its_files(make_config, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    cfg = make_config(f"tracking.mlflow={uri}", "training.num_epochs=3")
+    cfg = make_config(f"tracking.mlflow={uri}", "training.num_epochs=3", "training.plots=true")
     _, history, metrics = train(cfg)
     client, runs = mlflow_runs(uri)
     (run,) = runs
@@ -188,7 +188,9 @@ def test_an_offline_wandb_run_holds_the_config_every_column_the_results_and_pict
 ):
     # WANDB_MODE is honoured: the config says online, the environment offline (no network)
     monkeypatch.setenv("WANDB_MODE", "offline")
-    cfg = make_config("tracking.wandb=qg-tests", f"training.path={tmp_path}/run", "name=wb")
+    cfg = make_config(
+        "tracking.wandb=qg-tests", f"training.path={tmp_path}/run", "name=wb", "training.plots=true"
+    )
     _, history, metrics = train(cfg)
     run = tmp_path / "run"
     run_id = json.loads((run / "wandb.json").read_text())["run_id"]

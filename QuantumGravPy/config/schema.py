@@ -256,6 +256,10 @@ class TrainingConfig:
     # compile the model with torch.compile (for varying graph sizes); its first batches take
     # longer while it compiles. Checkpoints hold the plain module's keys either way
     compile: bool = False
+    # draw the run's pictures when it ends (curves.png, ranks.png, the test set's pictures);
+    # false skips them, a second or so per run (the trials of a large study): `qg plot RUN`
+    # draws them later from the run's files
+    plots: bool = True
 
     def validate(self) -> None:
         if self.sampler is not None and self.sampler not in SAMPLER_NAMES:

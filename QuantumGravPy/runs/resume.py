@@ -30,6 +30,7 @@ RESUMABLE_KEYS = (
     "data.device",  # where batches are assembled: the same batches either way
     "model.activation_checkpointing",  # recomputed activations: the same gradients
     "training.compile",  # the same model, compiled: resumes either way
+    "training.plots",  # pictures only
     "training.path",
     "training.num_epochs",
     "training.checkpoint_every",

@@ -14,54 +14,67 @@ and nothing is exchanged.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-import torchmetrics
 from torch import Tensor
-from torchmetrics import classification as tmc
-from torchmetrics import regression as tmr
-from torchmetrics.aggregation import MaxMetric
-from torchmetrics.utilities.data import dim_zero_sum
 
 from ..config import DEFAULT_METRICS, METRIC_NAMES, TASK_TYPES
 from ..parallel import distributed
 
+if TYPE_CHECKING:
+    import torchmetrics
+
 __all__ = ["DEFAULT_METRICS", "METRIC_NAMES", "TASK_TYPES", "TaskMetrics"]
 
-# name -> a torchmetrics metric for that many outputs; exact, never binned (thresholds=None).
-# compute() never synchronises by itself (sync_on_compute=False): only compute(across_ranks=True)
-# does, so a rank that evaluates alone never waits for the others.
+
 _OWN = {"sync_on_compute": False}
-_FACTORIES: dict[str, dict[str, Callable[[int], torchmetrics.Metric]]] = {
-    "classification": {
-        "accuracy": lambda c: tmc.MulticlassAccuracy(c, average="micro", **_OWN),
-        "balanced_accuracy": lambda c: tmc.MulticlassAccuracy(c, average="macro", **_OWN),
-        "f1_macro": lambda c: tmc.MulticlassF1Score(c, average="macro", **_OWN),
-        "f1_weighted": lambda c: tmc.MulticlassF1Score(c, average="weighted", **_OWN),
-        "precision_macro": lambda c: tmc.MulticlassPrecision(c, average="macro", **_OWN),
-        "recall_macro": lambda c: tmc.MulticlassRecall(c, average="macro", **_OWN),
-        "auroc": lambda c: tmc.MulticlassAUROC(c, average="macro", thresholds=None, **_OWN),
-        "confusion_matrix": lambda c: tmc.MulticlassConfusionMatrix(c, **_OWN),
-    },
-    "binary": {
-        "accuracy": lambda _: tmc.BinaryAccuracy(**_OWN),
-        "f1": lambda _: tmc.BinaryF1Score(**_OWN),
-        "precision": lambda _: tmc.BinaryPrecision(**_OWN),
-        "recall": lambda _: tmc.BinaryRecall(**_OWN),
-        "auroc": lambda _: tmc.BinaryAUROC(thresholds=None, **_OWN),
-        "average_precision": lambda _: tmc.BinaryAveragePrecision(thresholds=None, **_OWN),
-        "confusion_matrix": lambda _: tmc.BinaryConfusionMatrix(**_OWN),
-    },
-    "regression": {
-        "mse": lambda k: tmr.MeanSquaredError(num_outputs=k, **_OWN),
-        "rmse": lambda k: tmr.MeanSquaredError(squared=False, num_outputs=k, **_OWN),
-        "mae": lambda _: tmr.MeanAbsoluteError(**_OWN),
-        "r2": lambda _: tmr.R2Score(multioutput="uniform_average", **_OWN),
-        "max_error": lambda _: MaxMetric(**_OWN),
-    },
-}
+
+
+@functools.cache
+def _factories() -> dict[str, dict[str, Callable[[int], torchmetrics.Metric]]]:
+    """name -> a torchmetrics metric for that many outputs; exact, never binned
+    (thresholds=None). Loaded on first use: torchmetrics takes a second to import (it loads
+    scipy.signal), which a process that never computes a metric (the one that starts a job's
+    ranks) does not pay.
+
+    compute() never synchronises by itself (sync_on_compute=False): only
+    compute(across_ranks=True) does, so a rank that evaluates alone never waits for the others.
+    """
+    from torchmetrics import classification as tmc
+    from torchmetrics import regression as tmr
+    from torchmetrics.aggregation import MaxMetric
+
+    return {
+        "classification": {
+            "accuracy": lambda c: tmc.MulticlassAccuracy(c, average="micro", **_OWN),
+            "balanced_accuracy": lambda c: tmc.MulticlassAccuracy(c, average="macro", **_OWN),
+            "f1_macro": lambda c: tmc.MulticlassF1Score(c, average="macro", **_OWN),
+            "f1_weighted": lambda c: tmc.MulticlassF1Score(c, average="weighted", **_OWN),
+            "precision_macro": lambda c: tmc.MulticlassPrecision(c, average="macro", **_OWN),
+            "recall_macro": lambda c: tmc.MulticlassRecall(c, average="macro", **_OWN),
+            "auroc": lambda c: tmc.MulticlassAUROC(c, average="macro", thresholds=None, **_OWN),
+            "confusion_matrix": lambda c: tmc.MulticlassConfusionMatrix(c, **_OWN),
+        },
+        "binary": {
+            "accuracy": lambda _: tmc.BinaryAccuracy(**_OWN),
+            "f1": lambda _: tmc.BinaryF1Score(**_OWN),
+            "precision": lambda _: tmc.BinaryPrecision(**_OWN),
+            "recall": lambda _: tmc.BinaryRecall(**_OWN),
+            "auroc": lambda _: tmc.BinaryAUROC(thresholds=None, **_OWN),
+            "average_precision": lambda _: tmc.BinaryAveragePrecision(thresholds=None, **_OWN),
+            "confusion_matrix": lambda _: tmc.BinaryConfusionMatrix(**_OWN),
+        },
+        "regression": {
+            "mse": lambda k: tmr.MeanSquaredError(num_outputs=k, **_OWN),
+            "rmse": lambda k: tmr.MeanSquaredError(squared=False, num_outputs=k, **_OWN),
+            "mae": lambda _: tmr.MeanAbsoluteError(**_OWN),
+            "r2": lambda _: tmr.R2Score(multioutput="uniform_average", **_OWN),
+            "max_error": lambda _: MaxMetric(**_OWN),
+        },
+    }
 
 
 class TaskMetrics:
@@ -95,7 +108,7 @@ class TaskMetrics:
         self.num_outputs = 1 if task_type == "binary" else num_outputs
         self.metrics: dict[str, torchmetrics.Metric] = {}
         for name in names:
-            metric = _FACTORIES[task_type][name](self.num_outputs)
+            metric = _factories()[task_type][name](self.num_outputs)
             # float states (sums of errors) and inputs in float64; after .to(), which resets
             # the dtype torchmetrics casts inputs to
             self.metrics[name] = metric.to(device).set_dtype(torch.float64)
@@ -152,6 +165,8 @@ def _compute_in_float64(metric: torchmetrics.Metric, *, counts: bool) -> Tensor:
     counts are cast and the default is float64 for the call. The metric's unwrapped
     ``compute`` is called, so nothing is cached or synchronised meanwhile.
     """
+    from torchmetrics.utilities.data import dim_zero_sum
+
     integer = {  # summed counts only; gathered labels (an AUROC's targets) stay integers
         k: v
         for k in metric._defaults

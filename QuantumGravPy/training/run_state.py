@@ -265,6 +265,8 @@ class RunStateMixin:
     def write_plots(self, *, training: bool = True) -> None:
         """curves.png and ranks.png (``training``) or each task's pictures of the test set; a
         failure here costs a warning, never the run."""
+        if not self.config.training.plots:
+            return
         try:
             plots.write_run_plots(self.run_dir, self.config, training=training)
         except Exception as e:  # the results are on disk already; pictures are a convenience
