@@ -194,7 +194,10 @@ def test_an_offline_wandb_run_holds_the_config_every_column_the_results_and_pict
     _, history, metrics = train(cfg)
     run = tmp_path / "run"
     run_id = json.loads((run / "wandb.json").read_text())["run_id"]
-    (started,) = wandb_records(run, "run")
+    found = wandb_records(run, "run")
+    files = {str(p.relative_to(run)): p.stat().st_size for p in run.rglob("*") if p.is_file()}
+    assert len(found) == 1, (found, files)
+    started = found[0]
     assert started.run_id == run_id and started.project == "qg-tests"
     assert started.display_name == "run" and started.run_group == ""
     config = {u.key: json.loads(u.value_json) for u in started.config.update}

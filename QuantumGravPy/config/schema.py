@@ -243,9 +243,8 @@ class TrainingConfig:
     sampler_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. {num_samples: 5000}
     # optimizer steps every N batches; gradients of the others are kept, not synchronised
     accumulate_grad_batches: int = field(default=1, metadata=_POSITIVE)
-    # "32": float32; "bf16" or "16": autocast to bfloat16 / float16 (16 adds a gradient scaler);
-    # "64": float64 weights and data, which keeps runs on different process counts together
-    # far longer (see the docs: Reproducibility and resuming)
+    # "32": float32; "bf16" or "16": autocast (16 adds a gradient scaler); "64": float64 weights
+    # and data, which keep runs on different process counts together far longer (docs)
     precision: Literal["32", "bf16", "16", "64"] = "32"
     # null: no average; e.g. 0.999: validation and test use an exponential moving average
     ema_decay: float | None = field(
@@ -253,12 +252,9 @@ class TrainingConfig:
     )
     # null: none; {max_norm: 1.0} (norm over all parameters, norm_type 2) or {value: 0.5}
     gradient_clip: GradientClipConfig | None = None
-    # compile the model with torch.compile (for varying graph sizes); its first batches take
-    # longer while it compiles. Checkpoints hold the plain module's keys either way
+    # torch.compile the model (its first batches take longer); checkpoints keep plain keys
     compile: bool = False
-    # draw the run's pictures when it ends (curves.png, ranks.png, the test set's pictures);
-    # false skips them, a second or so per run (the trials of a large study): `qg plot RUN`
-    # draws them later from the run's files
+    # draw the run's pictures; false saves a second a run (`qg plot RUN` draws them later)
     plots: bool = True
 
     def validate(self) -> None:
