@@ -117,6 +117,85 @@ def run_cli(
     )
 
 
+class ForkedJob:
+    """``qg ARGS`` in a process of its own, forked from this worker's server (which imported
+    torch, torch_geometric and torchmetrics once) instead of a fresh interpreter that imports
+    them again: the command's own code in a real process (its own pid and process group, as a
+    batch system starts a job, killed or interrupted as one), seconds sooner. Its output goes
+    to files; ``communicate`` returns it. Start-up itself is tested with ``run_cli``."""
+
+    def __init__(self, args, env: dict | None, cwd: Path | None):
+        import multiprocessing
+
+        self._dir = Path(tempfile.mkdtemp(prefix="qg-job-"))
+        self._out, self._err = self._dir / "stdout", self._dir / "stderr"
+        default = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
+        environ = dict(default if env is None else env)
+        context = multiprocessing.get_context("forkserver")
+        self._process = context.Process(
+            target=_forked_main,
+            args=([str(a) for a in args], environ, str(cwd or ROOT), self._out, self._err),
+        )
+        self._process.start()
+        self.pid = self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.exitcode  # -N: killed by signal N
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._process.join(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired("qg", timeout)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return self._out.read_text(), self._err.read_text()
+
+
+def _forked_main(args, env, cwd, out, err) -> None:
+    """The job: a session of its own, the environment and directory it was given, its standard
+    output and error in files, then the ``qg`` program (with the kill hooks, if the
+    environment arms them, as a fresh interpreter would load them from its PYTHONPATH)."""
+    import runpy
+
+    os.setsid()
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    for fd, path in ((1, out), (2, err)):
+        opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(opened, fd)
+        os.close(opened)
+    for entry in reversed(env.get("PYTHONPATH", "").split(os.pathsep)):
+        if entry and entry not in sys.path:
+            sys.path.insert(0, entry)
+    hooks = TESTS / "kill_hooks"
+    if str(hooks) in env.get("PYTHONPATH", "").split(os.pathsep):
+        runpy.run_path(str(hooks / "sitecustomize.py"), run_name="sitecustomize")
+    from QuantumGravPy.cli import main
+
+    sys.argv = ["qg", *args]
+    sys.exit(main(args))
+
+
+def start_forked(*args, env: dict | None = None, cwd: Path | None = None) -> ForkedJob:
+    """``qg ARGS`` as a job of its own (see :class:`ForkedJob`), running; ``env`` replaces the
+    environment."""
+    return ForkedJob(args, env, cwd)
+
+
+def run_forked(*args, env=None, cwd=None, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``qg ARGS`` as a job of its own, to its end: its exit status and output."""
+    job = start_forked(*args, env=env, cwd=cwd)
+    out, err = job.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(["qg", *map(str, args)], job.returncode, out, err)
+
+
 def run_main(capsys, *args) -> subprocess.CompletedProcess:
     """``qg ARGS`` in this process: the command's own code path, without a new interpreter.
 

@@ -14,7 +14,7 @@ import psutil
 import pytest
 import torch
 import yaml
-from conftest import ROOT, TESTS, run_cli, run_ranks, small_raw_config
+from conftest import ROOT, TESTS, run_forked, run_ranks, small_raw_config, start_forked
 
 import QuantumGravPy as qg
 from QuantumGravPy.parallel.distributed import available_cores, free_port
@@ -405,7 +405,7 @@ def history_without_times(run):
 
 
 def test_spawn_torchrun_and_srun_give_the_same_run(ddp_config_file, tmp_path):
-    spawned = run_cli(
+    spawned = run_forked(
         "train",
         str(ddp_config_file),
         "parallel.world_size=2",
@@ -445,16 +445,10 @@ def test_spawn_torchrun_and_srun_give_the_same_run(ddp_config_file, tmp_path):
 
     port = str(free_port())
     tasks = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "QuantumGravPy",
-                "train",
-                str(ddp_config_file),
-                f"training.path={tmp_path / 'srun'}",
-            ],
-            cwd=ROOT,
+        start_forked(
+            "train",
+            ddp_config_file,
+            f"training.path={tmp_path / 'srun'}",
             env=launcher_env(
                 SLURM_PROCID=str(rank),
                 SLURM_LOCALID=str(rank),
@@ -464,10 +458,7 @@ def test_spawn_torchrun_and_srun_give_the_same_run(ddp_config_file, tmp_path):
                 SLURM_JOB_ID="42",
                 MASTER_PORT=port,
             ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        )  # two tasks of srun's, forked from this worker's server (conftest.ForkedJob)
         for rank in (0, 1)
     ]
     for task in tasks:

@@ -10,7 +10,16 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import ROOT, TESTS, assert_refused, run_cli, run_main, small_raw_config, train
+from conftest import (
+    ROOT,
+    TESTS,
+    assert_refused,
+    run_cli,
+    run_main,
+    small_raw_config,
+    start_forked,
+    train,
+)
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import apply_overrides, config_from_dict
@@ -261,20 +270,10 @@ def kill_config(tmp_path, data_root, name, world_size, **model):
 
 
 def start_job(config, *args, **env):
-    """``qg train`` in a new process group, as a batch system starts a job."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "QuantumGravPy", "train", str(config), *args],
-        cwd=ROOT,
-        env=dict(
-            os.environ,
-            PYTHONPATH=os.pathsep.join([str(TESTS / "kill_hooks"), str(ROOT), str(TESTS)]),
-            **env,
-        ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    """``qg train`` in a new process group, as a batch system starts a job (forked from this
+    worker's server: see conftest.ForkedJob), with the kill hooks in reach."""
+    hooks = os.pathsep.join([str(TESTS / "kill_hooks"), str(ROOT), str(TESTS)])
+    return start_forked("train", config, *args, env=dict(os.environ, PYTHONPATH=hooks, **env))
 
 
 def train_here(config, *args):

@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, TESTS, assert_refused, run_cli, run_main, small_raw_config
+from conftest import (
+    ROOT,
+    TESTS,
+    assert_refused,
+    run_forked,
+    run_main,
+    small_raw_config,
+    start_forked,
+)
 from test_tracking import wandb_records
 
 import QuantumGravPy as qg
@@ -228,15 +236,8 @@ def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, dat
     space = seeded_lr_space(2)
     # 4 epochs a trial: the kill lands within 50 ms of trial 1's first epoch, 3 epochs early
     config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=4)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
-    args = [sys.executable, "-m", "QuantumGravPy", "tune", str(config), str(space_file)]
-    job = subprocess.Popen(
-        [*args, "--trials", "3"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group, killed as a scheduler would
-    )
+    # its own process group, killed as a scheduler would
+    job = start_forked("tune", config, space_file, "--trials", "3")
     try:
         # kill while trial 1 is in the middle of its epochs, trial 0 finished
         deadline = time.monotonic() + 180
@@ -279,16 +280,7 @@ def test_ctrl_c_stops_parallel_trials_and_queues_them_again(tmp_path, data_root)
         "pruner": {"type": "none"},
     }
     config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=200)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
-    args = [sys.executable, "-m", "QuantumGravPy", "tune", str(config), str(space_file)]
-    job = subprocess.Popen(
-        [*args, "--trials", "2", "--parallel", "2"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    job = start_forked("tune", config, space_file, "--trials", "2", "--parallel", "2")
     deadline = time.monotonic() + 180
     while not all((study / f"trial_000{i}" / "history.csv").exists() for i in (0, 1)):
         assert job.poll() is None and time.monotonic() < deadline
@@ -487,7 +479,7 @@ def test_the_command_line_shows_no_traceback(tmp_path, data_root):
         "objective": {"metric": "val_loss"},
     }
     config, space_file, _ = write_study_files(tmp_path, data_root, space)
-    done = run_cli("tune", config, space_file, "--trials", "2")
+    done = run_forked("tune", config, space_file, "--trials", "2")
     line = assert_refused(done)
     assert line == (
         f"error: {space_file}: model.hidden_channels: low must be below high, found low 32, high 16"
@@ -532,6 +524,8 @@ def start_worker(config, space_file, *args, hostname=None):
     """``qg tune ... --resume`` as one job of the documented job array (docs/tuning.md): its own process group, and
     with ``hostname`` its own host name (a UTS namespace: a worker on another machine)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
+    if hostname is None:  # forked from this worker's server: see conftest.ForkedJob
+        return start_forked("tune", config, space_file, *args, "--resume", env=env)
     command = [sys.executable, "-m", "QuantumGravPy", "tune", str(config), str(space_file)]
     command += [*map(str, args), "--resume"]
     if hostname is not None:

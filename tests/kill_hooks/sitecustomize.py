@@ -1,4 +1,5 @@
-"""Imported by every Python process of a test job whose PYTHONPATH holds this directory.
+"""Imported by every Python process of a test job whose PYTHONPATH holds this directory (and
+run by a job forked from a test worker, ``conftest.ForkedJob``, whose environment names it).
 
 It kills the job at a chosen point, as a preemption would, so the kill tests know where it
 landed (and fail if the job ends without it):
@@ -95,4 +96,7 @@ if _ARMED and _AT:
                 spec.loader.exec_module = exec_module
             return spec
 
-    sys.meta_path.insert(0, _PlantAfterImport())
+    if _TRAINER in sys.modules:  # a job forked from a process that imported it already
+        _plant(sys.modules[_TRAINER])
+    else:
+        sys.meta_path.insert(0, _PlantAfterImport())
