@@ -124,7 +124,7 @@ class ForkedJob:
     batch system starts a job, killed or interrupted as one), seconds sooner. Its output goes
     to files; ``communicate`` returns it. Start-up itself is tested with ``run_cli``."""
 
-    def __init__(self, args, env: dict | None, cwd: Path | None):
+    def __init__(self, args, env: dict | None, cwd: Path | None, cores: set[int] | None = None):
         import multiprocessing
 
         self._dir = Path(tempfile.mkdtemp(prefix="qg-job-"))
@@ -134,7 +134,7 @@ class ForkedJob:
         context = multiprocessing.get_context("forkserver")
         self._process = context.Process(
             target=_forked_main,
-            args=([str(a) for a in args], environ, str(cwd or ROOT), self._out, self._err),
+            args=([str(a) for a in args], environ, str(cwd or ROOT), self._out, self._err, cores),
         )
         self._process.start()
         self.pid = self._process.pid
@@ -157,13 +157,16 @@ class ForkedJob:
         return self._out.read_text(), self._err.read_text()
 
 
-def _forked_main(args, env, cwd, out, err) -> None:
-    """The job: a session of its own, the environment and directory it was given, its standard
-    output and error in files, then the ``qg`` program (with the kill hooks, if the
-    environment arms them, as a fresh interpreter would load them from its PYTHONPATH)."""
+def _forked_main(args, env, cwd, out, err, cores) -> None:
+    """The job: a session of its own, the environment and directory it was given (and the
+    cores, if given), its standard output and error in files, then the ``qg`` program (with the
+    kill hooks, if the environment arms them, as a fresh interpreter would load them from its
+    PYTHONPATH)."""
     import runpy
 
     os.setsid()
+    if cores is not None:
+        os.sched_setaffinity(0, cores)
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
@@ -183,15 +186,19 @@ def _forked_main(args, env, cwd, out, err) -> None:
     sys.exit(main(args))
 
 
-def start_forked(*args, env: dict | None = None, cwd: Path | None = None) -> ForkedJob:
+def start_forked(
+    *args, env: dict | None = None, cwd: Path | None = None, cores: set[int] | None = None
+) -> ForkedJob:
     """``qg ARGS`` as a job of its own (see :class:`ForkedJob`), running; ``env`` replaces the
-    environment."""
-    return ForkedJob(args, env, cwd)
+    environment, ``cores`` limits the job (and the processes it starts) to those cores."""
+    return ForkedJob(args, env, cwd, cores)
 
 
-def run_forked(*args, env=None, cwd=None, timeout: float = 240) -> subprocess.CompletedProcess:
+def run_forked(
+    *args, env=None, cwd=None, cores=None, timeout: float = 240
+) -> subprocess.CompletedProcess:
     """``qg ARGS`` as a job of its own, to its end: its exit status and output."""
-    job = start_forked(*args, env=env, cwd=cwd)
+    job = start_forked(*args, env=env, cwd=cwd, cores=cores)
     out, err = job.communicate(timeout=timeout)
     return subprocess.CompletedProcess(["qg", *map(str, args)], job.returncode, out, err)
 

@@ -3,13 +3,11 @@ anything is written; and what a run that crashed leaves behind."""
 
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 import yaml
-from conftest import ROOT, TESTS, assert_refused, run_main, train
+from conftest import ROOT, assert_refused, run_forked, run_main, train
 
 import QuantumGravPy as qg
 
@@ -188,17 +186,11 @@ def test_a_failed_job_ends_on_its_error_line_and_its_log_says_why(config_file, t
     lock of the rank that was stopped), and rank 0's log, whose rank was stopped from
     outside, says which rank failed. On the way: two processes on one core, each with less
     than a batch of graphs, are warned about before training starts."""
-    command = [sys.executable, "-m", "QuantumGravPy", "train", config_file()]
-    command += ["parallel.world_size=2", "model.type=user_models.FailsOnRankOne"]
-    command += ["training.batch_size=64"]  # 56 training graphs: 28 per process
-    result = subprocess.run(
-        command,
-        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)])),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),  # one core
-    )
+    result = run_forked(
+        "train", config_file(), "parallel.world_size=2", "model.type=user_models.FailsOnRankOne",
+        "training.batch_size=64",  # 56 training graphs: 28 per process
+        cores={min(os.sched_getaffinity(0))},  # one core
+    )  # fmt: skip
     assert result.returncode == 1
     assert "parallel.world_size: 2 processes share 1 CPU cores on this machine" in result.stderr
     assert (
