@@ -117,6 +117,14 @@ def run_cli(
     )
 
 
+_JOBS: dict[str, Path] = {}  # where forked jobs keep their output: this session's temporary tree
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _forked_jobs_output(tmp_path_factory):
+    _JOBS["root"] = tmp_path_factory.mktemp("jobs")
+
+
 class ForkedJob:
     """``qg ARGS`` in a process of its own, forked from this worker's server (which imported
     torch, torch_geometric and torchmetrics once) instead of a fresh interpreter that imports
@@ -127,7 +135,7 @@ class ForkedJob:
     def __init__(self, args, env: dict | None, cwd: Path | None, cores: set[int] | None = None):
         import multiprocessing
 
-        self._dir = Path(tempfile.mkdtemp(prefix="qg-job-"))
+        self._dir = Path(tempfile.mkdtemp(prefix="job-", dir=_JOBS.get("root")))
         self._out, self._err = self._dir / "stdout", self._dir / "stderr"
         default = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
         environ = dict(default if env is None else env)
