@@ -192,6 +192,11 @@ def test_an_offline_wandb_run_holds_the_config_every_column_the_results_and_pict
         "tracking.wandb=qg-tests", f"training.path={tmp_path}/run", "name=wb", "training.plots=true"
     )
     _, history, metrics = train(cfg)
+    # W&B's service writes the offline file in blocks and closes it after finish() returns (a
+    # file read at once under load held no record yet): ending the service waits for it
+    import wandb
+
+    wandb.teardown()
     run = tmp_path / "run"
     run_id = json.loads((run / "wandb.json").read_text())["run_id"]
     found = wandb_records(run, "run")
