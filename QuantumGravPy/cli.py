@@ -271,33 +271,31 @@ def _train(args: argparse.Namespace) -> int:
     overwrite, resume, force = args.overwrite, args.resume, args.force
     if force and not resume:
         raise ConfigError("--force only applies to --resume")
-    from .runs.directory import check_flags
-
-    check_flags(overwrite=overwrite, resume=resume)
-    from .config import per_process
     from .parallel.distributed import process_env, restart_count
     from .runs import check_resumable
-    from .runs.directory import check_run_dir
+    from .runs.directory import check_flags, check_run_dir
 
+    check_flags(overwrite=overwrite, resume=resume)
     if restart_count() > 0:
         overwrite, resume = False, True  # the launcher restarted the job: continue, never wipe
     env = process_env()
-    if env is None:
-        # Refuse impossible batches, an occupied run directory or a checkpoint that does not
-        # fit before the model libraries load and minutes go on data and model.
-        per_process(config, config.parallel.world_size)
-        if resume:
-            check_resumable(config, world_size=config.parallel.world_size, force=force)
-        else:
-            check_run_dir(config.run_dir, overwrite=overwrite)
-    from .training import Trainer, launch
-
     if env is not None or config.parallel.world_size > 1:
-        # Spawn the ranks, or, under torchrun or srun, be one of theirs.
+        # Spawn the ranks (launch checks the run directory first), or, under torchrun or
+        # srun, be one of theirs.
+        from .training import launch
+
         result = launch(config, overwrite=overwrite, resume=resume, force=force)
         if env is None or env.rank == 0:
             _report(result["test"], config)
         return 0
+    # Refuse an occupied run directory (or a checkpoint that does not fit) before the model
+    # libraries load and minutes go on data and model.
+    if resume:
+        check_resumable(config, world_size=1, force=force)
+    else:
+        check_run_dir(config.run_dir, overwrite=overwrite)
+    from .training import Trainer
+
     trainer = Trainer(config, overwrite=overwrite, resume=resume, force=force)
     try:
         train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
