@@ -24,9 +24,11 @@ element). zarr and h5py are the ``files`` extra.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -36,12 +38,12 @@ from tqdm.auto import tqdm
 from ..config import resolve, task_list
 from ..errors import ConfigError, DataError
 from ..physics import (
+    NotAnOrder,
+    OrderStructure,
     is_naturally_labelled,
-    natural_labelling,
-    node_features,
-    order_violation,
+    order_structure,
+    structure_features,
     transitive_closure,
-    transitive_reduction,
 )
 from .cache import DigestCachedDataset, collect
 from .stores import Samples, find_files, fingerprint, open_store
@@ -83,34 +85,47 @@ def _values(array: np.ndarray, where: str) -> torch.Tensor:
     raise DataError(f"{where}: expected numbers, found {array.dtype}")
 
 
-def build_graph(samples: Samples, index: int, transpose: bool, *, provenance: bool = False) -> Data:
-    """Sample ``index`` of an open file as a graph (see the module's description).
+class _Sample(NamedTuple):
+    """A causal set read and checked, waiting for the longest chains of its block."""
+
+    structure: OrderStructure | None  # None when data.node_features gives x
+    x: torch.Tensor | None
+    attributes: dict[str, torch.Tensor]
+
+
+def read_sample(
+    samples: Samples,
+    index: int,
+    transpose: bool,
+    *,
+    provenance: bool = False,
+    matrix: np.ndarray | None = None,
+) -> _Sample:
+    """Sample ``index`` of an open file, checked, in a natural labelling: all of its graph but
+    the features that need the longest chains (see :func:`build_graphs`). ``matrix``: its
+    causal or link matrix, if already read.
 
     ``provenance``: the graph also holds ``source_element``, each node's element as the file
     numbers it (nodes are put in a natural labelling, which may reorder them)."""
     cfg, path = samples.cfg, samples.path
     where = f"{path}: {samples.where(index)}"
-    matrix = samples.read(index, samples.matrix)
+    if matrix is None:
+        matrix = samples.read(index, samples.matrix)
     _check_square(matrix, where, samples.matrix)
-    m = torch.from_numpy(matrix.astype(bool))
-    if transpose:
-        m = m.t().contiguous()
+    m = torch.from_numpy(matrix)
     n = m.shape[0]
-    if samples.is_links:
-        relations = transitive_closure(m)
-        problem = order_violation(relations)
-        if problem:
-            problem = f"the links close to a cycle ({problem})"
-    else:
-        relations = m
-        problem = order_violation(relations)
-    if problem:
-        raise DataError(f"{where}: {samples.matrix!r} is not a strict partial order: {problem}")
-    links = m if samples.is_links else transitive_reduction(relations)
-    order = None if is_naturally_labelled(relations) else natural_labelling(relations)
-    if order is not None:
-        relations = relations[order][:, order]
-        links = links[order][:, order]
+    try:
+        if samples.is_links:
+            links = m.bool().t() if transpose else m.bool()
+            try:
+                structure = order_structure(transitive_closure(links))
+            except NotAnOrder as e:
+                raise NotAnOrder(f"the links close to a cycle ({e})") from None
+        else:
+            structure = order_structure(m, transposed=transpose)
+    except NotAnOrder as e:
+        raise DataError(f"{where}: {samples.matrix!r} is not a strict partial order: {e}") from None
+    order = structure.labelling
     attributes: dict[str, torch.Tensor] = {}
     for attribute, name in cfg.targets.items():
         value = _values(samples.read(index, name), f"{where}: {name!r}").reshape(-1)
@@ -123,9 +138,8 @@ def build_graph(samples: Samples, index: int, transpose: bool, *, provenance: bo
                 f"{where}: {name!r} (data.targets.{attribute}) holds {value.numel()} values for "
                 f"a causal set of {n} elements: expected 1 (per causal set) or {n} (per element)"
             )
-    if cfg.node_features is None:
-        x = node_features(relations[None], links[None])[0]
-    else:
+    x = None
+    if cfg.node_features is not None:
         columns = []
         for name in cfg.node_features:
             value = _values(samples.read(index, name), f"{where}: {name!r}").float()
@@ -141,8 +155,21 @@ def build_graph(samples: Samples, index: int, transpose: bool, *, provenance: bo
         x = torch.cat(columns, dim=1)
     if provenance:
         attributes["source_element"] = torch.arange(n) if order is None else order
-    edges = links.nonzero().t()
-    return Data(x=x, edge_index=torch.cat([edges, edges.flip(0)], dim=1), **attributes)
+    attributes["edge_index"] = torch.cat([structure.links, structure.links.flip(0)], dim=1)
+    return _Sample(structure if x is None else None, x, attributes)
+
+
+def build_graphs(block: list[_Sample]) -> list[Data]:
+    """The graphs of a block of samples read by :func:`read_sample`: node features computed
+    from the causal structure (the longest chains of all of them in one sweep) unless read."""
+    computing = [s.structure for s in block if s.x is None]
+    features = iter(structure_features(computing) if computing else [])
+    return [Data(x=next(features) if s.x is None else s.x, **s.attributes) for s in block]
+
+
+def build_graph(samples: Samples, index: int, transpose: bool, *, provenance: bool = False) -> Data:
+    """Sample ``index`` of an open file as a graph (see the module's description)."""
+    return build_graphs([read_sample(samples, index, transpose, provenance=provenance)])[0]
 
 
 def file_counts(data_cfg: Any) -> list[int]:
@@ -268,16 +295,7 @@ def iter_range(
         with open_store(path) as store:
             samples = Samples(store, path, data_cfg)
             transpose = False if reader is not None else _file_orientation(samples, data_cfg)
-            for index in range(first, last):
-                if reader is not None:
-                    graph = reader(str(path), index)
-                    if not isinstance(graph, Data):
-                        raise DataError(
-                            f"data.reader: {data_cfg.reader}({str(path)!r}, {index}) returned "
-                            f"{type(graph).__name__}, expected a torch_geometric Data"
-                        )
-                else:
-                    graph = build_graph(samples, index, transpose, provenance=provenance)
+            for index, graph in _graphs(samples, first, last, transpose, reader, provenance):
                 bar.update()
                 if pre_filter is not None and not pre_filter(graph):
                     continue
@@ -290,6 +308,59 @@ def iter_range(
                         graph.source_element = torch.arange(graph.num_nodes)
                 yield graph
     bar.close()
+
+
+# Samples whose longest chains are computed together: at most this many elements (a few MB of
+# links and features held at once), so the sweep's fixed cost per wave is shared by dozens of
+# large causal sets and a file of any size streams through bounded memory.
+_BLOCK_ELEMENTS = 1 << 16
+
+
+def _graphs(
+    samples: Samples,
+    first: int,
+    last: int,
+    transpose: bool,
+    reader: Callable | None,
+    provenance: bool,
+) -> Iterator[tuple[int, Data]]:
+    """(index, graph) for samples ``first`` to ``last - 1`` of an open file, in order."""
+    if reader is not None:
+        for index in range(first, last):
+            graph = reader(str(samples.path), index)
+            if not isinstance(graph, Data):
+                raise DataError(
+                    f"data.reader: {samples.cfg.reader}({str(samples.path)!r}, {index}) "
+                    f"returned {type(graph).__name__}, expected a torch_geometric Data"
+                )
+            yield index, graph
+        return
+    block: list[tuple[int, _Sample]] = []
+    elements = 0
+    for index, matrix in zip(range(first, last), _matrices(samples, first, last), strict=True):
+        sample = read_sample(samples, index, transpose, provenance=provenance, matrix=matrix)
+        block.append((index, sample))
+        elements += len(sample.x if sample.structure is None else sample.structure.past)
+        if elements >= _BLOCK_ELEMENTS or index == last - 1:
+            yield from zip([i for i, _ in block], build_graphs([s for _, s in block]), strict=True)
+            block, elements = [], 0
+
+
+# Causal matrices read ahead of the one being prepared.
+_AHEAD = 2
+
+
+def _matrices(samples: Samples, first: int, last: int) -> Iterator[np.ndarray]:
+    """The causal (or link) matrices of samples ``first`` to ``last - 1``, each read in a
+    thread while the ones before it are prepared: reading (decompressing, and on a cluster's
+    file system waiting for it) overlaps the matrix product, which releases the interpreter.
+    A read that fails raises here, in order."""
+    with ThreadPoolExecutor(1, thread_name_prefix="qg-read") as pool:
+        ahead: deque[Future] = deque()
+        for index in range(first, last):
+            while len(ahead) <= _AHEAD and index + len(ahead) < last:
+                ahead.append(pool.submit(samples.read, index + len(ahead), samples.matrix))
+            yield ahead.popleft().result()
 
 
 def _file_orientation(samples: Samples, data_cfg: Any) -> bool:

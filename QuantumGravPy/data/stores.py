@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
+from . import zarr2
 
 # What a causal matrix or link matrix is called when data.relations / data.links are null.
 RELATION_NAMES = ("adj", "adjacency_matrix", "causal_matrix", "relations")
@@ -87,6 +88,9 @@ class Samples:
 
     def __init__(self, store: Any, path: Path, data_cfg: Any):
         self.store, self.path, self.cfg = store, path, data_cfg
+        metadata = getattr(store, "metadata", None)  # a Zarr group's; HDF5 files have none
+        local = path.is_dir() and getattr(metadata, "zarr_format", None) == 2
+        self.directory = path if local else None
         keys = list(store.keys())
         layout = data_cfg.layout
         if layout == "auto":
@@ -171,6 +175,10 @@ class Samples:
 
     def _read(self, index: int, name: str) -> np.ndarray:
         if self.layout == "groups":
+            if self.directory is not None:  # Zarr format 2 on disk: numcodecs reads it directly
+                array = zarr2.read_array(self.directory / self.groups[index] / name)
+                if array is not None:
+                    return array
             group = self.store[self.groups[index]]
             if name not in group:
                 raise DataError(f"{self.path}: {self.groups[index]} has no array {name!r}")

@@ -2,13 +2,17 @@
 
 - :mod:`.causal_set`: :class:`CausalSet`, a partial order as relation and link matrices;
 - :mod:`.orders`: closing, reducing, checking and labelling partial orders given as matrices;
+- :mod:`.structure`: a causal matrix's links, sizes of pasts and futures and natural labelling,
+  checked, in less than one matrix product;
+- :mod:`.chains`: the longest chain ending and starting at each element, from the links;
 - :mod:`.sprinkling`: sprinklings into a causal diamond of Minkowski, de Sitter, anti-de Sitter
   space, or a 2D spacetime with a random conformal factor (:mod:`.curved`: the factors,
   their Ricci scalars, and the diamond's conformal motions);
 - :mod:`.random_orders`: random d-orders, Kleitman-Rothschild orders, transitive percolation,
   destroyed sprinklings: causal sets that are not manifold-like;
 - :mod:`.observables`: counts (ordering fraction, links, interval abundances), chains, the
-  Benincasa-Dowker action, dimension estimators, per-element features.
+  Benincasa-Dowker action, dimension estimators, per-element features (from the matrices, or
+  from an order's links and sizes of pasts and futures).
 
 It knows nothing of training and imports nothing else of the package: the lowest floor above
 ``errors`` and ``logs``, usable on its own (``from QuantumGravPy.physics import sprinkle``).
@@ -37,6 +41,7 @@ from .observables import (
     node_features,
     ordering_fraction,
     ordering_fraction_expectation,
+    structure_features,
 )
 from .orders import (
     is_naturally_labelled,
@@ -63,6 +68,7 @@ from .sprinkling import (
     sprinkle,
     uniform_diamond,
 )
+from .structure import NotAnOrder, OrderStructure, order_structure
 
 __all__ = [
     "CSET_TYPES",
@@ -72,6 +78,8 @@ __all__ = [
     "NUM_FEATURES",
     "SPACETIMES",
     "CausalSet",
+    "NotAnOrder",
+    "OrderStructure",
     "benincasa_dowker_action",
     "causal_structure",
     "check_sprinkle_arguments",
@@ -93,6 +101,7 @@ __all__ = [
     "natural_labelling",
     "node_features",
     "observables",
+    "order_structure",
     "order_violation",
     "ordering_fraction",
     "ordering_fraction_expectation",
@@ -100,6 +109,7 @@ __all__ = [
     "proper_height",
     "random_order",
     "sprinkle",
+    "structure_features",
     "transitive_closure",
     "transitive_percolation",
     "transitive_reduction",

@@ -22,7 +22,9 @@ import math
 import torch
 from torch import Tensor
 
+from .chains import chain_lengths
 from .orders import transitive_reduction
+from .structure import OrderStructure
 
 #: Names of the per-element features built by :func:`node_features`, in column order.
 FEATURE_NAMES = (
@@ -39,32 +41,11 @@ NUM_FEATURES = len(FEATURE_NAMES)
 def longest_chains(order: Tensor, *, towards_past: bool = False) -> Tensor:
     """Longest chain (in links) ending at each element, for a batch [B, N, N] of causal sets
     given by their links (or relations: the same answer, from many more pairs); with
-    ``towards_past``, the longest chain starting at each element.
-
-    Peels the minimal (maximal) elements off again and again: an element leaves in round k
-    exactly when the longest chain ending (starting) at it has k links. It waits only for its
-    link neighbours, since every other one is below (above) one of them. Each round touches
-    the pairs of the list once: a handful of vector operations per chain level, instead of a
-    Python step per element.
-    """
+    ``towards_past``, the longest chain starting at each element. float32 [B, N]."""
     b, n, _ = order.shape
-    batch, first, second = order.nonzero(as_tuple=True)
-    before, after = (second, first) if towards_past else (first, second)
-    before, after = batch * n + before, batch * n + after  # one index over the whole batch
-    waiting = torch.bincount(after, minlength=b * n)
-    height = torch.zeros(b * n, dtype=torch.float32)
-    left = torch.ones(b * n, dtype=torch.bool)
-    level = 0
-    while True:
-        ends = left & (waiting == 0)
-        if not ends.any():
-            return height.view(b, n)
-        height[ends] = level
-        left &= ~ends
-        leaving = ends[before]
-        waiting -= torch.bincount(after[leaving], minlength=b * n)
-        before, after = before[~leaving], after[~leaving]  # each pair is used up once
-        level += 1
+    links = [order[k].nonzero().t() for k in range(b)]
+    lengths = chain_lengths(links, [n] * b)
+    return torch.stack([depth if towards_past else height for height, depth in lengths])
 
 
 def node_features(relations: Tensor, links: Tensor, sizes: Tensor | None = None) -> Tensor:
@@ -73,18 +54,41 @@ def node_features(relations: Tensor, links: Tensor, sizes: Tensor | None = None)
     ``sizes``: each set's number of elements, for sets padded to N (with elements related to
     nothing); the features are per element of a set of that size.
     """
-    n = relations.shape[-1] if sizes is None else sizes.view(-1, 1, 1).float()
+    b, n = relations.shape[0], relations.shape[-1]
+    scale = n if sizes is None else sizes.view(-1, 1, 1).float()
     # sums of floats are several times faster than sums of booleans
     related, linked = relations.float(), links.float()
+    lengths = chain_lengths([links[k].nonzero().t() for k in range(b)], [n] * b)
     columns = (
         related.sum(1),
         related.sum(2),
         linked.sum(1),
         linked.sum(2),
-        longest_chains(links),
-        longest_chains(links, towards_past=True),
+        torch.stack([height for height, _ in lengths]),
+        torch.stack([depth for _, depth in lengths]),
     )
-    return torch.stack(columns, dim=-1) / n
+    return torch.stack(columns, dim=-1) / scale
+
+
+def structure_features(structures: list[OrderStructure]) -> list[Tensor]:
+    """:func:`node_features` of causal sets given by their :func:`~.orders.order_structure`
+    ([N, NUM_FEATURES] each, on the CPU): the same numbers, from the links and the sizes of
+    pasts and futures alone, the longest chains of all the sets in one sweep."""
+    sizes = [len(s.past) for s in structures]
+    lengths = chain_lengths([s.links for s in structures], sizes)
+    out = []
+    for s, n, (height, depth) in zip(structures, sizes, lengths, strict=True):
+        links = s.links.cpu()
+        columns = (
+            s.past.cpu().float(),
+            s.future.cpu().float(),
+            torch.bincount(links[1], minlength=n).float(),
+            torch.bincount(links[0], minlength=n).float(),
+            height,
+            depth,
+        )
+        out.append(torch.stack(columns, dim=-1) / n)
+    return out
 
 
 def ordering_fraction_expectation(dimension: float) -> float:

@@ -1,0 +1,155 @@
+"""Preparing causal sets from their matrices: links, pasts and futures, natural labelling and
+longest chains in about one matrix product, checked against the definitions computed the slow
+way (integer products, a loop over the elements); and Zarr arrays decoded without zarr's
+pipeline, checked against zarr's own reading."""
+
+import numpy as np
+import pytest
+import torch
+import zarr
+from numcodecs import Blosc, Zlib
+
+from QuantumGravPy.data import zarr2
+from QuantumGravPy.physics import (
+    NotAnOrder,
+    destroyed_sprinkling,
+    kleitman_rothschild_order,
+    node_features,
+    order_structure,
+    sprinkle,
+    structure_features,
+    transitive_percolation,
+)
+from QuantumGravPy.physics.chains import chain_heights
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def slow_structure(relations: np.ndarray):
+    """Links, pasts, futures and (height, depth) by the definitions: a link is a relation with
+    nothing between (an integer product), the height of an element the longest chain of links
+    ending at it, found element by element in an order where every relation points forwards."""
+    r = relations.astype(np.int64)
+    links = relations & ((r @ r) == 0)
+    order = np.argsort(r.sum(0), kind="stable")
+    height, depth = np.zeros(len(r), dtype=np.int64), np.zeros(len(r), dtype=np.int64)
+    for j in order:
+        before = np.flatnonzero(links[:, j])
+        height[j] = height[before].max() + 1 if len(before) else 0
+    for i in order[::-1]:
+        after = np.flatnonzero(links[i])
+        depth[i] = depth[after].max() + 1 if len(after) else 0
+    return links, r.sum(0), r.sum(1), height, depth
+
+
+# Sizes on both sides of a panel (512 rows) and of the padding (64).
+CAUSAL_SETS = {
+    "sprinkling 2D": lambda: sprinkle(700, 2, seed=1),
+    "sprinkling 4D": lambda: sprinkle(513, 4, seed=2),
+    "destroyed": lambda: destroyed_sprinkling(600, 2, seed=3, fraction=0.01),
+    "Kleitman-Rothschild": lambda: kleitman_rothschild_order(90, seed=4),
+    "percolation": lambda: transitive_percolation(130, 0.05, seed=5),
+    "one element": lambda: sprinkle(1, 2, seed=6),
+}
+
+
+@pytest.mark.parametrize("name", CAUSAL_SETS)
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_the_structure_of_a_causal_matrix_is_its_definition(name, transposed, shuffled):
+    relations = CAUSAL_SETS[name]().relations.numpy()
+    n = len(relations)
+    if shuffled:  # elements not in a natural labelling: the full product and a relabelling
+        perm = np.random.default_rng(0).permutation(n)
+        relations = relations[perm][:, perm]
+    stored = (relations.T if transposed else relations).astype(np.uint8).copy()
+    s = order_structure(torch.from_numpy(stored), transposed=transposed)
+    labelling = np.arange(n) if s.labelling is None else s.labelling.numpy()
+    assert (s.labelling is None) == (not shuffled or n == 1 or not relations.any())
+    relabelled = relations[labelling][:, labelling]
+    assert not np.tril(relabelled).any()  # every relation points to a later element
+    links, past, future, height, depth = slow_structure(relabelled)
+    assert s.links.tolist() == np.argwhere(links).T.tolist()  # sorted by earlier, then later
+    assert s.past.tolist() == past.tolist() and s.future.tolist() == future.tolist()
+    features = structure_features([s])[0]
+    dense = node_features(torch.from_numpy(relabelled)[None], torch.from_numpy(links)[None])[0]
+    assert torch.equal(features, dense)
+    assert features[:, 4].mul(n).round().long().tolist() == height.tolist()
+    assert features[:, 5].mul(n).round().long().tolist() == depth.tolist()
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda r: np.fill_diagonal(r, 1), "element 0 precedes itself"),
+        (lambda r: r.__setitem__((600, 20), 1), "elements 20 and 600 precede each other"),
+        (lambda r: r.__setitem__((3, 650), 0), "3 precedes 650 through others but not directly"),
+    ],
+)
+def test_a_matrix_that_is_not_a_partial_order_is_refused_by_name(transposed, edit, message):
+    relations = np.triu(np.ones((700, 700), dtype=np.uint8), 1)  # a chain: 0 < 1 < ... < 699
+    edit(relations)
+    stored = relations.T.copy() if transposed else relations
+    with pytest.raises(NotAnOrder, match=message):
+        order_structure(torch.from_numpy(stored), transposed=transposed)
+
+
+def test_matrices_of_other_values_and_types_mean_the_same_relations():
+    relations = sprinkle(300, 2, seed=7).relations
+    reference = order_structure(relations)
+    for matrix in (relations.to(torch.uint8) * 3, relations.float(), relations.to(torch.int64)):
+        s = order_structure(matrix)
+        assert torch.equal(s.links, reference.links) and torch.equal(s.past, reference.past)
+
+
+def test_chain_heights_follow_the_links_of_many_graphs_at_once():
+    rng = np.random.default_rng(8)
+    n = 400
+    pairs = np.argwhere(np.triu(rng.random((n, n)) < 0.02, 1))
+    heights = chain_heights(pairs[:, 0], pairs[:, 1], n)
+    expected = np.zeros(n, dtype=np.int64)
+    for i, j in sorted(map(tuple, pairs), key=lambda p: p[1]):  # by later element: i is final
+        expected[j] = max(expected[j], expected[i] + 1)
+    assert heights.tolist() == expected.tolist()
+    with pytest.raises(ValueError, match="cycle"):
+        chain_heights(np.array([0, 1, 2]), np.array([1, 2, 1]), 4)
+
+
+# --- Zarr arrays decoded by numcodecs -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"chunks": (100, 100), "compressors": Blosc(cname="lz4", clevel=9, shuffle=2)},
+        {"chunks": (64, 300), "compressors": Zlib(), "order": "F"},
+        {"chunks": (250, 250), "compressors": None},
+        {
+            "chunks": (100, 100),
+            "compressors": Blosc(),
+            "chunk_key_encoding": {"name": "v2", "separator": "/"},
+        },
+    ],
+)
+def test_a_zarr_array_reads_as_zarr_reads_it(tmp_path, kwargs):
+    """Including chunks zarr did not write (all fill value) and partial chunks at the edges."""
+    relations = np.triu(np.random.default_rng(9).random((250, 250)) < 0.3, 1).astype(np.uint8)
+    relations[:, 200:] = 0  # whole chunks of zeros: not written
+    root = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=2)
+    root.create_array("adj", data=relations, **kwargs)
+    root.create_array("h", data=np.array([0.25]), fill_value=7.0)
+    array = zarr2.read_array(tmp_path / "s.zarr" / "adj")
+    assert array is not None and np.array_equal(array, root["adj"][...])
+    assert zarr2.read_array(tmp_path / "s.zarr" / "h").tolist() == [0.25]
+
+
+def test_arrays_this_reader_does_not_cover_are_left_to_zarr(tmp_path):
+    root = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=2)
+    from numcodecs import Delta
+
+    root.create_array("filtered", data=np.arange(10), filters=[Delta(dtype="i8")])
+    assert zarr2.read_array(tmp_path / "s.zarr" / "filtered") is None
+    three = zarr.open_group(str(tmp_path / "v3.zarr"), mode="w", zarr_format=3)
+    three.create_array("adj", data=np.eye(3, dtype=np.uint8))
+    assert zarr2.read_array(tmp_path / "v3.zarr" / "adj") is None
