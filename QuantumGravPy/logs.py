@@ -1,9 +1,14 @@
-"""Logging for the package: one stderr handler, plus the run directory's ``train.log``."""
+"""Logging for the package: one stderr handler, plus the run directory's ``train.log``; and
+progress of long phases, as bars on a terminal and as lines in a log."""
 
 from __future__ import annotations
 
 import logging
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 LOGGER_NAME = "QuantumGravPy"
 _FORMAT = "%(asctime)s {prefix}%(levelname)s %(message)s"
@@ -52,3 +57,117 @@ def set_terminal_level(level: str | int) -> None:
     """Show only records of ``level`` and above on stderr (files keep the logger's level)."""
     if _STDERR_HANDLER is not None:
         _STDERR_HANDLER.setLevel(level)
+
+
+# --- progress --------------------------------------------------------------------------------
+
+#: Seconds between two progress lines in a log (see :func:`progress`).
+PROGRESS_EVERY_S = 30.0
+
+
+def progress(
+    iterable: Iterable | None = None,
+    *,
+    total: int | None = None,
+    desc: str,
+    unit: str,
+    enabled: bool = True,
+    initial: int = 0,
+) -> Any:
+    """Progress of a long phase: a tqdm bar on a terminal (or in a notebook); elsewhere, as in
+    a SLURM job's log, a line on the package's logger every :data:`PROGRESS_EVERY_S` seconds
+    with what is done, the rate and the time left (a bar there would show nothing until it
+    ends, or glue carriage returns onto the log's lines). Iterate over it, or ``update(n)``
+    it; ``close()`` it (or use it as a context manager) when the phase ends. Disabled: a
+    bar that shows nothing (ranks other than 0)."""
+    interactive = sys.stderr.isatty() or "ipykernel" in sys.modules
+    if not enabled or interactive:
+        from tqdm.auto import tqdm  # (imported when needed: a quick start for the command line)
+
+        bar = tqdm(iterable, total=total, desc=desc, unit=unit, initial=initial, leave=False,
+                   disable=not enabled)  # fmt: skip
+        return bar
+    return LogProgress(iterable, total=total, desc=desc, unit=unit, initial=initial)
+
+
+class LogProgress:
+    """Progress as log lines (see :func:`progress`): ``desc: done/total units (p%), rate,
+    time left``, the first after :data:`PROGRESS_EVERY_S` seconds, so a phase shorter than that
+    adds no line; a phase that logged says when it ended."""
+
+    def __init__(
+        self,
+        iterable: Iterable | None = None,
+        *,
+        total: int | None,
+        desc: str,
+        unit: str,
+        initial: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if total is None and iterable is not None and hasattr(iterable, "__len__"):
+            total = len(iterable)
+        self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
+        self.n = self.initial = initial
+        self.clock = clock
+        self.start = self.last = clock()
+        self.lines = 0
+
+    def __iter__(self) -> Iterator:
+        for item in self.iterable:
+            yield item
+            self.update()
+
+    def __enter__(self) -> LogProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = self.clock()
+        if now - self.last >= PROGRESS_EVERY_S:
+            self.last = now
+            self.lines += 1
+            get_logger().info("%s", self.line(now))
+
+    def line(self, now: float) -> str:
+        done, seconds = self.n - self.initial, max(now - self.start, 1e-9)
+        rate = done / seconds
+        text = f"{self.desc}: {self.n:,}"
+        if self.total:
+            text += f"/{self.total:,} {_plural(self.unit)} ({100 * self.n / self.total:.0f}%)"
+        else:
+            text += f" {_plural(self.unit)}"
+        text += f", {_rate(rate, self.unit)}"
+        if self.total and rate > 0:
+            text += f", {_duration((self.total - self.n) / rate)} left"
+        return text
+
+    def close(self) -> None:
+        if self.lines:  # only a phase long enough to have reported says that it ended
+            self.lines = 0
+            elapsed = self.clock() - self.start
+            get_logger().info(
+                "%s: %s %s in %s", self.desc, f"{self.n:,}", _plural(self.unit), _duration(elapsed)
+            )
+
+
+def _plural(unit: str) -> str:
+    return unit + ("es" if unit.endswith(("s", "ch", "sh", "x")) else "s")
+
+
+def _rate(rate: float, unit: str) -> str:
+    if rate >= 1 or rate == 0:
+        return f"{rate:.3g} {_plural(unit)}/s"
+    return f"{_duration(1 / rate)} per {unit}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import torch
 from torch_geometric.data import Data
-from tqdm.auto import tqdm
 
+from .. import logs
 from ..physics import causal_structure, check_sprinkle_arguments, diamond_coordinates, node_features
 from . import kinds
 from .cache import DigestCachedDataset
@@ -66,13 +66,7 @@ def generate_causal_set_graphs(
         # entries: 4,000 sets of 1,024 elements at once would need tens of GB.
         out: list[Data] = []
         drawn, entries = [], 0
-        for i in tqdm(
-            range(start, end),
-            desc=kind,
-            unit="set",
-            disable=None if progress else True,
-            leave=False,
-        ):
+        for i in logs.progress(range(start, end), desc=kind, unit="set", enabled=progress):
             rng, n, _ = graph_parameters(i, num_points, dimensions, seed)
             if drawn and entries + n * n > _CHUNK_ENTRIES:
                 out += kinds.graphs_of(kind, drawn, max_dim)
@@ -95,9 +89,7 @@ def generate_causal_set_graphs(
         for n, group in by_size.items()
         for k in range(0, len(group), _chunk(n))
     ]
-    for chunk in tqdm(
-        chunks, desc="causal sets", unit="chunk", disable=None if progress else True, leave=False
-    ):
+    for chunk in logs.progress(chunks, desc="causal sets", unit="chunk", enabled=progress):
         coords = torch.from_numpy(np.stack([c for _, _, c in chunk]))
         relations, links = causal_structure(coords)
         features = node_features(relations, links)
@@ -156,12 +148,11 @@ class GeneratedSource:
     def graphs(self, start: int, end: int, *, progress: bool = True) -> Iterator[Data]:
         # In blocks, so that a large range never sits in memory whole.
         p = self.params
-        for first in tqdm(
+        for first in logs.progress(
             range(start, end, _BLOCK),
             desc="causal sets",
             unit="block",
-            disable=None if progress and end - start > _BLOCK else True,
-            leave=False,
+            enabled=progress and end - start > _BLOCK,
         ):
             yield from generate_causal_set_graphs(
                 first,

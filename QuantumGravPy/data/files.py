@@ -33,8 +33,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from torch_geometric.data import Data
-from tqdm.auto import tqdm
 
+from .. import logs
 from ..config import resolve, task_list
 from ..errors import ConfigError, DataError
 from ..physics import (
@@ -279,12 +279,8 @@ def iter_range(
     pre_filter = _hook(data_cfg.pre_filter, "data.pre_filter")
     pre_transform = _hook(data_cfg.pre_transform, "data.pre_transform")
     reader = _hook(data_cfg.reader, "data.reader")
-    bar = tqdm(
-        total=end - start,
-        desc="causal sets",
-        unit="causal set",
-        leave=False,
-        disable=None if progress else True,
+    bar = logs.progress(
+        total=end - start, desc="preparing causal sets", unit="causal set", enabled=progress
     )
     offset = 0
     for number, (path, count) in enumerate(zip(find_files(data_cfg.files), counts, strict=True)):

@@ -6,6 +6,8 @@ import itertools
 from collections.abc import Generator
 from typing import Any
 
+from .. import logs
+from ..logs import configure_logging, get_logger
 from ..parallel import spawn
 from .augment import AugmentationConfig, gen_distributed_augmentation_params
 
@@ -15,9 +17,20 @@ def in_parallel(fn: Any, world_size: int, *args: Any) -> list[Any]:
 
     Forked from a server that imported the package once, so the processes start in a
     fraction of the seconds a fresh interpreter each takes (which cost more than the work on
-    a few thousand causal sets).
+    a few thousand causal sets). They log as this process does, if it logs: each line of rank
+    r marked ``[RANK r]`` (rank 0 reports progress).
     """
-    return spawn(fn, world_size, *args, backend="gloo", start_method="forkserver")
+    logger = get_logger()
+    level = logger.level if logger.handlers else None
+    how = (level, logs.PROGRESS_EVERY_S)
+    return spawn(_logging, world_size, how, fn, *args, backend="gloo", start_method="forkserver")
+
+
+def _logging(rank: int, world_size: int, how: tuple, fn: Any, *args: Any) -> Any:
+    level, logs.PROGRESS_EVERY_S = how
+    if level is not None:
+        configure_logging(level, prefix=f"[RANK {rank}] ")
+    return fn(rank, world_size, *args)
 
 
 def _count(value: Any, name: str, minimum: int) -> int:

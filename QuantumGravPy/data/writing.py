@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch_geometric.data import Data
-from tqdm.auto import tqdm
 
+from .. import logs
 from ..errors import DataError
 from ..physics import causal_structure
 from .causal_sets import generate_causal_set_graphs
@@ -58,13 +58,7 @@ def write_causal_sets(
     close = getattr(root, "close", lambda: None)  # an HDF5 file is closed; a Zarr group not
     try:
         for i, (graph, relations, links) in enumerate(
-            tqdm(
-                graphs,
-                total=total,
-                desc="writing",
-                unit="causal set",
-                disable=None if progress else True,
-            ),
+            logs.progress(graphs, total=total, desc="writing", unit="causal set", enabled=progress),
             start=1,
         ):
             group = root.create_group(f"cset_{i}")

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import Subset
-from tqdm.auto import tqdm
 
+from .. import logs
 from ..config import Config, load_config
 from ..data import SHARED_BUILD_MIN, dataset_from_config, make_loader
 from ..errors import ConfigError
@@ -95,7 +95,7 @@ def predict_worker(rank: int, world_size: int, job: _Job) -> dict[str, Any] | No
     tester = Tester(
         tasks, loaded.device, loaded.autocast_dtype, loaded.float_dtype, select=loaded.select
     )
-    bar = tqdm(loader, desc="predicting", unit="batch", disable=None if rank == 0 else True)
+    bar = logs.progress(loader, desc="predicting", unit="batch", enabled=rank == 0)
     with distributed.one_thread(loaded.device):  # the same bits for any number of processes
         found = tester.accumulate(loaded.model, bar, scored={t.name for t in scored_tasks})
     for parts in (found.predictions or {}).values():

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.data import Batch
 
+from .. import logs
 from ..errors import ConfigError, QGError
 from ..logs import get_logger
 from ..models import forward_failure
@@ -170,11 +171,13 @@ class Validator:
         tasks: Sequence[Task] | None = None,
         *,
         scored: Collection[str] | None = None,
+        progress: bool = False,
     ) -> Accumulated:
         """Loss sums and metric states of ``tasks`` (default: the validator's) over ``loader``.
 
         ``scored``: the tasks whose targets the data holds (default: all); the others are only
-        predicted (kept predictions without ``true``; no loss, no metric).
+        predicted (kept predictions without ``true``; no loss, no metric). ``progress``: show
+        it (a bar on a terminal, lines in a log; see :func:`~QuantumGravPy.logs.progress`).
         """
         was_training = model.training
         model.eval()
@@ -185,7 +188,8 @@ class Validator:
         kept = {t.name: {"graph": [], "predicted": [], "true": []} for t in tasks}
         rank, world_size = self.shard
         seen = 0  # graphs of this shard so far
-        for batch in loader:
+        desc = {"val": "validating", "test": "testing"}.get(self.prefix, self.prefix)
+        for batch in logs.progress(loader, desc=desc, unit="batch", enabled=progress):
             batch = to_device(batch, self.device, self.float_dtype)
             with torch.autocast(
                 self.device.type,
@@ -220,8 +224,10 @@ class Validator:
         model.train(was_training)
         return Accumulated(tasks, sums, metrics, kept if self.keep_predictions else None)
 
-    def evaluate(self, model: nn.Module, loader: Iterable) -> dict[str, Any]:
-        return self.accumulate(model, loader).compute(self.prefix)
+    def evaluate(
+        self, model: nn.Module, loader: Iterable, *, progress: bool = False
+    ) -> dict[str, Any]:
+        return self.accumulate(model, loader, progress=progress).compute(self.prefix)
 
 
 def check_forward(

@@ -49,5 +49,5 @@ class TestingMixin:
     ) -> tuple[dict[str, Any], dict[str, dict[str, torch.Tensor]]]:  # hook
         """The test columns of ``tasks`` (default: the trainer's), and each task's predictions
         in the order of the test set."""
-        accumulated = self.tester.accumulate(model, test_loader, tasks)
+        accumulated = self.tester.accumulate(model, test_loader, tasks, progress=self.is_main)
         return accumulated.compute(self.tester.prefix), accumulated.gathered_predictions()

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-from tqdm.auto import tqdm
 
+from .. import logs
 from ..config import (
     Config,
     balanced_task,
@@ -259,7 +259,7 @@ class Trainer(TestingMixin, RunStateMixin):
         return sums
 
     def validate(self, val_loader: DataLoader) -> dict[str, float]:  # hook
-        return self.validator.evaluate(self.eval_model, val_loader)
+        return self.validator.evaluate(self.eval_model, val_loader, progress=self.is_main)
 
     def decide(self, row: dict[str, Any]) -> tuple[bool, str | None]:
         """(improved, why the run stops: "pruned", "early stopping" or None) after an epoch.
@@ -385,9 +385,9 @@ class Trainer(TestingMixin, RunStateMixin):
         k = self.config.training.accumulate_grad_batches * micro
         # With drop_last, a step short of k batches is dropped too, as a short batch would be.
         batches = len(loader) - len(loader) % k if self.config.training.drop_last else len(loader)
-        bar = tqdm(
+        bar = logs.progress(
             itertools.islice(loader, batches), total=batches, desc=f"epoch {self.epoch + 1}",
-            unit="batch", leave=False, disable=None if self.is_main else True,  # None: a terminal
+            unit="batch", enabled=self.is_main,
         )  # fmt: skip
         monitor = self.monitor  # marks each part of each step
         for group in step_groups(bar, k):

@@ -296,7 +296,7 @@ class TrainerDDP(Trainer):
         """The columns (and with ``predictions``, the kept predictions on rank 0)."""
         if self.config.validation.mode == "sharded":
             # every rank evaluates its shard; sums are all-reduced, metric states gathered
-            accumulated = evaluator.accumulate(model, loader, tasks)
+            accumulated = evaluator.accumulate(model, loader, tasks, progress=self.is_main)
             accumulated.sums = self.reduce_sums(accumulated.sums)
             columns = accumulated.compute(evaluator.prefix, across_ranks=True)
             if not predictions:
@@ -307,7 +307,7 @@ class TrainerDDP(Trainer):
         kept = {}
 
         def on_main():
-            accumulated = evaluator.accumulate(model, loader, tasks)
+            accumulated = evaluator.accumulate(model, loader, tasks, progress=True)
             if predictions:  # stay on rank 0, which writes them; only the columns are sent
                 kept["predictions"] = accumulated.gathered_predictions()
             return accumulated.compute(evaluator.prefix)

@@ -29,8 +29,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
+from .. import logs
 from ..config import Config, config_to_dict
 from ..data import dataset_from_config
 from ..errors import ConfigError, QGError, flag, option
@@ -208,10 +207,10 @@ class Tuner:
             )
             if self.base.data.dataset is None and done < self.total:
                 dataset_from_config(self.base.data)  # built once, not by every trial at once
-            # On a terminal only: in a file (a SLURM log) the bar's carriage returns would glue
-            # the trial lines of the log onto it; those lines say the same there.
-            self.bar = tqdm(
-                total=self.total, initial=min(done, self.total), unit="trial", disable=None
+            # A bar on a terminal; in a file (a SLURM log), a line every 30 s between the
+            # trials' own lines.
+            self.bar = logs.progress(
+                total=self.total, initial=min(done, self.total), desc="trials", unit="trial"
             )
             try:
                 with self.bar, self._heartbeat():
