@@ -46,7 +46,8 @@ SCRIPTS = (
     ("data_files.py", "Your data on disk: preprocessing Zarr files, disk storage, memory"),
     ("predict.py", "Predicting on a large HDF5 file: qg predict's time and memory"),
     ("baselines.py", "Analytic baselines: the best classical method on each embedded kind"),
-    ("readout.py", "The default read-out: the size-normalised sum against the plain sum"),
+    ("readout.py", "The default read-out: mean and spread against mean, maximum and scaled sum"),
+    ("scale.py", "The field's size: 1,024-2,048-element causal sets, prepared and trained"),
     ("curvature_bound.py", "Curvature: the most any model of the causal order can reach"),
 )
 

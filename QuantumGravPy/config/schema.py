@@ -150,14 +150,10 @@ class ModelConfig:
     residual: bool = True  # add each block's input to its output
     # graph: GraphNorm, statistics of each graph alone; layer: per node; batch: BatchNorm
     norm: Literal["graph", "layer", "batch", "none"] = "graph"
-    # concatenated; add: the sum over the elements; scaled_add: the sum divided by sqrt(n)
-    # (an untrained model starts near chance), which still grows as sqrt(n) times the mean:
-    # leave either out for sets of hundreds
-    pooling: tuple[Literal["mean", "max", "add", "scaled_add"], ...] = (
-        "mean",
-        "max",
-        "scaled_add",
-    )
+    # concatenated; std: the spread of the elements; none of the defaults grows with n (an
+    # untrained model starts near chance at any size); max, add (the sum) and scaled_add
+    # (the sum / sqrt(n)) do
+    pooling: tuple[Literal["mean", "max", "add", "scaled_add", "std"], ...] = ("mean", "std")
     head_channels: tuple[int, ...] = (64,)  # hidden layers of the MLP head
     # graph-level Data attributes (a number or a vector per graph) concatenated to the pooled
     # node embeddings before the head, e.g. [num_elements]; built-in model only
@@ -186,7 +182,7 @@ class ModelConfig:
             )
         if not self.pooling:
             raise ConfigError(
-                "model.pooling: expected at least one of mean, max, add, scaled_add, found []"
+                "model.pooling: expected at least one of mean, max, add, scaled_add, std, found []"
             )
         if any(c <= 0 for c in self.head_channels):
             raise ConfigError(

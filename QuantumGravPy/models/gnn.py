@@ -39,13 +39,29 @@ def size_normalised_add_pool(x: Tensor, batch: Tensor, size: int | None = None) 
     return total / nodes.sqrt().to(total.dtype).unsqueeze(-1)
 
 
-# "add" is the plain sum (the default until 0.x, and what older checkpoints were trained with);
-# "scaled_add", the default now, divides it by sqrt(n).
+def std_pool(x: Tensor, batch: Tensor, size: int | None = None) -> Tensor:
+    """Each graph's standard deviation of its node embeddings, channel by channel.
+
+    With ``mean`` it describes how a graph's nodes spread without growing with their number:
+    on sprinklings of 32 to 2,048 elements the untrained model's first loss with these two
+    read-outs is 1.14 times chance at every size, where a maximum (the largest of more nodes)
+    and a sum grow with it (1.5 and 6.6 times chance at 2,048 elements).
+    """
+    mean = global_mean_pool(x, batch, size)
+    # in float32: the difference of two close means loses its digits in bf16
+    square = global_mean_pool(x.float().square(), batch, size)
+    variance = (square - mean.float().square()).clamp(min=0)
+    return (variance + 1e-6).sqrt().to(mean.dtype)  # + 1e-6: a finite gradient at zero spread
+
+
+# "add" is the plain sum (what the oldest checkpoints were trained with); "scaled_add" divides
+# it by sqrt(n) (with mean and max, the default before mean and std).
 POOLING = {
     "mean": global_mean_pool,
     "max": global_max_pool,
     "add": global_add_pool,
     "scaled_add": size_normalised_add_pool,
+    "std": std_pool,
 }
 
 
@@ -68,10 +84,10 @@ class GNNModel(nn.Module):
     never depends on which other graphs share its batch. ``batch`` (BatchNorm) is available but
     gives up that property in training mode.
 
-    The ``scaled_add`` read-out (a default) is the sum over a graph's nodes divided by the
-    square root of their number: it keeps what the size of a graph says, but its scale grows
-    only as sqrt(n) times the mean, so the untrained model's outputs, and its first loss, are
-    close to chance. ``add`` is the plain sum.
+    The default read-outs, each graph's ``mean`` and standard deviation (``std``) of its node
+    embeddings, do not grow with the number of nodes, so the untrained model's outputs, and its
+    first loss, are near chance at any size. ``max``, ``add`` (the sum) and ``scaled_add`` (the
+    sum over the square root of the number of nodes) grow with it.
 
     ``activation_checkpointing``: in training, each block's activations are recomputed in the
     backward pass rather than kept (``torch.utils.checkpoint``, non-reentrant): the memory of
@@ -92,7 +108,7 @@ class GNNModel(nn.Module):
         dropout: float = 0.0,
         residual: bool = True,
         norm: str = "graph",
-        pooling: Sequence[str] = ("mean", "max", "scaled_add"),
+        pooling: Sequence[str] = ("mean", "std"),
         head_channels: Sequence[int] = (64,),
         graph_features: Sequence[str] = (),
         graph_feature_channels: int = 0,

@@ -99,7 +99,10 @@ def _product_parts(related: Tensor, *, lower: bool | None) -> _Parts:
     matrix (``lower``: below the diagonal, False: above) or over all of it (None)."""
     n, device = related.shape[0], related.device
     size = -(-n // _PAD) * _PAD
-    operand = torch.empty(size, size, dtype=count_dtype(device), device=device)
+    # Rows a power of two (and a tile) apart: kernels prepared for a shape are kept per row
+    # stride too, so one stride for all sizes up to the next power of two keeps them few.
+    stride = (1 << (size - 1).bit_length()) + _PAD
+    operand = torch.empty(size, stride, dtype=count_dtype(device), device=device)[:, :size]
     operand[n:].zero_()
     operand[:n, n:].zero_()
     operand[:n, :n] = related.view(torch.uint8)

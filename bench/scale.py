@@ -1,0 +1,255 @@
+"""The field's data at the field's size: QuantumGrav.jl files of causal sets of 1,024-2,048
+elements, prepared, and the default model trained on them from the first step.
+
+- Preparation: a Zarr store in QuantumGrav.jl's layout (format 2, a group `cset_i` per causal
+  set, its causal matrix `adj` as UInt8 in Julia's column-major orientation, chunks of
+  1,000 x 1,000, Blosc lz4 at level 9 with bit shuffle, as its `write_arraylike_to_zarr`
+  writes them; half 2D sprinklings, half destroyed sprinklings with 0.2 % of the pairs flipped
+  and closed again; sizes uniform in 1,024-2,048) prepared into a fresh cache by one process,
+  the user's path from the files to the cache on disk. Against it, in the same process and on
+  the same threads, one bfloat16 product of an N x N matrix for each set's N, each timed after
+  a first product of that shape (kernels ready: the strictest baseline). Target: at most 1.5x.
+  Then the same with 2 processes, and the processor time of the one-process run.
+- The untrained default model's first loss on 2D sprinklings of 32 to 2,048 elements (three
+  classes, chance ln 3 = 1.10; the mean over 5 initialisations): target within 1.3x chance.
+- The manifold-like classifier (sprinklings against destroyed sprinklings, the default model)
+  trained from the file with one process: the first epoch's training loss against chance
+  (ln 2 = 0.69; target within 1.3x), validation F1 after each epoch (target 0.95 within 10),
+  graphs per second and the peak resident memory of the training process.
+
+    python bench/scale.py [--sets 400] [--epochs 10] [--preparation-sets 240]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from QuantumGravPy.config import config_from_dict  # noqa: E402
+from QuantumGravPy.data.files import FileDataset  # noqa: E402
+from QuantumGravPy.physics import destroyed_sprinkling, sprinkle  # noqa: E402
+
+PREPARATION_TARGET = 1.5
+CHANCE_TARGET = 1.3
+F1_TARGET = 0.95
+
+
+def write_store(path: Path, sets: int, low: int, high: int, seed: int = 0) -> list[int]:
+    """A QuantumGrav.jl-layout Zarr store (see the module's description); the sets' sizes."""
+    import numcodecs
+    import zarr
+
+    root = zarr.open_group(str(path), mode="w", zarr_format=2)
+    compressor = numcodecs.Blosc(cname="lz4", clevel=9, shuffle=numcodecs.Blosc.BITSHUFFLE)
+    rng = np.random.default_rng(seed)
+    sizes = []
+    for i in range(sets):
+        n = int(rng.integers(low, high + 1))
+        manifold_like = i % 2 == 0
+        draw = seed * 1_000_003 + i
+        if manifold_like:
+            causal_set = sprinkle(n, 2, draw)
+        else:
+            causal_set = destroyed_sprinkling(n, 2, draw, fraction=0.002)
+        adj = causal_set.relations.t().numpy().astype(np.uint8)  # Julia's column-major
+        group = root.create_group(f"cset_{i + 1}")
+        chunks = tuple(min(s, 1000) for s in adj.shape)
+        group.create_array("adj", data=adj, chunks=chunks, compressors=compressor)
+        group.create_array("manifold_like", data=np.array([int(manifold_like)]))
+        sizes.append(n)
+    return sizes
+
+
+def data_config(root: Path, store: Path):
+    return config_from_dict(
+        {
+            "data": {
+                "root": str(root),
+                "files": [str(store)],
+                "targets": {"manifold_like": "manifold_like"},
+                "storage": "disk",
+            }
+        }
+    ).data
+
+
+def product_seconds(sizes: list[int]) -> float:
+    """One bfloat16 N x N product for each size, each timed after a first of its shape."""
+    total = 0.0
+    for n in sizes:
+        a = (torch.rand(n, n) < 0.3).to(torch.bfloat16)
+        a @ a
+        start = time.perf_counter()
+        a @ a
+        total += time.perf_counter() - start
+    return total
+
+
+def preparation(tmp: Path, sets: int) -> None:
+    store = tmp / "prepare.zarr"
+    sizes = write_store(store, sets, 1024, 2048, seed=1)
+    rows = []
+    for world_size in (1, 2):
+        cfg = data_config(tmp / f"cache{world_size}", store)
+        wall, cpu = time.perf_counter(), time.process_time()
+        FileDataset(cfg, world_size=world_size, progress=False)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        rows.append((world_size, wall, cpu))
+    products = product_seconds(sizes)
+    threads = torch.get_num_threads()
+    print(
+        f"{sets} causal sets of 1,024-2,048 elements (mean {np.mean(sizes):.0f}); one bfloat16 "
+        f"product of each size: {products:.2f} s on {threads} thread(s), "
+        f"{1e3 * products / sets:.1f} ms a set\n"
+    )
+    print("| prepared by | seconds | ms a set | against one product a set | target |")
+    print("|---|---|---|---|---|")
+    for world_size, wall, cpu in rows:
+        ratio = wall / products
+        target = f"<= {PREPARATION_TARGET}x" if world_size == 1 else ""
+        mark = "" if world_size > 1 else (" (met)" if ratio <= PREPARATION_TARGET else " (missed)")
+        print(
+            f"| {world_size} process{'es' if world_size > 1 else ''} | {wall:.1f} | "
+            f"{1e3 * wall / sets:.1f} | **{ratio:.2f}x**{mark} | {target} |"
+        )
+        if world_size == 1:
+            print(
+                f"| 1 process, processor time (all threads) | {cpu:.1f} | "
+                f"{1e3 * cpu / sets:.1f} | {cpu / products:.2f}x | |"
+            )
+
+
+def first_losses() -> None:
+    from torch_geometric.data import Batch, Data
+
+    from QuantumGravPy.config import ModelConfig
+    from QuantumGravPy.models import GNNModel
+    from QuantumGravPy.physics import order_structure, structure_features
+
+    print("\n| elements | untrained loss (3 classes) | against chance | target |")
+    print("|---|---|---|---|")
+    for n in (32, 64, 256, 1024, 2048):
+        graphs = []
+        for seed in range(8 if n <= 256 else 3):
+            structure = order_structure(sprinkle(n, 2, seed=seed).relations)
+            x = structure_features([structure])[0]
+            edges = torch.cat([structure.links, structure.links.flip(0)], dim=1)
+            graphs.append(Data(x=x, edge_index=edges, y=torch.tensor([0])))
+        batch = Batch.from_data_list(graphs)
+        losses = []
+        for seed in range(5):
+            torch.manual_seed(seed)
+            model = GNNModel.from_config(ModelConfig(), x.shape[1], 3).eval()
+            with torch.no_grad():
+                losses.append(float(torch.nn.functional.cross_entropy(model(batch), batch.y)))
+        ratio = np.mean(losses) / math.log(3)
+        mark = "met" if ratio <= CHANCE_TARGET else "missed"
+        print(f"| {n} | {np.mean(losses):.2f} | {ratio:.2f}x ({mark}) | <= {CHANCE_TARGET}x |")
+
+
+TRAIN = textwrap.dedent(
+    """
+    import json, sys, time
+    import QuantumGravPy as qg
+    config = qg.config.config_from_dict(json.loads(sys.argv[1]))
+    trainer = qg.Trainer(config)
+    train, val, test = trainer.prepare_dataloaders()
+    start = time.perf_counter()
+    history = trainer.run_training(train, val)
+    seconds = time.perf_counter() - start
+    trainer.close()
+    status = open("/proc/self/status").read()
+    peak = int(status.split("VmHWM:")[1].split()[0]) / 1024
+    print(json.dumps({"history": history, "seconds": seconds, "peak_mb": peak,
+                      "graphs": len(train.dataset)}))
+    """
+)
+
+
+def training(tmp: Path, sets: int, epochs: int) -> None:
+    store = tmp / "train.zarr"
+    write_store(store, sets, 1024, 2048, seed=2)
+    raw = {
+        "name": "scale",
+        "log_level": "WARNING",
+        "data": {
+            "root": str(tmp / "train_cache"),
+            "files": [str(store)],
+            "targets": {"manifold_like": "manifold_like"},
+            "split": [0.7, 0.15, 0.15],
+        },
+        "tasks": [
+            {
+                "name": "manifold_like",
+                "type": "binary",
+                "target": "manifold_like",
+                "metrics": ["f1", "accuracy", "auroc"],
+            }
+        ],
+        "training": {
+            "path": str(tmp / "run"),
+            "device": "cpu",
+            "num_epochs": epochs,
+            "batch_size": 8,
+            "plots": False,
+            "checkpoint_every": 0,
+        },
+        "early_stopping": {"enabled": False},
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", TRAIN, json.dumps(raw)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    history = result["history"]
+    chance = math.log(2)
+    first = history[0]["train_loss"]
+    reached = next((row["epoch"] for row in history if row["val_f1"] >= F1_TARGET), None)
+    graphs_per_s = result["graphs"] * len(history) / result["seconds"]
+    print(
+        f"\n{sets} causal sets of 1,024-2,048 elements ({result['graphs']} for training), "
+        f"batch 8, one process, {epochs} epochs\n"
+    )
+    print("| first epoch's training loss | against chance (0.69) | validation F1 by epoch | "
+          "F1 >= 0.95 from epoch | graphs/s (training) | peak memory |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    f1s = " ".join(f"{row['val_f1']:.2f}" for row in history)
+    print(
+        f"| {first:.3f} | **{first / chance:.2f}x** (target <= {CHANCE_TARGET}x) | {f1s} | "
+        f"**{reached if reached else 'not reached'}** (target <= 10) | {graphs_per_s:.1f} | "
+        f"{result['peak_mb']:.0f} MB |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sets", type=int, default=400, help="causal sets to train on")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--preparation-sets", type=int, default=240)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        preparation(Path(tmp), args.preparation_sets)
+        first_losses()
+        training(Path(tmp), args.sets, args.epochs)
+
+
+if __name__ == "__main__":
+    main()
