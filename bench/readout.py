@@ -48,8 +48,8 @@ def main() -> None:
             "data.split=[0.01,0.01,0.98]",
         ]
         for seed in range(args.seeds):
-            for name, overrides in VARIANTS.items():
-                run = f"{tmp}/{len(results[name])}-{seed}-{name.split(',')[0]}"
+            for variant, (name, overrides) in enumerate(VARIANTS.items()):
+                run = f"{tmp}/{variant}-{seed}"
                 config = qg.load_config(
                     ROOT / "configs" / "train.yaml",
                     [*base, *overrides, f"training.seed={seed}", f"training.path={run}"],

@@ -216,8 +216,10 @@ def training(tmp: Path, sets: int, epochs: int) -> None:
         text=True,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=True,
+        check=False,
     )
+    if out.returncode:
+        raise SystemExit(f"training failed:\n{out.stderr[-3000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     history = result["history"]
     chance = math.log(2)

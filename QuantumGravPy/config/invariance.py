@@ -16,6 +16,11 @@ def invariant_refusals(config: Any) -> None:  # a Config (schema.py calls this)
             f"parallel.invariant: only with parallel.strategy ddp (found "
             f"{config.parallel.strategy})"
         )
+    if t.batch_nodes is not None:
+        raise ConfigError(
+            "parallel.invariant: not with training.batch_nodes (its batches hold varying numbers "
+            "of graphs; invariance cuts fixed micro-batches): use training.global_batch_size"
+        )
     if t.global_batch_size is None:
         raise ConfigError(
             "parallel.invariant: needs training.global_batch_size (the graphs per batch over all "

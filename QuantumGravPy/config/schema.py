@@ -1,9 +1,8 @@
 """The typed configuration: one tree of frozen dataclasses, validated once when it is loaded.
 
-Defaults live here and nowhere else. The comment beside each field is its documentation: the
-configuration reference (docs/config.md) is generated from it (:mod:`.docs`). Checks that
-involve more than one value of a section are the sections' ``validate`` methods; types, ranges
-and unknown keys are checked by the loader (:mod:`.loading`).
+Defaults live here and nowhere else. The comment beside each field is its documentation (docs/
+config.md is generated from it: :mod:`.docs`). Checks of several values of a section are its
+``validate`` method; types, ranges and unknown keys are checked by the loader (:mod:`.loading`).
 """
 
 from __future__ import annotations
@@ -53,8 +52,7 @@ class DataConfig:
     # groups: one group per causal set (cset_1, cset_2, ...); stacked: arrays with the sample
     # index first; auto: groups if the file has cset_N groups
     layout: Literal["auto", "groups", "stacked"] = "auto"
-    # the array holding each causal matrix; null: adj, adjacency_matrix, causal_matrix or
-    # relations if present (or else the links)
+    # the array of each causal matrix; null: adj, adjacency_matrix, causal_matrix or relations
     relations: str | None = None
     links: str | None = None  # the link matrix instead; null: linkmat, link_matrix or links
     size: str | None = None  # stacked: the array of valid sizes; null: cset_size, size or n
@@ -225,9 +223,11 @@ class TrainingConfig:
     path: str | None = None  # the run directory; null: runs/<name>
     num_epochs: int = field(default=30, metadata=_POSITIVE)  # at most (early stopping)
     batch_size: int = field(default=32, metadata=_POSITIVE)  # per process
-    # graphs per batch over all processes: each of W processes takes global_batch_size / W
-    # (batch_size ignored); the steps stay the same when the number of GPUs changes
+    # graphs per batch over all W processes, 1/W each (batch_size ignored): the same steps on W
     global_batch_size: int | None = field(default=None, metadata=_POSITIVE)
+    # nodes per batch and process instead of a number of graphs: batches of equal work, split
+    # evenly between the processes, whatever the sizes (docs: Data, Large causal sets)
+    batch_nodes: int | None = field(default=None, metadata=_POSITIVE)
     drop_last: bool = False  # drop each epoch's last, smaller batch (a world-size condition)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # the optimizer
     lr_scheduler: SchedulerConfig | None = None  # null: a constant learning rate
@@ -254,6 +254,11 @@ class TrainingConfig:
     plots: bool = True
 
     def validate(self) -> None:
+        if self.batch_nodes is not None and self.global_batch_size is not None:
+            raise ConfigError(
+                "training.batch_nodes: not with training.global_batch_size (one counts nodes per "
+                "process, the other graphs over all processes): give one"
+            )
         if self.sampler is not None and self.sampler not in SAMPLER_NAMES:
             if "." not in self.sampler:
                 raise ConfigError(
@@ -298,9 +303,8 @@ class ParallelConfig:
     # parameters, gradients and optimizer state all split (FSDP2). Checkpoints hold full state
     # dicts either way: any strategy and process count resumes any other's
     strategy: Literal["ddp", "zero", "fsdp"] = "ddp"
-    # fsdp with your own model.type: dotted class names of its submodules that become units of
-    # their own (gathered only while they run); empty: the whole model is one unit. The
-    # built-in model's units are its message-passing blocks and its heads
+    # fsdp with your own model.type: dotted class names of its submodules that become units
+    # (gathered only while they run); empty: the whole model is one (built-in: blocks, heads)
     fsdp_modules: tuple[str, ...] = ()
     # the same weights, history and predictions, bit for bit, on any number of processes that
     # divides shards (and a run may resume on another such number): each global batch is cut

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset
 from torch_geometric.data import Data, InMemoryDataset
@@ -20,7 +21,7 @@ from ..errors import DataError
 from ..physics import NUM_FEATURES
 from .cache import GraphSource, cache_name
 from .causal_sets import CausalSetDataset, GeneratedSource
-from .disk import DiskDataset, table_file_names
+from .disk import NUM_NODES, DiskDataset, table_file_names
 
 log = logging.getLogger(__name__)
 
@@ -224,3 +225,28 @@ def in_memory_values(dataset: Dataset | list[Data], name: str) -> torch.Tensor |
     if len(values) == len(base) and bool((bounds.diff() == 1).all()):
         return values[indices]  # one row per graph: index it directly
     return torch.cat([values[bounds[i] : bounds[i + 1]] for i in indices])
+
+
+def graph_sizes(dataset: Dataset | list[Data]) -> np.ndarray:
+    """The number of nodes of each graph of ``dataset`` (or a Subset of one), in order: read
+    from what a dataset in memory or on disk keeps (before augmentation), else graph by graph.
+    """
+    base = getattr(dataset, "unaugmented", dataset)
+    inner, indices = base, None
+    if isinstance(base, Subset):
+        inner, indices = base.dataset, list(base.indices)
+    if isinstance(inner, InMemoryDataset) and "x" in inner.slices:
+        counts = inner.slices["x"].diff().numpy()
+    elif isinstance(inner, DiskDataset):
+        stored = inner.stored_values(NUM_NODES)
+        if stored is None:
+            raise DataError(
+                "training.batch_nodes needs each graph's number of nodes, which a disk cache "
+                f"built by an earlier version does not keep: delete {inner.processed_dir} to "
+                "have it built again"
+            )
+        counts = stored[0].numpy()
+    else:
+        return np.fromiter((g.num_nodes for g in base), dtype=np.int64, count=len(base))
+    counts = counts.astype(np.int64)
+    return counts if indices is None else counts[np.asarray(indices, dtype=np.int64)]

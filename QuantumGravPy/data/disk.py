@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 _TABLE = "graphs"
 _INSERT_EVERY = 128  # graphs written per transaction: bounds memory while building
 _IN_QUERY = 900  # keys per query: below SQLite's oldest limit on parameters (999)
+NUM_NODES = "qg_num_nodes"  # kept for every graph too: training.batch_nodes packs by it
+
+
+def _names(keys: list[str]) -> str:
+    return ", ".join(k for k in keys if k != NUM_NODES) or "none"
 
 
 class Kept:
@@ -61,7 +66,7 @@ class Kept:
         return self._length + len(self._pending)
 
     def add(self, graph: Data) -> None:
-        keys = sorted(
+        kept = (
             key
             for key, value in graph.items()
             if isinstance(value, torch.Tensor)
@@ -69,16 +74,18 @@ class Kept:
             and key not in ("x", "edge_index", "pos")
             and not key.startswith("edge_")
         )
+        keys = [*sorted(kept), NUM_NODES]
         if self.keys is None:
             self.keys = keys
             self.values = {k: [] for k in keys}
             self.counts = {k: [] for k in keys}
         elif keys != self.keys:
             raise DataError(
-                f"graph {len(self)} has the attributes {', '.join(keys) or 'none'}, the first "
-                f"graph {', '.join(self.keys) or 'none'}: every graph needs the same"
+                f"graph {len(self)} has the attributes {_names(keys)}, the first graph "
+                f"{_names(self.keys)}: every graph needs the same"
             )
-        self._pending.append([graph[k].reshape(-1) for k in keys])
+        nodes = torch.tensor([graph.num_nodes])
+        self._pending.append([nodes if k == NUM_NODES else graph[k].reshape(-1) for k in keys])
         if len(self._pending) == _INSERT_EVERY:
             self._compact()
 
@@ -100,8 +107,8 @@ class Kept:
         elif other.keys is not None:
             if other.keys != self.keys:
                 raise DataError(
-                    f"graph {len(self)} has the attributes {', '.join(other.keys)}, the first "
-                    f"graph {', '.join(self.keys)}: every graph needs the same"
+                    f"graph {len(self)} has the attributes {_names(other.keys)}, the first "
+                    f"graph {_names(self.keys)}: every graph needs the same"
                 )
             for k in self.keys:
                 self.values[k] += other.values[k]

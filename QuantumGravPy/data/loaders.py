@@ -26,7 +26,9 @@ from ..config import AugmentationSection, Config, TrainingConfig
 from ..errors import ConfigError, DataError
 from .augment import AugmentedDataset, get_preset
 from .batching import IndexBatcher, Unbatchable
+from .datasets import graph_sizes
 from .disk import DiskDataset
+from .node_batches import NodeBudgetBatches
 from .rows import DiskBatcher
 from .samplers import build_sampler
 from .transfer import BatchLoader
@@ -210,13 +212,16 @@ def make_loader(
     sampler: Any = None,
     device: torch.device | None = None,
     micro: tuple[int, int] | None = None,
+    batch_sampler: Any = None,
 ) -> DataLoader:
     """A loader of batches of graphs; a shuffling loader draws its order from its own seeded
     generator, and its worker processes, if any, last from one epoch to the next. Batches of
     graphs in memory or on disk are assembled by index, others by PyTorch Geometric's
     collation: the same batches either way. ``device``: where batches in memory are assembled
     (see :func:`batch_device`; None: the host). ``micro`` (micro-batches per batch, batches per
-    epoch): the sampler's batches cut into micro-batches (:class:`MicroBatches`)."""
+    epoch): the sampler's batches cut into micro-batches (:class:`MicroBatches`).
+    ``batch_sampler``: one that makes the batches itself (``batch_size``, ``sampler`` and
+    ``drop_last`` then unused)."""
     if shuffle and sampler is not None:
         raise ValueError("shuffle and sampler exclude each other: the sampler decides the order")
     options = {
@@ -229,9 +234,12 @@ def make_loader(
         "generator": torch.Generator().manual_seed(seed) if shuffle else None,
     }
     if micro is not None:
-        cut = MicroBatches(sampler, batch_size=batch_size, micro=micro[0], batches=micro[1])
+        batch_sampler = MicroBatches(
+            sampler, batch_size=batch_size, micro=micro[0], batches=micro[1]
+        )
+    if batch_sampler is not None:
         del options["batch_size"], options["drop_last"], options["sampler"]
-        options["batch_sampler"] = cut  # torch: a batch sampler excludes the three above
+        options["batch_sampler"] = batch_sampler  # torch: it excludes the three above
     batches = index_batches(dataset, device)
     if batches is None:  # PyTorch Geometric's collation, graph by graph
         return BatchLoader(dataset, collate_fn=Collater(dataset), **options)
@@ -266,6 +274,23 @@ def make_train_loader(
             base_seed=training.seed,
             rank=rank,
             world_size=world_size,
+        )
+    if training.batch_nodes is not None:  # batches of equal work (see .node_batches)
+        one = build_sampler(training, dataset, num_replicas=1, rank=0, label=label)
+        batches = NodeBudgetBatches(
+            one,
+            graph_sizes(dataset),
+            budget=training.batch_nodes,
+            rank=rank,
+            world_size=world_size,
+            drop_last=training.drop_last,
+        )
+        return make_loader(
+            dataset,
+            batch_size=1,
+            batch_sampler=batches,
+            num_workers=training.num_workers,
+            device=device,
         )
     micro = None
     if shards is not None:

@@ -174,6 +174,10 @@ def invariance_breaks(config: Config) -> list[str]:
             "training.drop_last is false (the last batch of an epoch depends on the number of "
             "processes, and DDP pads it with repeated graphs)"
         )
+    if config.training.batch_nodes is not None:
+        breaks.append(
+            "training.batch_nodes is set (each process's budget of nodes makes the global batches)"
+        )
     if config.model.dropout > 0:
         breaks.append(f"model.dropout is {config.model.dropout} (each process draws its own masks)")
     if config.model.norm == "batch":

@@ -75,7 +75,7 @@ def start_notices(
         )
     batch = config.training.batch_size
     per_process = math.ceil(train_graphs / processes)
-    if processes > 1 and per_process < batch:
+    if processes > 1 and per_process < batch and config.training.batch_nodes is None:
         notices.append(
             f"parallel.world_size: each of the {processes} processes gets {per_process} of the "
             f"{train_graphs} training graphs, less than one batch of {batch} "

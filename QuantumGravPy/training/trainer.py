@@ -390,10 +390,16 @@ class Trainer(TestingMixin, RunStateMixin):
             unit="batch", enabled=self.is_main,
         )  # fmt: skip
         monitor = self.monitor  # marks each part of each step
-        for group in step_groups(bar, k):
+        # training.batch_nodes: the ranks' batches hold different numbers of graphs; each
+        # rank's losses are weighted against its share of the step's graphs on all ranks
+        planned = getattr(loader.batch_sampler, "global_graphs", None)
+        for step, group in enumerate(step_groups(bar, k)):
             graphs = sum(batch.num_graphs for batch in group)
             monitor.graphs += graphs
-            graphs = strategy.step_graphs(graphs)  # what each loss is weighted against
+            if planned is not None:
+                graphs = sum(planned[step * k : (step + 1) * k]) / self.world_size
+            else:
+                graphs = strategy.step_graphs(graphs)  # what each loss is weighted against
             step_sums.zero_()  # added to the epoch's if the step is taken
             self.optimizer.zero_grad(set_to_none=True)
             for i, batch in enumerate(group):

@@ -252,6 +252,8 @@ class TrainerDDP(Trainer):
 
     def on_train_start(self, train_loader: DataLoader) -> None:
         sampler = epoch_sampler(train_loader)
+        plan = getattr(train_loader.batch_sampler, "plan", None)  # training.batch_nodes
+        mine = sum(len(b[self.rank]) for b in plan()) if plan else len(sampler)
         self.rank_logger.info(
             "started: rank %d of %d, local rank %d, device %s, %d of %d training graphs "
             "(%d batches) per epoch",
@@ -259,16 +261,17 @@ class TrainerDDP(Trainer):
             self.world_size,
             self.local_rank,
             self.device,
-            len(sampler),
+            mine,
             len(train_loader.dataset),
             len(train_loader),
         )
         super().on_train_start(train_loader)
+        t = self.config.training
         self.logger.info(
-            "global batch %d = %d per process x %d processes; strategy %s, gradients "
+            "global batch %s = %s per process x %d processes; strategy %s, gradients "
             "averaged via %s; validation mode %s",
-            self.config.training.batch_size * self.world_size,
-            self.config.training.batch_size,
+            f"{t.batch_size * self.world_size}" if plan is None else "of varying graphs",
+            f"{t.batch_size}" if plan is None else f"at most {t.batch_nodes} nodes",
             self.world_size,
             self.strategy.name,
             self.gradient_sync,
