@@ -16,6 +16,11 @@ elements, prepared, and the default model trained on them from the first step.
   trained from the file with one process: the first epoch's training loss against chance
   (ln 2 = 0.69; target within 1.3x), validation F1 after each epoch (target 0.95 within 10),
   graphs per second and the peak resident memory of the training process.
+- Two processes on 240 sets of sizes log-uniform in 64-2,048: each rank's exposed gradient
+  exchange (its waiting for the other included) as a share of its epoch (the median of the
+  epochs after the first), with 8 graphs a batch against `training.batch_nodes` of 8 graphs of
+  the mean size (target: at most 3 %); and the floor of this machine, which no batching can go
+  below: 8 graphs a batch of sets all of the mean size, every batch the same work.
 
     python bench/scale.py [--sets 400] [--epochs 10] [--preparation-sets 240]
 """
@@ -48,8 +53,11 @@ CHANCE_TARGET = 1.3
 F1_TARGET = 0.95
 
 
-def write_store(path: Path, sets: int, low: int, high: int, seed: int = 0) -> list[int]:
-    """A QuantumGrav.jl-layout Zarr store (see the module's description); the sets' sizes."""
+def write_store(
+    path: Path, sets: int, low: int, high: int, seed: int = 0, *, log_uniform: bool = False
+) -> list[int]:
+    """A QuantumGrav.jl-layout Zarr store (see the module's description); the sets' sizes,
+    uniform in [low, high] or log-uniform."""
     import numcodecs
     import zarr
 
@@ -58,7 +66,10 @@ def write_store(path: Path, sets: int, low: int, high: int, seed: int = 0) -> li
     rng = np.random.default_rng(seed)
     sizes = []
     for i in range(sets):
-        n = int(rng.integers(low, high + 1))
+        if log_uniform:
+            n = int(np.exp(rng.uniform(np.log(low), np.log(high + 1))))
+        else:
+            n = int(rng.integers(low, high + 1))
         manifold_like = i % 2 == 0
         draw = seed * 1_000_003 + i
         if manifold_like:
@@ -241,16 +252,94 @@ def training(tmp: Path, sets: int, epochs: int) -> None:
     )
 
 
+def exchange(tmp: Path, sets: int, epochs: int) -> None:
+    """Two processes on sizes log-uniform in 64-2,048: each rank's exposed gradient exchange
+    (waiting for the other included) as a share of its epoch, from the monitor's ranks.csv;
+    and, as the floor no batching can go below, the same with every set of the mean size."""
+    import csv
+
+    store = tmp / "wide.zarr"
+    sizes = write_store(store, sets, 64, 2048, seed=3, log_uniform=True)
+    mean = int(np.mean(sizes))
+    budget = 8 * mean  # the nodes of 8 graphs of the mean size
+    even = tmp / "even.zarr"  # the floor: every set of the mean size, the same work per batch
+    write_store(even, sets, mean, mean, seed=4)
+    rows = []
+    for label, batching, data in (
+        ("8 graphs a batch", {"batch_size": 8}, store),
+        (f"training.batch_nodes {budget}", {"batch_nodes": budget}, store),
+        (f"8 graphs a batch, every set of {mean} elements (the floor)", {"batch_size": 8}, even),
+    ):
+        run = tmp / f"wide-run-{len(rows)}"
+        raw = {
+            "name": "scale-exchange",
+            "log_level": "WARNING",
+            "data": {
+                "root": str(tmp / "wide_cache"),
+                "files": [str(data)],
+                "targets": {"manifold_like": "manifold_like"},
+            },
+            "tasks": [{"name": "manifold_like", "type": "binary", "target": "manifold_like"}],
+            "training": {
+                "path": str(run),
+                "device": "cpu",
+                "num_epochs": epochs,
+                "plots": False,
+                "checkpoint_every": 0,
+                **batching,
+            },
+            "early_stopping": {"enabled": False},
+            "parallel": {"world_size": 2},
+        }
+        config = tmp / f"wide-{len(rows)}.yaml"
+        config.write_text(json.dumps(raw))  # JSON is YAML
+        out = subprocess.run(
+            [sys.executable, "-m", "QuantumGravPy", "train", str(config)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=False,
+        )
+        if out.returncode:
+            raise SystemExit(f"training failed:\n{out.stderr[-3000:]}")
+        with open(run / "ranks.csv") as f:
+            table = list(csv.DictReader(f))
+        shares = {}
+        for rank in ("0", "1"):
+            mine = [r for r in table if r["rank"] == rank and int(r["epoch"]) > 1]  # warm
+            shares[rank] = float(
+                np.median([float(r["exchange_exposed_s"]) / float(r["epoch_s"]) for r in mine])
+            )
+        waiting = max(shares, key=shares.get)
+        rows.append((label, shares, waiting))
+    print(
+        f"\n{sets} causal sets of 64-2,048 elements (log-uniform), 2 processes, {epochs} "
+        "epochs (the first left out: the median of the others)\n"
+    )
+    print("| batches | rank 0 exposed exchange | rank 1 | the waiting rank's share | target |")
+    print("|---|---|---|---|---|")
+    for label, shares, waiting in rows:
+        target = "<= 3%" if "batch_nodes" in label else ""
+        print(
+            f"| {label} | {100 * shares['0']:.1f}% | {100 * shares['1']:.1f}% | "
+            f"**{100 * shares[waiting]:.1f}%** (rank {waiting}) | {target} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", type=int, default=400, help="causal sets to train on")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--preparation-sets", type=int, default=240)
+    parser.add_argument("--wide-sets", type=int, default=240, help="sizes log-uniform 64-2,048")
+    parser.add_argument("--wide-epochs", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         preparation(Path(tmp), args.preparation_sets)
         first_losses()
         training(Path(tmp), args.sets, args.epochs)
+        exchange(Path(tmp), args.wide_sets, args.wide_epochs)
 
 
 if __name__ == "__main__":

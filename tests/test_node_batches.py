@@ -142,7 +142,9 @@ def test_the_sizes_are_read_from_what_memory_and_disk_keep(make_config, storage)
     trainer = qg.Trainer(config)
     train, _, _ = trainer.prepare_dataloaders()
     graphs = train.dataset
-    assert graph_sizes(graphs).tolist() == [graphs[i].num_nodes for i in range(len(graphs))]
+    nodes, edges = graph_sizes(graphs)
+    assert nodes.tolist() == [graphs[i].num_nodes for i in range(len(graphs))]
+    assert edges.tolist() == [graphs[i].num_edges for i in range(len(graphs))]
     epoch_sampler(train).set_epoch(0)
     nodes = [b.num_nodes for b in train]
     assert max(nodes) <= 100 and sum(b.num_graphs for b in train) == len(graphs)

@@ -21,7 +21,7 @@ from ..errors import DataError
 from ..physics import NUM_FEATURES
 from .cache import GraphSource, cache_name
 from .causal_sets import CausalSetDataset, GeneratedSource
-from .disk import NUM_NODES, DiskDataset, table_file_names
+from .disk import NUM_EDGES, NUM_NODES, DiskDataset, table_file_names
 
 log = logging.getLogger(__name__)
 
@@ -227,26 +227,31 @@ def in_memory_values(dataset: Dataset | list[Data], name: str) -> torch.Tensor |
     return torch.cat([values[bounds[i] : bounds[i + 1]] for i in indices])
 
 
-def graph_sizes(dataset: Dataset | list[Data]) -> np.ndarray:
-    """The number of nodes of each graph of ``dataset`` (or a Subset of one), in order: read
-    from what a dataset in memory or on disk keeps (before augmentation), else graph by graph.
-    """
+def graph_sizes(dataset: Dataset | list[Data]) -> tuple[np.ndarray, np.ndarray]:
+    """The numbers of nodes and of edges of each graph of ``dataset`` (or a Subset of one), in
+    order: read from what a dataset in memory or on disk keeps (before augmentation), else
+    graph by graph."""
     base = getattr(dataset, "unaugmented", dataset)
     inner, indices = base, None
     if isinstance(base, Subset):
         inner, indices = base.dataset, list(base.indices)
     if isinstance(inner, InMemoryDataset) and "x" in inner.slices:
-        counts = inner.slices["x"].diff().numpy()
+        slices = inner.slices
+        edges = slices["edge_index"].diff() if "edge_index" in slices else 0 * slices["x"][1:]
+        counts = [slices["x"].diff().numpy(), edges.numpy()]
     elif isinstance(inner, DiskDataset):
-        stored = inner.stored_values(NUM_NODES)
-        if stored is None:
+        stored = [inner.stored_values(name) for name in (NUM_NODES, NUM_EDGES)]
+        if None in stored:
             raise DataError(
-                "training.batch_nodes needs each graph's number of nodes, which a disk cache "
-                f"built by an earlier version does not keep: delete {inner.processed_dir} to "
-                "have it built again"
+                "training.batch_nodes needs each graph's numbers of nodes and edges, which a "
+                f"disk cache built by an earlier version does not keep: delete "
+                f"{inner.processed_dir} to have it built again"
             )
-        counts = stored[0].numpy()
+        counts = [values.numpy() for values, _ in stored]
     else:
-        return np.fromiter((g.num_nodes for g in base), dtype=np.int64, count=len(base))
-    counts = counts.astype(np.int64)
-    return counts if indices is None else counts[np.asarray(indices, dtype=np.int64)]
+        pairs = [(g.num_nodes, g.num_edges) for g in base]
+        counts = [np.array([p[k] for p in pairs], dtype=np.int64) for k in (0, 1)]
+    if indices is not None:
+        counts = [c[np.asarray(indices, dtype=np.int64)] for c in counts]
+    nodes, edges = (c.astype(np.int64) for c in counts)
+    return nodes, edges

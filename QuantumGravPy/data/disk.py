@@ -40,11 +40,12 @@ log = logging.getLogger(__name__)
 _TABLE = "graphs"
 _INSERT_EVERY = 128  # graphs written per transaction: bounds memory while building
 _IN_QUERY = 900  # keys per query: below SQLite's oldest limit on parameters (999)
-NUM_NODES = "qg_num_nodes"  # kept for every graph too: training.batch_nodes packs by it
+# kept for every graph too: training.batch_nodes packs and balances by them
+NUM_NODES, NUM_EDGES = "qg_num_nodes", "qg_num_edges"
 
 
 def _names(keys: list[str]) -> str:
-    return ", ".join(k for k in keys if k != NUM_NODES) or "none"
+    return ", ".join(k for k in keys if k not in (NUM_NODES, NUM_EDGES)) or "none"
 
 
 class Kept:
@@ -74,7 +75,7 @@ class Kept:
             and key not in ("x", "edge_index", "pos")
             and not key.startswith("edge_")
         )
-        keys = [*sorted(kept), NUM_NODES]
+        keys = [*sorted(kept), NUM_NODES, NUM_EDGES]
         if self.keys is None:
             self.keys = keys
             self.values = {k: [] for k in keys}
@@ -84,8 +85,11 @@ class Kept:
                 f"graph {len(self)} has the attributes {_names(keys)}, the first graph "
                 f"{_names(self.keys)}: every graph needs the same"
             )
-        nodes = torch.tensor([graph.num_nodes])
-        self._pending.append([nodes if k == NUM_NODES else graph[k].reshape(-1) for k in keys])
+        counts = {
+            NUM_NODES: torch.tensor([graph.num_nodes]),
+            NUM_EDGES: torch.tensor([graph.num_edges]),
+        }
+        self._pending.append([counts[k] if k in counts else graph[k].reshape(-1) for k in keys])
         if len(self._pending) == _INSERT_EVERY:
             self._compact()
 
