@@ -6,10 +6,11 @@ elements, prepared, and the default model trained on them from the first step.
   1,000 x 1,000, Blosc lz4 at level 9 with bit shuffle, as its `write_arraylike_to_zarr`
   writes them; half 2D sprinklings, half destroyed sprinklings with 0.2 % of the pairs flipped
   and closed again; sizes uniform in 1,024-2,048) prepared into a fresh cache by one process,
-  the user's path from the files to the cache on disk. Against it, in the same process and on
-  the same threads, one bfloat16 product of an N x N matrix for each set's N, each timed after
-  a first product of that shape (kernels ready: the strictest baseline). Target: at most 1.5x.
-  Then the same with 2 processes, and the processor time of the one-process run.
+  the user's path from the files to the cache on disk, on one thread (as each of W processes
+  preparing on W cores computes; the files are read ahead on another). Against it, in the same
+  process and on the same thread, one bfloat16 product of an N x N matrix for each set's N, each
+  timed after a first product of that shape (kernels ready: the strictest baseline). Target: at
+  most 1.5x. Then the processor time of that run (reading included), and 2 processes.
 - The untrained default model's first loss on 2D sprinklings of 32 to 2,048 elements (three
   classes, chance ln 3 = 1.10; the mean over 5 initialisations): target within 1.3x chance.
 - The manifold-like classifier (sprinklings against destroyed sprinklings, the default model)
@@ -111,6 +112,7 @@ def product_seconds(sizes: list[int]) -> float:
 
 
 def preparation(tmp: Path, sets: int) -> None:
+    torch.set_num_threads(1)  # as each of W preparing processes on W cores has
     store = tmp / "prepare.zarr"
     sizes = write_store(store, sets, 1024, 2048, seed=1)
     rows = []
@@ -120,6 +122,7 @@ def preparation(tmp: Path, sets: int) -> None:
         FileDataset(cfg, world_size=world_size, progress=False)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         rows.append((world_size, wall, cpu))
+    torch.set_num_threads(1)  # (the processes the second build started set it anew)
     products = product_seconds(sizes)
     threads = torch.get_num_threads()
     print(

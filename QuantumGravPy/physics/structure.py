@@ -61,12 +61,10 @@ def order_structure(matrix: Tensor, *, transposed: bool = False) -> OrderStructu
     if matrix.dim() != 2 or matrix.shape[0] != n:
         raise NotAnOrder(f"not a square matrix (shape {list(matrix.shape)})")
     related = _boolean(matrix)
-    if _strictly_triangular(related, lower=transposed):
-        parts = _product_parts(related, lower=transposed)
-    elif bool(related.diagonal().any()):
+    if bool(related.diagonal().any()):
         raise NotAnOrder(_violation(related, transposed))
-    else:
-        parts = _product_parts(related, lower=None)
+    triangular = _block_triangular(related, lower=transposed)
+    parts = _product_parts(related, lower=transposed if triangular else None)
     row, col, rows_sum, cols_sum, implied = parts
     if implied != int(rows_sum.sum()) - len(row):
         raise NotAnOrder(_violation(related, transposed))
@@ -129,25 +127,22 @@ def _product_parts(related: Tensor, *, lower: bool | None) -> _Parts:
     return _Parts(torch.cat(rows), torch.cat(cols), rows_sum, cols_sum, implied)
 
 
-def _strictly_triangular(related: Tensor, *, lower: bool) -> bool:
-    """Whether every true entry lies strictly below (``lower``) or above the diagonal."""
+def _block_triangular(related: Tensor, *, lower: bool) -> bool:
+    """Whether every true entry lies in the panels' triangle: below (``lower``) or above the
+    diagonal but for the diagonal's squares of :data:`_PANEL` elements, where either side may
+    hold some (the panels' products read those squares whole; a relation pointing backwards
+    there is found by the links, and the set relabelled)."""
     if related.device.type != "cpu":
-        part = related.triu() if lower else related.tril()
-        return not bool(part.any())
+        n, width = related.shape[0], _PANEL
+        block = torch.arange(n, device=related.device) // width
+        outside = block[None, :] > block[:, None] if lower else block[None, :] < block[:, None]
+        return not bool((related & outside).any())
     m, n = related.numpy(), related.shape[0]
-    diagonal = _DIAGONAL_SIDE.T if lower else _DIAGONAL_SIDE
-    for start in range(0, n, _PANEL):  # by panels, so no triangle of the whole is made
+    for start in range(0, n, _PANEL):
         stop = min(start + _PANEL, n)
-        square = m[start:stop, start:stop]
-        outside = m[start:stop, stop:] if lower else m[start:stop, :start]
-        side = diagonal[: stop - start, : stop - start]
-        if np.count_nonzero(outside) or np.logical_and(square, side).any():
+        if np.count_nonzero(m[start:stop, stop:] if lower else m[start:stop, :start]):
             return False
     return True
-
-
-# The diagonal of a panel's square and the entries below it.
-_DIAGONAL_SIDE = np.tri(_PANEL, dtype=bool)
 
 
 def _boolean(matrix: Tensor) -> Tensor:
