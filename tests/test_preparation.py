@@ -159,3 +159,19 @@ def test_arrays_this_reader_does_not_cover_are_left_to_zarr(tmp_path):
     three = zarr.open_group(str(tmp_path / "v3.zarr"), mode="w", zarr_format=3)
     three.create_array("adj", data=np.eye(3, dtype=np.uint8))
     assert zarr2.read_array(tmp_path / "v3.zarr" / "adj") is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("transposed", [False, True])
+def test_on_a_gpu_the_structure_is_the_same(transposed):
+    """The product, the passes and the labelling on the GPU give what the host gives."""
+    for causal_set in (sprinkle(1500, 2, seed=10), destroyed_sprinkling(1100, 2, 11, 0.002)):
+        relations = causal_set.relations.numpy()
+        perm = np.random.default_rng(0).permutation(len(relations))
+        for matrix in (relations, relations[perm][:, perm]):
+            stored = torch.from_numpy((matrix.T if transposed else matrix).astype(np.uint8).copy())
+            host = order_structure(stored, transposed=transposed)
+            gpu = order_structure(stored.cuda(), transposed=transposed)
+            for a, b in zip(host, gpu, strict=True):
+                assert (a is None and b is None) or torch.equal(a, b.cpu())

@@ -78,7 +78,7 @@ class DataConfig:
     # data per step (memory storage, no worker processes, no augmentation or per-graph
     # transform); cpu: on the host, each batch copied over; auto: cuda when the dataset takes
     # under a quarter of the GPU's free memory and nothing above rules it out, else cpu.
-    # Without a GPU every value means cpu
+    # Without a GPU every value means cpu. data.files are prepared on the GPU unless cpu
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
     def validate(self) -> None:

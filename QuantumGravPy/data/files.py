@@ -113,6 +113,8 @@ def read_sample(
         matrix = samples.read(index, samples.matrix)
     _check_square(matrix, where, samples.matrix)
     m = torch.from_numpy(matrix)
+    if cfg.device != "cpu" and torch.cuda.is_available():  # the product and passes there
+        m = m.to("cuda")
     n = m.shape[0]
     try:
         if samples.is_links:
@@ -125,6 +127,7 @@ def read_sample(
             structure = order_structure(m, transposed=transpose)
     except NotAnOrder as e:
         raise DataError(f"{where}: {samples.matrix!r} is not a strict partial order: {e}") from None
+    structure = OrderStructure(*(None if t is None else t.cpu() for t in structure))
     order = structure.labelling
     attributes: dict[str, torch.Tensor] = {}
     for attribute, name in cfg.targets.items():
