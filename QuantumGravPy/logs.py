@@ -74,14 +74,13 @@ def progress(
     enabled: bool = True,
     initial: int = 0,
 ) -> Any:
-    """Progress of a long phase: a tqdm bar on a terminal (or in a notebook); elsewhere, as in
+    """Progress of a long phase: a tqdm bar on a terminal; elsewhere, as in
     a SLURM job's log, a line on the package's logger every :data:`PROGRESS_EVERY_S` seconds
     with what is done, the rate and the time left (a bar there would show nothing until it
     ends, or glue carriage returns onto the log's lines). Iterate over it, or ``update(n)``
     it; ``close()`` it (or use it as a context manager) when the phase ends. Disabled: a
     bar that shows nothing (ranks other than 0)."""
-    interactive = sys.stderr.isatty() or "ipykernel" in sys.modules
-    if not enabled or interactive:
+    if not enabled or sys.stderr.isatty():
         from tqdm.auto import tqdm  # (imported when needed: a quick start for the command line)
 
         bar = tqdm(iterable, total=total, desc=desc, unit=unit, initial=initial, leave=False,

@@ -18,7 +18,7 @@ def test_graph_features_reach_the_head_and_are_learned_from(make_config, tmp_pat
     _, _, blind = train(blind_config)
     trainer, _, seeing = train(make_config(*CHARGED, "model.graph_features=[charge, spin]"))
     head_input = trainer.model.head[0].in_features
-    assert head_input == 16 * 3 + 1 + 3  # three poolings of 16 channels, charge, spin
+    assert head_input == 16 * 2 + 1 + 3  # two poolings of 16 channels, charge, spin
     # The rings are identical: without the charge the model can only guess.
     assert blind["test_accuracy"] < 0.75 and seeing["test_accuracy"] >= 0.95
 

@@ -114,14 +114,20 @@ def test_batches_that_do_not_step_skip_the_gradient_exchange(make_config):
     assert steps == 4 and calls == steps  # 42 graphs per rank: 11 batches, 4 steps
 
 
+# Read-outs that learn within a few epochs of these small sets (the default's mean and spread
+# need more: 0.86 after 8 epochs against 0.67 with these; both learn the shipped config alike)
+QUICK = "model.pooling=[mean, max, scaled_add]"
+
+
 @pytest.mark.parametrize("precision", ["bf16", "16"])
 def test_mixed_precision_trains(make_config, tmp_path, precision):
-    _, reference = train_one(make_config("training.num_epochs=8"))
+    _, reference = train_one(make_config("training.num_epochs=8", QUICK))
     trainer, history = train_one(
         make_config(
             f"training.precision={precision}",
             "training.num_epochs=8",
             f"training.path={tmp_path / precision}",
+            QUICK,
         )
     )
     assert history[-1]["train_loss"] < 0.75 * math.log(3)  # three classes: chance is ln 3

@@ -335,7 +335,13 @@ def test_what_is_kept_beside_the_table_collates_as_pyg_collates_the_light_graphs
     values, slices = first.collate()
     light = [Data(y=g.y, w=g.w, t=g.t) for g in graphs]
     expected, expected_slices = InMemoryDataset.collate(light)
-    assert len(first) == len(graphs) and sorted(slices) == ["qg_num_edges", "qg_num_nodes", "t", "w", "y"]
+    assert len(first) == len(graphs) and sorted(slices) == [
+        "qg_num_edges",
+        "qg_num_nodes",
+        "t",
+        "w",
+        "y",
+    ]
     # training.batch_nodes packs by it
     assert values["qg_num_nodes"].tolist() == [g.num_nodes for g in graphs]
     for key in ("y", "w", "t"):

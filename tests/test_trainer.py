@@ -119,6 +119,7 @@ def test_reduce_on_plateau_cuts_the_rate_when_the_stopping_metric_stops_improvin
     metric's own direction), and only then."""
     cfg = make_config(
         PLATEAU,
+        "model.pooling=[mean, max, scaled_add]",  # (a metric that stops improving within 6 epochs)
         "training.optimizer.kwargs={lr: 0.05}",
         "training.num_epochs=6",
         f"early_stopping.metric={metric}",

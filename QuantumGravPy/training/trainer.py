@@ -392,7 +392,7 @@ class Trainer(TestingMixin, RunStateMixin):
         monitor = self.monitor  # marks each part of each step
         # training.batch_nodes: the ranks' batches hold different numbers of graphs; each
         # rank's losses are weighted against its share of the step's graphs on all ranks
-        planned = getattr(loader.batch_sampler, "global_graphs", None)
+        planned = getattr(getattr(loader, "batch_sampler", None), "global_graphs", None)
         for step, group in enumerate(step_groups(bar, k)):
             graphs = sum(batch.num_graphs for batch in group)
             monitor.graphs += graphs
