@@ -42,10 +42,18 @@ def longest_chains(order: Tensor, *, towards_past: bool = False) -> Tensor:
     """Longest chain (in links) ending at each element, for a batch [B, N, N] of causal sets
     given by their links (or relations: the same answer, from many more pairs); with
     ``towards_past``, the longest chain starting at each element. float32 [B, N]."""
+    height, depth = _batch_chains(order)
+    return depth if towards_past else height
+
+
+def _batch_chains(order: Tensor) -> tuple[Tensor, Tensor]:
+    """Heights and depths [B, N] of a batch of one size, as one disjoint union of B * N
+    elements (one nonzero over the batch and one sweep)."""
     b, n, _ = order.shape
-    links = [order[k].nonzero().t() for k in range(b)]
-    lengths = chain_lengths(links, [n] * b)
-    return torch.stack([depth if towards_past else height for height, depth in lengths])
+    batch, first, second = order.nonzero(as_tuple=True)
+    union = torch.stack([batch * n + first, batch * n + second])
+    ((height, depth),) = chain_lengths([union], [b * n])
+    return height.view(b, n), depth.view(b, n)
 
 
 def node_features(relations: Tensor, links: Tensor, sizes: Tensor | None = None) -> Tensor:
@@ -54,19 +62,12 @@ def node_features(relations: Tensor, links: Tensor, sizes: Tensor | None = None)
     ``sizes``: each set's number of elements, for sets padded to N (with elements related to
     nothing); the features are per element of a set of that size.
     """
-    b, n = relations.shape[0], relations.shape[-1]
+    n = relations.shape[-1]
     scale = n if sizes is None else sizes.view(-1, 1, 1).float()
     # sums of floats are several times faster than sums of booleans
     related, linked = relations.float(), links.float()
-    lengths = chain_lengths([links[k].nonzero().t() for k in range(b)], [n] * b)
-    columns = (
-        related.sum(1),
-        related.sum(2),
-        linked.sum(1),
-        linked.sum(2),
-        torch.stack([height for height, _ in lengths]),
-        torch.stack([depth for _, depth in lengths]),
-    )
+    height, depth = _batch_chains(links)
+    columns = (related.sum(1), related.sum(2), linked.sum(1), linked.sum(2), height, depth)
     return torch.stack(columns, dim=-1) / scale
 
 
