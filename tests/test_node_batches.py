@@ -149,3 +149,13 @@ def test_the_sizes_are_read_from_what_memory_and_disk_keep(make_config, storage)
     nodes = [b.num_nodes for b in train]
     assert max(nodes) <= 100 and sum(b.num_graphs for b in train) == len(graphs)
     trainer.close()
+
+
+def test_the_log_says_what_a_batch_holds(make_config, capsys):
+    from QuantumGravPy.runs.reproducibility import invariance_breaks
+    from QuantumGravPy.training.notices import describe_run
+
+    config = make_config("training.batch_nodes=300")
+    assert "batches of at most 300 nodes" in describe_run(config, torch.device("cpu"), 84)
+    # no word of DDP's padding, which a plan of node budgets never does
+    assert [b.split(" (")[0] for b in invariance_breaks(config)] == ["training.batch_nodes is set"]

@@ -169,14 +169,14 @@ def invariance_breaks(config: Config) -> list[str]:
     sequence of global batches and computes the same gradients (up to rounding).
     """
     breaks = []
-    if not config.training.drop_last:
-        breaks.append(
-            "training.drop_last is false (the last batch of an epoch depends on the number of "
-            "processes, and DDP pads it with repeated graphs)"
-        )
     if config.training.batch_nodes is not None:
         breaks.append(
             "training.batch_nodes is set (each process's budget of nodes makes the global batches)"
+        )
+    elif not config.training.drop_last:
+        breaks.append(
+            "training.drop_last is false (the last batch of an epoch depends on the number of "
+            "processes, and DDP pads it with repeated graphs)"
         )
     if config.model.dropout > 0:
         breaks.append(f"model.dropout is {config.model.dropout} (each process draws its own masks)")

@@ -24,9 +24,14 @@ from .optim import schedule_notice
 def describe_run(config: Config, device: torch.device, train_graphs: int) -> str:
     """The line that opens a run's log: what is trained, for how long, where and how."""
     t = config.training
+    batches = (
+        f"batch size {t.batch_size}"
+        if t.batch_nodes is None
+        else f"batches of at most {t.batch_nodes} nodes"
+    )
     return (
         f"training {config.name} for up to {t.num_epochs} epochs on {device}: {train_graphs} "
-        f"training graphs, batch size {t.batch_size}"
+        f"training graphs, {batches}"
         + (
             f", {t.accumulate_grad_batches} batches per step"
             if t.accumulate_grad_batches > 1
