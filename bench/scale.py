@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 from QuantumGravPy.config import config_from_dict  # noqa: E402
 from QuantumGravPy.data.files import FileDataset  # noqa: E402
 from QuantumGravPy.physics import destroyed_sprinkling, sprinkle  # noqa: E402
+from QuantumGravPy.runs.directory import read_ranks  # noqa: E402
 
 PREPARATION_TARGET = 1.5
 CHANCE_TARGET = 1.3
@@ -90,6 +91,21 @@ def write_store(
     return sizes
 
 
+def run_python(*args: str) -> str:
+    """``python ARGS`` in a fresh process from the repository; its standard output."""
+    out = subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    if out.returncode:
+        raise SystemExit(f"{' '.join(args[:3])} failed:\n{out.stderr[-3000:]}")
+    return out.stdout
+
+
 def data_config(root: Path, store: Path):
     return config_from_dict(
         {
@@ -97,7 +113,6 @@ def data_config(root: Path, store: Path):
                 "root": str(root),
                 "files": [str(store)],
                 "targets": {"manifold_like": "manifold_like"},
-                "storage": "disk",
             }
         }
     ).data
@@ -250,17 +265,8 @@ def training(tmp: Path, sets: int, epochs: int) -> None:
         },
         "early_stopping": {"enabled": False},
     }
-    out = subprocess.run(
-        [sys.executable, "-c", TRAIN, json.dumps(raw)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-    )
-    if out.returncode:
-        raise SystemExit(f"training failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    out = run_python("-c", TRAIN, json.dumps(raw))
+    result = json.loads(out.strip().splitlines()[-1])
     history = result["history"]
     chance = math.log(2)
     first = history[0]["train_loss"]
@@ -285,8 +291,6 @@ def exchange(tmp: Path, sets: int, epochs: int) -> None:
     """Two processes on sizes log-uniform in 64-2,048: each rank's exposed gradient exchange
     (waiting for the other included) as a share of its epoch, from the monitor's ranks.csv;
     and, as the floor no batching can go below, the same with every set of the mean size."""
-    import csv
-
     store = tmp / "wide.zarr"
     sizes = write_store(store, sets, 64, 2048, seed=3, log_uniform=True)
     mean = int(np.mean(sizes))
@@ -322,24 +326,12 @@ def exchange(tmp: Path, sets: int, epochs: int) -> None:
         }
         config = tmp / f"wide-{len(rows)}.yaml"
         config.write_text(json.dumps(raw))  # JSON is YAML
-        out = subprocess.run(
-            [sys.executable, "-m", "QuantumGravPy", "train", str(config)],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            check=False,
-        )
-        if out.returncode:
-            raise SystemExit(f"training failed:\n{out.stderr[-3000:]}")
-        with open(run / "ranks.csv") as f:
-            table = list(csv.DictReader(f))
+        run_python("-m", "QuantumGravPy", "train", str(config))
+        table = read_ranks(run)
         shares = {}
-        for rank in ("0", "1"):
-            mine = [r for r in table if r["rank"] == rank and int(r["epoch"]) > 1]  # warm
-            shares[rank] = float(
-                np.median([float(r["exchange_exposed_s"]) / float(r["epoch_s"]) for r in mine])
-            )
+        for rank in (0, 1):
+            mine = [r for r in table if r["rank"] == rank and r["epoch"] > 1]  # warm
+            shares[rank] = float(np.median([r["exchange_exposed_s"] / r["epoch_s"] for r in mine]))
         waiting = max(shares, key=shares.get)
         rows.append((label, shares, waiting))
     print(
@@ -351,7 +343,7 @@ def exchange(tmp: Path, sets: int, epochs: int) -> None:
     for label, shares, waiting in rows:
         target = "<= 3%" if "batch_nodes" in label else ""
         print(
-            f"| {label} | {100 * shares['0']:.1f}% | {100 * shares['1']:.1f}% | "
+            f"| {label} | {100 * shares[0]:.1f}% | {100 * shares[1]:.1f}% | "
             f"**{100 * shares[waiting]:.1f}%** (rank {waiting}) | {target} |"
         )
 

@@ -170,11 +170,6 @@ def build_graphs(block: list[_Sample]) -> list[Data]:
     return [Data(x=next(features) if s.x is None else s.x, **s.attributes) for s in block]
 
 
-def build_graph(samples: Samples, index: int, transpose: bool, *, provenance: bool = False) -> Data:
-    """Sample ``index`` of an open file as a graph (see the module's description)."""
-    return build_graphs([read_sample(samples, index, transpose, provenance=provenance)])[0]
-
-
 def file_counts(data_cfg: Any) -> list[int]:
     """How many causal sets each file of ``data.files`` holds, in order."""
     counts = []
