@@ -158,6 +158,8 @@ def _plural(unit: str) -> str:
 
 
 def _rate(rate: float, unit: str) -> str:
+    if rate >= 100:  # whole numbers, never 1.01e+03
+        return f"{rate:,.0f} {_plural(unit)}/s"
     if rate >= 1 or rate == 0:
         return f"{rate:.3g} {_plural(unit)}/s"
     return f"{_duration(1 / rate)} per {unit}"

@@ -50,6 +50,19 @@ def test_a_phase_shorter_than_the_interval_adds_no_line(caplog):
     assert caplog.records == []
 
 
+def test_fast_phases_give_whole_rates(caplog):
+    clock = Clock()
+    bar = logs.LogProgress(
+        total=50_000, desc="preparing causal sets", unit="causal set", clock=clock
+    )
+    with caplog.at_level("INFO", logger=logs.LOGGER_NAME):
+        clock.now = 30.0
+        bar.update(37_500)
+    assert caplog.records[0].getMessage() == (
+        "preparing causal sets: 37,500/50,000 causal sets (75%), 1,250 causal sets/s, 10s left"
+    )
+
+
 def test_slow_steps_say_how_long_each_takes(caplog):
     clock = Clock()
     bar = logs.LogProgress(total=10, desc="epoch 3", unit="batch", clock=clock)
@@ -86,7 +99,7 @@ def test_a_non_interactive_training_log_shows_each_long_phase_advance(
     assert result.returncode == 0, result.stderr
     err = result.stderr
     assert "\r" not in err  # no bar drawn into a file
-    rate = r"[\d.]+ \w+(?: \w+)?/s"
+    rate = r"[\d.,]+ \w+(?: \w+)?/s"
     for pattern in (
         rf"preparing causal sets: 60/60 causal sets \(100%\), {rate}, 0s left",
         rf"epoch 1: 6/6 batches \(100%\), {rate}, 0s left",
