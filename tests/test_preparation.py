@@ -175,3 +175,26 @@ def test_on_a_gpu_the_structure_is_the_same(transposed):
             gpu = order_structure(stored.cuda(), transposed=transposed)
             for a, b in zip(host, gpu, strict=True):
                 assert (a is None and b is None) or torch.equal(a, b.cpu())
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_the_torch_passes_a_gpu_runs_give_what_the_host_gives(transposed, monkeypatch):
+    """The passes over the product that a GPU runs (torch's), run here on the host: the same
+    links, pasts, futures and labelling as numpy's, and the same refusal."""
+    from QuantumGravPy.physics import structure
+
+    causal_set = sprinkle(1100, 2, seed=10)
+    relations = causal_set.relations.numpy()
+    perm = np.random.default_rng(0).permutation(len(relations))
+    cases = []
+    for matrix in (relations, relations[perm][:, perm]):
+        stored = torch.from_numpy((matrix.T if transposed else matrix).astype(np.uint8).copy())
+        cases.append((stored, order_structure(stored, transposed=transposed)))
+    monkeypatch.setattr(structure, "_NumpyParts", lambda n: structure._TorchParts(n, "cpu"))
+    for stored, host in cases:
+        for a, b in zip(host, order_structure(stored, transposed=transposed), strict=True):
+            assert (a is None and b is None) or torch.equal(a, b)
+    broken = cases[0][0].clone()
+    broken[600, 20] = broken[20, 600] = 1
+    with pytest.raises(NotAnOrder, match="elements 20 and 600 precede each other"):
+        order_structure(broken, transposed=transposed)

@@ -76,9 +76,14 @@ def find_files(patterns: tuple[str, ...]) -> list[Path]:
 
 def fingerprint(path: Path) -> list:
     """Size and modification time of a file, or of every file of a store (a directory)."""
-    if path.is_dir():
-        parts = sorted(p for p in path.rglob("*") if p.is_file())
-        return [[str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns] for p in parts]
+    if path.is_dir():  # one stat a file: a store of thousands of causal sets holds many
+        parts = []
+        for folder, _, names in os.walk(path):
+            for name in names:
+                stat = os.stat(os.path.join(folder, name))
+                relative = os.path.relpath(os.path.join(folder, name), path)
+                parts.append([relative, stat.st_size, stat.st_mtime_ns])
+        return sorted(parts, key=lambda part: Path(part[0]).parts)  # as before: caches hold
     stat = path.stat()
     return [stat.st_size, stat.st_mtime_ns]
 
@@ -91,7 +96,7 @@ class Samples:
         metadata = getattr(store, "metadata", None)  # a Zarr group's; HDF5 files have none
         local = path.is_dir() and getattr(metadata, "zarr_format", None) == 2
         self.directory = path if local else None
-        keys = list(store.keys())
+        keys = zarr2.members(path) if local else list(store.keys())
         layout = data_cfg.layout
         if layout == "auto":
             layout = "groups" if any(_GROUP.fullmatch(k) for k in keys) else "stacked"
@@ -102,7 +107,8 @@ class Samples:
                 raise DataError(f"{path}: no groups cset_1, cset_2, ... (it holds {keys})")
             self.groups = [f"cset_{i}" for i in numbers]
             self.count = len(self.groups)
-            self.arrays = set(store[self.groups[0]].keys())
+            first = path / self.groups[0]
+            self.arrays = set(zarr2.members(first) if local else store[self.groups[0]].keys())
         else:
             self.arrays = set(keys)
             self.count = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -58,3 +59,17 @@ def read_array(directory: Path) -> np.ndarray | None:
         chunk = np.frombuffer(decoded, dtype).reshape(chunks, order=meta["order"])
         out[region] = chunk[tuple(slice(0, r.stop - r.start) for r in region)]
     return out
+
+
+def members(directory: Path) -> list[str]:
+    """The names of the groups and arrays directly in a format 2 group stored in ``directory``
+    (sorted), as zarr lists them, from the directory alone: zarr-python 3 reads each member's
+    metadata to list them, about a millisecond a causal set of a QuantumGrav.jl file."""
+    with os.scandir(directory) as entries:
+        children = [e.path for e in entries if e.is_dir() and not e.name.startswith(".")]
+    return sorted(
+        os.path.basename(child)
+        for child in children
+        if os.path.exists(os.path.join(child, ".zgroup"))
+        or os.path.exists(os.path.join(child, ".zarray"))
+    )

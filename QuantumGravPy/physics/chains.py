@@ -33,22 +33,27 @@ def chain_heights(first: np.ndarray, second: np.ndarray, num_nodes: int) -> np.n
     Nodes on a cycle are never reached: a graph with one raises ValueError.
     """
     first, second = np.asarray(first, dtype=np.int64), np.asarray(second, dtype=np.int64)
-    by_first = np.argsort(first, kind="stable")
-    targets = second[by_first]
+    targets = second  # grouped by the earlier node (the order within a group does not matter)
+    if len(first) and not bool(np.all(first[:-1] <= first[1:])):
+        targets = second[np.argsort(first)]
     out_degree = np.bincount(first, minlength=num_nodes)
     offsets = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(out_degree, out=offsets[1:])
     waiting = np.bincount(second, minlength=num_nodes)  # past links not yet taken
     height = np.zeros(num_nodes, dtype=np.int64)
+    slot = np.empty(num_nodes, dtype=np.int64)
     wave = np.flatnonzero(waiting == 0)
     taken, level = 0, 0
     while len(wave):
         height[wave] = level
         taken += len(wave)
         reached = targets[_ranges(offsets[wave], out_degree[wave])]
-        nodes, hits = np.unique(reached, return_counts=True)
-        waiting[nodes] -= hits
-        wave = nodes[waiting[nodes] == 0]
+        np.subtract.at(waiting, reached, 1)
+        ready = reached[waiting[reached] == 0]  # a node once per link just taken
+        # once each, without sorting: of a node's places in `ready`, the one its slot keeps
+        places = np.arange(len(ready))
+        slot[ready] = places
+        wave = ready[slot[ready] == places]
         level += 1
     if taken != num_nodes:
         raise ValueError(f"the links form a cycle ({num_nodes - taken} elements on or above one)")
@@ -69,8 +74,10 @@ def chain_lengths(links: list[Tensor], sizes: list[int]) -> list[tuple[Tensor, T
         return [(torch.zeros(0), torch.zeros(0)) for _ in sizes]
     pairs = [np.asarray(e.cpu(), dtype=np.int64) + o for e, o in zip(links, offsets, strict=False)]
     edges = np.concatenate(pairs, axis=1) if pairs else np.zeros((2, 0), dtype=np.int64)
-    first = np.concatenate([edges[0], total + edges[1]])
-    second = np.concatenate([edges[1], total + edges[0]])
+    # each set's links come sorted by the earlier element; the reversed copy's, sorted here
+    by_later = np.argsort(edges[1])
+    first = np.concatenate([edges[0], total + edges[1][by_later]])
+    second = np.concatenate([edges[1], total + edges[0][by_later]])
     both = torch.from_numpy(chain_heights(first, second, 2 * total).astype(np.float32))
     return [
         (both[start:end], both[total + start : total + end])
