@@ -99,18 +99,22 @@ def read_sample(
     transpose: bool,
     *,
     provenance: bool = False,
-    matrix: np.ndarray | None = None,
+    arrays: dict[str, np.ndarray] | None = None,
 ) -> _Sample:
     """Sample ``index`` of an open file, checked, in a natural labelling: all of its graph but
-    the features that need the longest chains (see :func:`build_graphs`). ``matrix``: its
-    causal or link matrix, if already read.
+    the features that need the longest chains (see :func:`build_graphs`). ``arrays``: those
+    of its arrays already read (see :func:`_arrays`), by name.
 
     ``provenance``: the graph also holds ``source_element``, each node's element as the file
     numbers it (nodes are put in a natural labelling, which may reorder them)."""
     cfg, path = samples.cfg, samples.path
     where = f"{path}: {samples.where(index)}"
-    if matrix is None:
-        matrix = samples.read(index, samples.matrix)
+    arrays = arrays or {}
+
+    def read(name: str) -> np.ndarray:
+        return arrays[name] if name in arrays else samples.read(index, name)
+
+    matrix = read(samples.matrix)
     _check_square(matrix, where, samples.matrix)
     m = torch.from_numpy(matrix)
     if cfg.device != "cpu" and torch.cuda.is_available():  # the product and passes there
@@ -131,7 +135,7 @@ def read_sample(
     order = structure.labelling
     attributes: dict[str, torch.Tensor] = {}
     for attribute, name in cfg.targets.items():
-        value = _values(samples.read(index, name), f"{where}: {name!r}").reshape(-1)
+        value = _values(read(name), f"{where}: {name!r}").reshape(-1)
         if value.numel() == n and n != 1:
             attributes[attribute] = value if order is None else value[order]
         elif value.numel() == 1:
@@ -145,7 +149,7 @@ def read_sample(
     if cfg.node_features is not None:
         columns = []
         for name in cfg.node_features:
-            value = _values(samples.read(index, name), f"{where}: {name!r}").float()
+            value = _values(read(name), f"{where}: {name!r}").float()
             if transpose and samples.layout == "groups" and value.dim() == 2:
                 value = value.t()  # Julia's n x F matrix reads as F x n (stacked: S x n x F)
             if value.dim() == 0 or value.shape[0] != n:
@@ -331,8 +335,8 @@ def _graphs(
         return
     block: list[tuple[int, _Sample]] = []
     elements = 0
-    for index, matrix in zip(range(first, last), _matrices(samples, first, last), strict=True):
-        sample = read_sample(samples, index, transpose, provenance=provenance, matrix=matrix)
+    for index, arrays in zip(range(first, last), _arrays(samples, first, last), strict=True):
+        sample = read_sample(samples, index, transpose, provenance=provenance, arrays=arrays)
         block.append((index, sample))
         elements += len(sample.x if sample.structure is None else sample.structure.past)
         if elements >= _BLOCK_ELEMENTS or index == last - 1:
@@ -340,20 +344,27 @@ def _graphs(
             block, elements = [], 0
 
 
-# Causal matrices read ahead of the one being prepared.
+# Samples read ahead of the one being prepared.
 _AHEAD = 2
 
 
-def _matrices(samples: Samples, first: int, last: int) -> Iterator[np.ndarray]:
-    """The causal (or link) matrices of samples ``first`` to ``last - 1``, each read in a
-    thread while the ones before it are prepared: reading (decompressing, and on a cluster's
-    file system waiting for it) overlaps the matrix product, which releases the interpreter.
-    A read that fails raises here, in order."""
+def _arrays(samples: Samples, first: int, last: int) -> Iterator[dict[str, np.ndarray]]:
+    """The arrays :func:`read_sample` reads (the causal or link matrix, the targets, the node
+    features) of samples ``first`` to ``last - 1``, by name, each sample's read in a thread
+    while the ones before it are prepared: reading (decompressing, and on a cluster's file
+    system waiting for it) overlaps the matrix product, which releases the interpreter. A read
+    that fails raises here, in order."""
+    cfg = samples.cfg
+    names = list(dict.fromkeys([samples.matrix, *cfg.targets.values(), *(cfg.node_features or ())]))
+
+    def read(index: int) -> dict[str, np.ndarray]:
+        return {name: samples.read(index, name) for name in names}
+
     with ThreadPoolExecutor(1, thread_name_prefix="qg-read") as pool:
         ahead: deque[Future] = deque()
         for index in range(first, last):
             while len(ahead) <= _AHEAD and index + len(ahead) < last:
-                ahead.append(pool.submit(samples.read, index + len(ahead), samples.matrix))
+                ahead.append(pool.submit(read, index + len(ahead)))
             yield ahead.popleft().result()
 
 
