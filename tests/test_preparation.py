@@ -198,3 +198,22 @@ def test_the_torch_passes_a_gpu_runs_give_what_the_host_gives(transposed, monkey
     broken[600, 20] = broken[20, 600] = 1
     with pytest.raises(NotAnOrder, match="elements 20 and 600 precede each other"):
         order_structure(broken, transposed=transposed)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("shuffled", [False, "near"])
+def test_blocks_of_the_triangle_find_every_link_of_a_large_set(transposed, shuffled):
+    """1,100 elements: three panels and six blocks, each reached through its own range of
+    inner indices; checked against the links by definition (a float32 product, exact here)."""
+    relations = destroyed_sprinkling(1100, 2, seed=12, fraction=0.002).relations.numpy()
+    if shuffled:  # relations pointing backwards beside the diagonal, inside the blocks
+        perm = np.concatenate([np.arange(k, min(k + 8, 1100))[::-1] for k in range(0, 1100, 8)])
+        relations = relations[perm][:, perm]
+    stored = (relations.T if transposed else relations).astype(np.uint8).copy()
+    s = order_structure(torch.from_numpy(stored), transposed=transposed)
+    labelling = np.arange(1100) if s.labelling is None else s.labelling.numpy()
+    relabelled = torch.from_numpy(relations[labelling][:, labelling]).float()
+    links = (relabelled > 0) & (relabelled @ relabelled == 0)
+    assert s.links.tolist() == links.nonzero().T.tolist()
+    assert s.past.tolist() == relabelled.sum(0).long().tolist()
+    assert s.future.tolist() == relabelled.sum(1).long().tolist()
