@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -120,6 +121,16 @@ def run_cli(
 _JOBS: dict[str, Path] = {}  # where forked jobs keep their output: this session's temporary tree
 
 
+@pytest.fixture(autouse=True)
+def _ctrl_c_as_it_was():
+    """Ctrl-C handled in this worker as before each test: a library that ignores SIGINT while
+    it shuts down (and leaves it so) would make every job a later test starts ignore Ctrl-C."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    if signal.getsignal(signal.SIGINT) is not before:
+        signal.signal(signal.SIGINT, before)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _forked_jobs_output(tmp_path_factory):
     _JOBS["root"] = tmp_path_factory.mktemp("jobs")
@@ -173,6 +184,7 @@ def _forked_main(args, env, cwd, out, err, cores) -> None:
     import runpy
 
     os.setsid()
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's job starts
     if cores is not None:
         os.sched_setaffinity(0, cores)
     os.chdir(cwd)

@@ -504,16 +504,22 @@ def test_ctrl_c_ends_every_rank(ddp_config_file):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, like a job in a terminal
+        # Ctrl-C handled as in a terminal, whatever this worker's own disposition
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    started = set()
-    for line in job.stderr:
-        if "INFO started: rank" in line:
-            started.add(line.split("[RANK ")[1][0])
-        if len(started) == 2:
-            break
-    assert started == {"0", "1"}
-    os.killpg(job.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
-    _, err = job.communicate(timeout=60)
+    try:
+        started = set()
+        for line in job.stderr:
+            if "INFO started: rank" in line:
+                started.add(line.split("[RANK ")[1][0])
+            if len(started) == 2:
+                break
+        assert started == {"0", "1"}
+        os.killpg(job.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
+        _, err = job.communicate(timeout=60)
+    except BaseException:  # never leave a job of 100,000 epochs running for later tests
+        os.killpg(job.pid, signal.SIGKILL)
+        raise
     assert job.returncode == 130 and "interrupted" in err
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # the group empties once every rank has exited
