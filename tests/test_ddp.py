@@ -521,6 +521,9 @@ def test_ctrl_c_ends_every_rank(ddp_config_file):
         os.killpg(job.pid, signal.SIGKILL)
         raise
     assert job.returncode == 130 and "interrupted" in err
+    # and the one command that goes on from where it stopped
+    again = f"to continue: qg train {ddp_config_file} parallel.world_size=2 "
+    assert again + "training.num_epochs=100000 early_stopping.enabled=false --resume" in err
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # the group empties once every rank has exited
         try:

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from conftest import run_ranks
+from conftest import run_main, run_ranks
 
 import QuantumGravPy as qg
 
@@ -69,17 +69,25 @@ def test_one_two_and_four_processes_end_with_the_same_weights(make_config):
         )
 
 
-def test_a_config_that_breaks_invariance_says_why(make_config, capfd, tmp_path):
-    train_one(make_config("training.num_epochs=1", "model.dropout=0.1", "log_level=INFO"))
-    err = capfd.readouterr().err
-    assert "results depend on the number of processes because training.drop_last is false" in err
-    assert "model.dropout is 0.1" in err
-    train_one(
-        make_config(
-            *INVARIANT, "training.num_epochs=1", "log_level=INFO", f"training.path={tmp_path / 'b'}"
-        )
+@pytest.mark.timeout(180)
+def test_a_config_that_breaks_invariance_says_why_once_where_processes_run(
+    config_file, capsys, tmp_path
+):
+    note = "results depend on the number of processes because training.drop_last is false"
+    path = config_file()
+    both = ("training.num_epochs=1", "model.dropout=0.1", "log_level=INFO")
+    two = run_main(capsys, "train", path, *both, "parallel.world_size=2")
+    assert two.returncode == 0, two.stderr
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert log.count(note) == 1 and "model.dropout is 0.1" in log  # said once, by rank 0
+    # on one process the number of processes changes nothing: nothing is said
+    one = run_main(capsys, "train", path, *both, f"training.path={tmp_path / 'one'}")
+    assert one.returncode == 0 and "results depend" not in one.stderr
+    assert "results depend" not in (tmp_path / "one" / "train.log").read_text()
+    invariant = run_main(
+        capsys, "train", path, *INVARIANT, *both[:1], f"training.path={tmp_path / 'b'}"
     )
-    assert "results depend on the number of processes" not in capfd.readouterr().err
+    assert invariant.returncode == 0 and "results depend" not in invariant.stderr
 
 
 def test_two_accumulated_batches_of_b_make_the_step_of_one_batch_of_2b(make_config, tmp_path):

@@ -25,7 +25,7 @@ LAYERS = [
     {"data"},
     {"training"},
     {"tune", "predict"},
-    {"cli", "__init__", "__main__"},
+    {"cli", "arguments", "__init__", "__main__"},
 ]
 # Only the parallel layer talks to other processes through torch itself.
 PARALLEL_ONLY = ("torch.distributed", "torch.multiprocessing")

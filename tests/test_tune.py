@@ -287,7 +287,9 @@ def test_ctrl_c_stops_parallel_trials_and_queues_them_again(tmp_path, data_root)
         time.sleep(0.05)
     os.killpg(job.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
     _, err = job.communicate(timeout=60)
-    assert job.returncode == 130 and err.strip().endswith("interrupted"), err
+    assert job.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("interrupted; to continue: qg tune "), err
+    assert err.strip().endswith(" --trials 2 --parallel 2 --resume"), err
     stopped = stored_trials(study)
     assert [t.state.name for t in stopped] == ["FAIL", "FAIL", "WAITING", "WAITING"], err
     assert all(t.user_attrs["interrupted"] for t in stopped[:2])

@@ -98,8 +98,10 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def invariance_note(config: Config) -> str | None:
-    """Why the results of ``config`` would depend on the number of processes, if they would."""
+def invariance_note(config: Config, processes: int) -> str | None:
+    """What the number of processes does to the results of ``config``: the same bits with
+    ``parallel.invariant``; else why they would depend on it, where several processes run (on
+    one, nothing is changed by the number and nothing said)."""
     if config.parallel.invariant:
         return (
             f"parallel.invariant: the same bits on any number of processes dividing "
@@ -107,6 +109,6 @@ def invariance_note(config: Config) -> str | None:
             f"{config.training.global_batch_size // config.parallel.shards} graphs per batch)"
         )
     breaks = rs.invariance_breaks(config)
-    if not breaks:
+    if not breaks or processes == 1:
         return None
     return f"note: results depend on the number of processes because {'; '.join(breaks)}"

@@ -243,7 +243,7 @@ class Trainer(TestingMixin, RunStateMixin):
                 local_processes=self.local_processes, device=self.device,
             ):  # fmt: skip
                 self.logger.warning("%s", notice)
-        if note := invariance_note(self.config):
+        if self.is_main and (note := invariance_note(self.config, self.world_size)):
             self.logger.info("%s", note)
 
     def on_epoch_start(self, train_loader: DataLoader) -> None:  # hook
