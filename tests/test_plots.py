@@ -180,3 +180,21 @@ def test_a_loss_spanning_decades_is_drawn_on_a_log_scale(tmp_path, drawn):
     plot_curves([("flat", history([0.9, 0.7, 0.6, 0.5]))], tmp_path / "flat.png")
     assert drawn.figure("steep.png").axes[0].get_yscale() == "log"
     assert drawn.figure("flat.png").axes[0].get_yscale() == "linear"
+
+
+def test_a_perfect_roc_curve_is_seen_along_the_frame(tmp_path):
+    """At AUROC 1.0 the curve runs up the left edge and along the top: drawn over the frame
+    and inside a margin, it shows (before, the frame hid it and only the chance line showed)."""
+    import matplotlib.colors
+    import matplotlib.image
+
+    from QuantumGravPy.runs.plots import plot_roc
+
+    true = np.array([0] * 20 + [1] * 20)
+    picture = plot_roc(np.linspace(0, 1, 40), true, tmp_path / "roc.png")
+    pixels = matplotlib.image.imread(picture)[..., :3]
+    blue = np.array(matplotlib.colors.to_rgb("C0"))
+    curve = np.abs(pixels - blue).max(axis=-1) < 0.1
+    rows, cols = np.nonzero(curve)
+    assert curve.sum() > 500  # two edges' length of a 2-point line
+    assert np.ptp(rows) > 0.5 * pixels.shape[0] and np.ptp(cols) > 0.5 * pixels.shape[1]
