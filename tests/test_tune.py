@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import math
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from conftest import (
@@ -81,7 +83,7 @@ def test_a_study_prunes_and_its_best_config_trains(tmp_path, data_root, capsys, 
         "sampler": {"type": "random", "seed": 0},
     }
     config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=4)
-    done = run_main(capsys, "tune", config, space_file, "--trials", "6")
+    done = run_main(capsys, "tune", config, space_file, "--trials", "6", "log_level=INFO")
     assert done.returncode == 0, done.stderr
     rows = read_trials(study)
     assert [int(r["number"]) for r in rows] == list(range(6))
@@ -105,8 +107,12 @@ def test_a_study_prunes_and_its_best_config_trains(tmp_path, data_root, capsys, 
         assert float(row["training.optimizer.kwargs.lr"]) == pytest.approx(
             trial.params["training.optimizer.kwargs.lr"]
         )
-    for name in ("optimization_history.png", "param_importances.png", "objective_vs_params.png"):
+    for name in ("optimization_history.png", "objective_vs_params.png"):
         assert (study / name).read_bytes()[:4] == b"\x89PNG", name
+    # three finished trials, all with 16 hidden channels: too few to rank parameters, said once
+    assert not (study / "param_importances.png").exists()
+    log = (study / "tune.log").read_text()
+    assert log.count("param_importances.png not drawn: 1 parameter(s) took different values") == 1
     # the history shows every finished trial at its number and objective, and the best so far
     finished = [(t.number, t.value) for t in stored_trials(study) if t.state.name == "COMPLETE"]
     ax = drawn.figure("optimization_history.png").axes[0]
@@ -138,9 +144,6 @@ def test_a_study_prunes_and_its_best_config_trains(tmp_path, data_root, capsys, 
     assert len(edges) and all(tuple(e[:3]) == (0.0, 0.0, 0.0) for e in edges)  # outlined
     first = dots.to_rgba(dots.get_array())[0]  # trial 0's face: dark enough to see on grey
     assert sum(first[:3]) / 3 < 0.6
-    # importances: one bar per searched parameter
-    bars = drawn.figure("param_importances.png").axes[0]
-    assert len(bars.patches) == 2
     complete = [r for r in rows if r["state"] == "COMPLETE"]
     best_row = min(complete, key=lambda r: float(r["objective"]))
     best = qg.load_config(study / "best.yaml")
@@ -685,3 +688,51 @@ def test_a_trial_asked_for_past_n_by_a_second_job_at_once_is_surplus(
     assert [counted(t) for t in trials] == [True, False]
     write_outputs(first.study, first.space, study)
     assert [int(r["number"]) for r in read_trials(study)] == [0]
+
+
+def test_importances_rank_only_the_parameters_that_varied_among_enough_trials(tmp_path, drawn):
+    """One bar per parameter that took different values among the finished trials, and only
+    once there are three finished trials for each of them; before that, the reason."""
+    import optuna
+
+    from QuantumGravPy.tune.outputs import draw_plots
+    from QuantumGravPy.tune.space import parse_space
+
+    base = qg.config.config_from_dict(small_raw_config(tmp_path, tmp_path / "data"))
+    space = parse_space(
+        {
+            "training.optimizer.kwargs.lr": LR,
+            "model.hidden_channels": {"type": "int", "low": 8, "high": 24, "step": 8},
+            "model.num_layers": {"type": "int", "low": 1, "high": 3},
+            "objective": {"metric": "val_loss", "direction": "minimize"},
+        },
+        base,
+    )
+    distributions = {
+        "training.optimizer.kwargs.lr": optuna.distributions.FloatDistribution(
+            1e-5, 3e-2, log=True
+        ),
+        "model.hidden_channels": optuna.distributions.IntDistribution(8, 24, step=8),
+        "model.num_layers": optuna.distributions.IntDistribution(1, 3),
+    }
+    study = optuna.create_study()
+    rng = np.random.default_rng(0)
+
+    def add(count: int) -> None:
+        for _ in range(count):
+            lr, hidden = float(10 ** rng.uniform(-4.5, -2)), int(rng.choice([8, 16, 24]))
+            params = {"training.optimizer.kwargs.lr": lr, "model.hidden_channels": hidden,
+                      "model.num_layers": 2}  # fmt: skip
+            value = abs(math.log10(lr) + 2.5) + hidden / 100
+            study.add_trial(optuna.trial.create_trial(
+                params=params, distributions=distributions, value=value))  # fmt: skip
+
+    add(5)  # two parameters varied: six trials needed
+    why = draw_plots(study, tmp_path, space)
+    assert not (tmp_path / "param_importances.png").exists()
+    assert why.startswith("param_importances.png not drawn: 2 parameter(s)") and "(6 here)" in why
+    add(1)
+    assert draw_plots(study, tmp_path, space) is None
+    bars = drawn.figure("param_importances.png").axes[0]
+    labels = {t.get_text() for t in bars.get_yticklabels()}
+    assert labels == {"training.optimizer.kwargs.lr", "model.hidden_channels"}  # not num_layers

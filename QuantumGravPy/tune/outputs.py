@@ -47,17 +47,21 @@ def shown(trial: Any) -> bool:
     return trial.state.name != "WAITING" and not trial.user_attrs.get(SURPLUS)
 
 
-def write_outputs(study: Any, space: SearchSpace, study_dir: Path) -> None:
-    """trials.csv, best.yaml and the plots; a failing plot costs a warning, never the study."""
+def write_outputs(study: Any, space: SearchSpace, study_dir: Path, *, final: bool = False) -> None:
+    """trials.csv, best.yaml and the plots; a failing plot costs a warning, never the study.
+    ``final``: the study's last word, which says why the importances were not drawn."""
     trials = [t for t in study.get_trials(deepcopy=False) if shown(t)]
     write_atomic(study_dir / TRIALS_CSV, trials_csv(trials, space))
     best = best_trial(trials, space)
     if best is not None:
         write_atomic(study_dir / BEST_YAML, best_yaml(best, space, study_dir))
     try:
-        draw_plots(study, study_dir, space)
+        why_not = draw_plots(study, study_dir, space)
     except Exception as e:
         get_logger().warning("could not draw the study's plots: %s", e)
+        return
+    if final and why_not:
+        get_logger().info("%s", why_not)
 
 
 def trials_csv(trials: list[Any], space: SearchSpace) -> str:
@@ -105,12 +109,20 @@ def best_yaml(trial: Any, space: SearchSpace, study_dir: Path) -> str:
     return header + yaml.safe_dump(raw, sort_keys=False)
 
 
-def draw_plots(study: Any, study_dir: Path, space: SearchSpace) -> None:
-    """The optimisation history, objective against each parameter, and (once two finished
-    trials differ) the parameter importances; each written atomically."""
+# Ranking parameters by importance needs two or more that took different values among the
+# finished trials, and this many finished trials for each of them: with fewer, Optuna's
+# estimate (a forest of trees fitted to the trials) still hands every parameter a share, one
+# that never varied included.
+IMPORTANCE_TRIALS_PER_PARAMETER = 3
+
+
+def draw_plots(study: Any, study_dir: Path, space: SearchSpace) -> str | None:
+    """The optimisation history, objective against each parameter, and (once the finished
+    trials can rank them) the importances of the parameters that varied; each written
+    atomically. Returns why the importances were not drawn, if they were not."""
     complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
     if not complete:
-        return
+        return None
     trials = [t for t in study.get_trials(deepcopy=False) if shown(t)]
 
     def history(path: Path) -> None:
@@ -120,15 +132,29 @@ def draw_plots(study: Any, study_dir: Path, space: SearchSpace) -> None:
         plot_params(trials, space.params, space.metric, path)
 
     drawings = [("history", history), ("slice", params)]
-    if len(complete) >= 2 and len({tuple(sorted(t.params.items())) for t in complete}) >= 2:
-        drawings.append(("importances", lambda path: _importances(study, space.metric, path)))
+    keys = [p.key for p in space.params]
+    varied = [k for k in keys if len({repr(t.params.get(k)) for t in complete}) > 1]
+    needed = max(2, len(varied)) * IMPORTANCE_TRIALS_PER_PARAMETER
+    why_not = None
+    if len(varied) >= 2 and len(complete) >= needed:
+        drawings.append(
+            ("importances", lambda path: _importances(study, space.metric, varied, path))
+        )
+    else:
+        why_not = (
+            f"{PLOTS['importances']} not drawn: {len(varied)} parameter(s) took different "
+            f"values among the {len(complete)} finished trial(s) "
+            f"({', '.join(varied) or 'none'}); ranking parameters needs 2 or more that did and "
+            f"{IMPORTANCE_TRIALS_PER_PARAMETER} finished trials for each ({needed} here)"
+        )
     for name, draw in drawings:
         tmp = study_dir / f".{PLOTS[name]}.tmp"
         draw(tmp)
         tmp.replace(study_dir / PLOTS[name])
+    return why_not
 
 
-def _importances(study: Any, metric: str, path: Path) -> None:
+def _importances(study: Any, metric: str, varied: list[str], path: Path) -> None:
     import matplotlib
     import matplotlib.pyplot as plt  # Optuna draws with pyplot; the figure is closed here
     import optuna.visualization.matplotlib as ov
@@ -137,7 +163,7 @@ def _importances(study: Any, metric: str, path: Path) -> None:
     # the other pictures of this process keep matplotlib's.
     with warnings.catch_warnings(), matplotlib.rc_context():
         warnings.simplefilter("ignore")  # Optuna marks its matplotlib plots experimental
-        ax = ov.plot_param_importances(study, target_name=metric)
+        ax = ov.plot_param_importances(study, params=varied, target_name=metric)
         figure = ax.figure
         figure.savefig(path, format="png", dpi=110, bbox_inches="tight")
         plt.close(figure)

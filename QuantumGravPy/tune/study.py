@@ -217,7 +217,7 @@ class Tuner:
                     self._run_slots()
             finally:  # also when stopped: the files show what the study holds
                 with self.lock:
-                    write_outputs(self.study, self.space, self.dir)
+                    write_outputs(self.study, self.space, self.dir, final=True)
             self._log_best(logger)
         finally:
             logger.removeHandler(handler)
