@@ -1,6 +1,7 @@
 """Mistakes a new user makes, each answered in one line that says what to change, before
 anything is written; and what a run that crashed leaves behind."""
 
+import json
 import math
 import os
 
@@ -262,3 +263,26 @@ def test_a_cosine_schedule_lasts_the_run_unless_its_length_is_given(make_config,
             build_scheduler(section, optimizer, metric="val_loss", mode="min", num_epochs=4).T_max
             == 4
         )
+
+
+def test_a_finished_run_says_the_command_that_goes_on_and_an_early_stopped_one_no_resume(
+    config_file, tmp_path, capsys
+):
+    """Starting a run that ended again: one that trained all its epochs names --resume with
+    more epochs (which trains them), one that early stopping ended does not (a resume would
+    only test it again)."""
+    cfg = config_file()
+    assert run_main(capsys, "train", cfg, "training.num_epochs=1").returncode == 0
+    again = run_main(capsys, "train", cfg, "training.num_epochs=1")
+    assert_refused(again, "trained all its 1 epochs", "--resume with a larger training.num_epochs")
+    longer = run_main(capsys, "train", cfg, "training.num_epochs=2", "--resume")
+    assert longer.returncode == 0, longer.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["epochs_run"] == 2
+    # validation loss never improves by 100: early stopping ends the run after patience epochs
+    stopping = ("training.num_epochs=6", "early_stopping.delta=100", "early_stopping.patience=1")
+    other = f"training.path={tmp_path / 'early'}"
+    assert run_main(capsys, "train", cfg, *stopping, other).returncode == 0
+    assert json.loads((tmp_path / "early" / "summary.json").read_text())["stopped_early"]
+    again = run_main(capsys, "train", cfg, *stopping, other)
+    assert_refused(again, "early stopping ended after epoch 2", "--overwrite")
+    assert "--resume" not in again.stderr

@@ -74,10 +74,32 @@ def check_run_dir(path: Path, *, overwrite: bool) -> None:
     found = results(path)
     if found and not overwrite:
         shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
+        ended = _ended(path)
+        if ended is not None and ended.get("stopped_early"):  # --resume would only test it
+            raise RunDirectoryError(
+                f"{path} already holds a run that early stopping ended after epoch "
+                f"{ended.get('epochs_run')} (best: epoch {ended.get('best_epoch')}); pass "
+                f"{flag('overwrite')} to train it anew, or choose another training.path"
+            )
+        if ended is not None:
+            raise RunDirectoryError(
+                f"{path} already holds a run that trained all its {ended.get('epochs_run')} "
+                f"epochs; pass {flag('resume')} with a larger training.num_epochs to train it "
+                f"longer, {flag('overwrite')} to replace it, or choose another training.path"
+            )
         raise RunDirectoryError(
             f"{path} already holds a run ({shown}); pass {flag('resume')} to continue it, "
             f"{flag('overwrite')} to replace it, or choose another training.path"
         )
+
+
+def _ended(path: Path) -> dict[str, Any] | None:
+    """The summary a run writes when its training ends (None: it has not, or is unreadable)."""
+    try:
+        summary = json.loads((path / SUMMARY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) and "epochs_run" in summary else None
 
 
 def prepare_run_dir(path: Path, *, overwrite: bool) -> None:
