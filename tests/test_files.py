@@ -1,6 +1,7 @@
 """Causal sets from Zarr and HDF5 files: both layouts, both orientations, the cache, training in
 one and two processes, and one clear error for each kind of bad file."""
 
+import csv
 import os
 from pathlib import Path
 
@@ -274,6 +275,25 @@ def test_qg_generate_writes_files_that_qg_train_learns_from(make_config, tmp_pat
     trained = run_main(capsys, "train", path)
     assert trained.returncode == 0, trained.stderr
     assert "test_accuracy" in trained.stdout
+    # each test prediction names the causal set it is of: its file, sample and group
+    rows = qg.runs.directory.read_predictions(Path(train.training.path))["dim"]
+    assert set(rows["source"]) == {str(store)} and len(set(rows["index"])) == len(rows["true"])
+    sets = zarr.open_group(str(store), mode="r")
+    for group, index, true in zip(rows["group"], rows["index"], rows["true"], strict=True):
+        assert group == f"cset_{index + 1}" and int(
+            np.asarray(sets[group]["y"]).reshape(-1)[0]
+        ) == int(true)
+    # predicting the test split reads the run's own cache (nothing prepared again)
+    processed = Path(train.data.root) / "processed"
+    before = sorted(p.name for p in processed.iterdir())
+    table = tmp_path / "test_split.csv"
+    predicted = run_main(
+        capsys, "predict", train.training.path, "--split", "test", "--output", table
+    )
+    assert predicted.returncode == 0, predicted.stderr
+    assert sorted(p.name for p in processed.iterdir()) == before
+    written = list(csv.DictReader(table.read_text().splitlines()))
+    assert [r["group"] for r in written] == list(rows["group"])
 
 
 def train_from_files(rank, world_size, config):

@@ -80,6 +80,9 @@ def test_predicting_the_test_split_gives_the_runs_test_predictions(run, capsys):
     _, _, test_split = qg.split_dataset(list(range(120)), (0.7, 0.15, 0.15), 4)
     assert written.graphs["index"].tolist() == list(test_split)
     assert set(written.graphs["source"]) == {"generated"}
+    # and so does each row of the run's own test predictions
+    assert test["dim.index"].tolist() == list(test_split)
+    assert set(test["dim.source"]) == {"generated"}
 
 
 def test_zarr_and_hdf5_files_give_one_row_per_causal_set_in_input_order(run):

@@ -188,6 +188,14 @@ def test_two_processes_train_three_tasks_and_stop_on_a_binary_f1(make_config, tm
     assert (
         math.isfinite(test["test_time_r2"]) and history[-1]["train_loss"] < history[0]["train_loss"]
     )
+    # each rank tested its shard; the run's test predictions name every test graph once
+    _, _, test_split = qg.split_dataset(
+        list(range(three.data.num_graphs)), three.data.split, three.data.seed
+    )
+    kept = qg.runs.directory.read_predictions(three.run_dir)
+    for task in kept.values():
+        assert sorted(set(task["index"].tolist())) == sorted(test_split)
+        assert set(task["source"]) == {"generated"}
 
     # the last epoch's validation columns are those of its weights, evaluated in one process
     alone = qg.Trainer(three)

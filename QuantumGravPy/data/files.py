@@ -51,7 +51,7 @@ from .stores import Samples, find_files, fingerprint, open_store
 log = logging.getLogger(__name__)
 
 # Bump when the graphs built from the same files and settings change, so caches are rebuilt.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: every graph records its file and sample
 
 
 def _check_square(matrix: np.ndarray, where: str, name: str) -> None:
@@ -225,9 +225,10 @@ def _first_arrays(data_cfg: Any) -> set[str]:
 class FileSource:
     """The causal sets of ``data.files`` as a source of graphs for a cache on disk.
 
-    ``provenance``: each graph also says where it came from (for predictions): ``source_file``
-    (the file's position among ``data.files``' matches), ``source_sample`` (the sample's
-    position in its file) and, per node, ``source_element``. A cache of its own.
+    Each graph says where it came from: ``source_file`` (the file's position among
+    ``data.files``' matches) and ``source_sample`` (the sample's position in its file); with
+    ``provenance`` also, per node, ``source_element`` (for predictions of node-level tasks; a
+    cache of its own).
     """
 
     prefix = "files"
@@ -299,11 +300,11 @@ def iter_range(
                     continue
                 if pre_transform is not None:
                     graph = pre_transform(graph)
-                if provenance:
-                    graph.source_file = torch.tensor([number])
-                    graph.source_sample = torch.tensor([index])
-                    if "source_element" not in graph:  # a reader's graph: as it numbers them
-                        graph.source_element = torch.arange(graph.num_nodes)
+                # where it came from (two numbers: every run's test predictions name it)
+                graph.source_file = torch.tensor([number])
+                graph.source_sample = torch.tensor([index])
+                if provenance and "source_element" not in graph:  # a reader's: as it numbers
+                    graph.source_element = torch.arange(graph.num_nodes)
                 yield graph
     bar.close()
 

@@ -242,8 +242,11 @@ def make_loader(
         options["batch_sampler"] = batch_sampler  # torch: it excludes the three above
     batches = index_batches(dataset, device)
     if batches is None:  # PyTorch Geometric's collation, graph by graph
-        return BatchLoader(dataset, collate_fn=Collater(dataset), **options)
-    return BatchLoader(batches, collate_fn=_as_is, **options)
+        loader = BatchLoader(dataset, collate_fn=Collater(dataset), **options)
+    else:
+        loader = BatchLoader(batches, collate_fn=_as_is, **options)
+    loader.graphs = dataset  # the graphs its batches are made of, by position
+    return loader
 
 
 def make_train_loader(

@@ -16,8 +16,7 @@ import json
 from collections.abc import Sequence
 
 import numpy as np
-import torch
-from torch.utils.data import Dataset, Subset
+from torch.utils.data import Dataset
 
 from ..config import Config
 from ..data import in_memory_values, split_dataset
@@ -74,44 +73,6 @@ def select_split(dataset: Dataset, config: Config, split: str) -> Dataset:
     return {"train": train, "val": val, "test": test}[split]
 
 
-def dataset_positions(dataset: Dataset) -> np.ndarray:
-    """Each graph's position in the dataset under any Subsets."""
-    positions = None
-    while isinstance(dataset, Subset):
-        outer = np.asarray(list(dataset.indices), dtype=np.int64)
-        positions = outer if positions is None else outer[positions]
-        dataset = dataset.dataset
-    return np.arange(len(dataset)) if positions is None else positions
-
-
-def provenance(config: Config, dataset: Dataset) -> dict[str, np.ndarray]:
-    """Where each graph of ``dataset`` (in its order) came from: ``source`` (the file, or
-    ``generated`` / the ``data.dataset`` function), ``index`` (the sample's position in its
-    file, or the graph's in the generated data) and, for files with groups, ``group``."""
-    data = config.data
-    if not data.files or data.dataset is not None:
-        name = "generated" if data.dataset is None else str(data.dataset)
-        index = dataset_positions(dataset)
-        return {"source": np.full(len(index), name), "index": index}
-    files = find_files(data.files)
-    number = _values(dataset, "source_file")
-    sample = _values(dataset, "source_sample")
-    columns = {"source": np.asarray([str(p) for p in files])[number], "index": sample}
-    groups = []
-    for path in files:
-        with open_store(path) as store:
-            found = Samples(store, path, dataclasses.replace(data, targets={}))
-            groups.append(found.groups if found.layout == "groups" else None)
-    if any(g is not None for g in groups):
-        columns["group"] = np.asarray(
-            [
-                groups[f][s] if groups[f] is not None else ""
-                for f, s in zip(number.tolist(), sample.tolist(), strict=True)
-            ]
-        )
-    return columns
-
-
 def elements(dataset: Dataset, graph: np.ndarray) -> np.ndarray:
     """Each node row's element (``graph``: the row's graph, sorted): as its file numbers it
     when the graphs recorded it, else its position in its graph."""
@@ -120,13 +81,6 @@ def elements(dataset: Dataset, graph: np.ndarray) -> np.ndarray:
         return recorded.numpy()
     first = np.searchsorted(graph, graph)  # the first row of each row's graph
     return np.arange(len(graph)) - first
-
-
-def _values(dataset: Dataset, name: str) -> np.ndarray:
-    values = in_memory_values(dataset, name)
-    if values is None:  # a dataset read graph by graph
-        values = torch.cat([torch.as_tensor(g[name]).reshape(-1) for g in dataset])
-    return values.reshape(-1).numpy()
 
 
 def labelled(dataset: Dataset, names: Sequence[str]) -> set[str]:

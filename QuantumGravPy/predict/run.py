@@ -22,6 +22,7 @@ from torch.utils.data import Subset
 from .. import logs
 from ..config import Config, load_config
 from ..data import SHARED_BUILD_MIN, dataset_from_config, make_loader
+from ..data.provenance import provenance
 from ..errors import ConfigError
 from ..parallel import distributed, run_distributed
 from ..training.evaluation import Accumulated, Tester
@@ -29,7 +30,6 @@ from .inputs import (
     elements,
     input_overrides,
     labelled,
-    provenance,
     select_split,
     with_available_targets,
 )
@@ -146,7 +146,10 @@ def predict(
     config = with_available_targets(config)
     # the model is loaded once here: a checkpoint that does not fit fails before data is read
     tasks = model_from_checkpoint(config, checkpoint, "cpu").tasks
-    job = _Job(config, checkpoint, split, provenance=bool(config.data.files))
+    # each node's element as its file numbers it: only node-level tasks need it (and a cache
+    # of their own); graphs record their file and sample in the training run's cache too
+    nodes = any(t.level == "node" for t in tasks)
+    job = _Job(config, checkpoint, split, provenance=bool(config.data.files) and nodes)
     env = distributed.process_env()
     if env is None:
         _dataset(job, progress=True, world_size=world_size)

@@ -150,7 +150,10 @@ def remove_partial_writes(path: Path) -> None:
 def write_predictions(path: Path, predictions: dict[str, dict[str, Any]]) -> None:
     """``test_predictions.npz``: for each task ``<task>.graph`` (the row's graph, by position
     in the test set), ``<task>.predicted`` (class probabilities, the probability of 1, or
-    values in the target's units) and ``<task>.true``, in the test set's order."""
+    values in the target's units), ``<task>.true`` and where the row's graph came from:
+    ``<task>.source`` (its file, or ``generated``), ``<task>.index`` (its sample in the file,
+    or its position among the generated graphs) and, for files of groups, ``<task>.group``;
+    in the test set's order."""
     import numpy as np
 
     arrays = {

@@ -243,6 +243,11 @@ class TrainerDDP(Trainer):
             dataset = Subset(dataset, range(self.rank, len(dataset), self.world_size))
         return super().make_eval_loader(dataset, batch_size)
 
+    def evaluated_set(self, loader: DataLoader) -> Dataset:
+        # sharded: this rank's loader holds every world_size-th graph of the set
+        graphs = super().evaluated_set(loader)
+        return graphs.dataset if self.config.validation.mode == "sharded" else graphs
+
     # --- the loop's hooks ----------------------------------------------------------------------
 
     def open_run(self) -> None:
