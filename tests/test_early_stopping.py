@@ -111,21 +111,43 @@ def test_a_combined_state_continues_identically_and_single_metric_states_load():
     assert continued.best == 0.8 and continued.trackers["val_accuracy"].epochs_seen == 0
 
 
-def replayed_stop(history, columns, combine, patience):
-    """The epoch the rule stops at, recomputed from history.csv's rows alone (None: never)."""
-    best = dict.fromkeys(columns)
-    waited = dict.fromkeys(columns, 0)
+def replayed(history, columns, combine, patience):
+    """(the epoch the rule stops at or None, the best epoch), recomputed from history.csv's
+    rows alone: the first column's ties broken by the second (or val_loss), a broken tie an
+    improvement."""
+    tie = columns[1] if len(columns) > 1 else "val_loss"
+    tie = None if tie == columns[0] else tie
+    best, waited = dict.fromkeys(columns), dict.fromkeys(columns, 0)
+    best_epoch, tie_at_best = None, None
     for row in history:
         for c in columns:
             value, low = row[c], improves_towards(c) == "min"
             if best[c] is None or (value < best[c] if low else value > best[c]):
                 best[c], waited[c] = value, 0
+                if c == columns[0]:
+                    best_epoch, tie_at_best = row["epoch"], row.get(tie)
+            elif (
+                c == columns[0]
+                and tie
+                and value == best[c]
+                and (
+                    row[tie] < tie_at_best
+                    if improves_towards(tie) == "min"
+                    else row[tie] > tie_at_best
+                )
+            ):
+                waited[c], best_epoch, tie_at_best = 0, row["epoch"], row[tie]
             else:
                 waited[c] += 1
         stalled = [waited[c] >= patience for c in columns]
         if (any if combine == "any" else all)(stalled):
-            return row["epoch"]
-    return None
+            return row["epoch"], best_epoch
+    return None, best_epoch
+
+
+def replayed_stop(history, columns, combine, patience):
+    """The epoch the rule stops at (see :func:`replayed`; None: never)."""
+    return replayed(history, columns, combine, patience)[0]
 
 
 # Patience 1: the validation loss first fails to improve in epoch 11, the training loss keeps
@@ -173,3 +195,70 @@ def test_two_ranks_stop_together_on_a_combination(make_config):
     (history, stopped), (history1, stopped1) = run_ranks(2, stop_with_two_ranks, config)
     assert history == history1 and stopped == stopped1
     check_stop(history, "any", stopped)
+
+
+# The issue's run: F1 on 36 validation graphs reached 1.0 at epoch 4 and could not improve,
+# while the validation loss went on falling (0.39 at epoch 4, 0.004 by epoch 12).
+SATURATED = [
+    {"val_accuracy": f1, "val_loss": loss}
+    for f1, loss in [
+        (0.8, 0.9),
+        (0.9, 0.7),
+        (0.95, 0.5),
+        (1.0, 0.39),
+        (1.0, 0.2),
+        (0.97, 0.1),
+        (1.0, 0.05),
+        (1.0, 0.06),
+        (1.0, 0.004),
+    ]
+]
+
+
+def test_a_saturated_metric_keeps_the_epoch_its_tie_breaker_prefers(make_config, tmp_path):
+    config = make_config("early_stopping.metric=val_accuracy", "early_stopping.mode=max")
+    config = config.early_stopping
+    es = MetricStopping.from_section(config)
+    assert es.tie_breaker == "val_loss" and es.tie_mode == "min"  # by default
+    best = [es.step(row, epoch) for epoch, row in enumerate(SATURATED, start=1)]
+    # 1.0 at epoch 4; epochs 5, 7 and 9 tie it with a lower loss; 6 is worse, 8's loss higher
+    assert best == [True, True, True, True, True, False, True, False, True]
+    assert es.best_epoch == 9 and es.best == 1.0 and es.tie_value == 0.004
+    assert es.broken_tie == (
+        "val_accuracy 1.0000 ties its best; val_loss 0.0040 is better than at epoch 7 (0.0500): "
+        "epoch 9 is the best so far"
+    )
+    # an improvement by the tie-breaker is an improvement: patience counts from epoch 9
+    assert es.first.epochs_without_improvement == 0
+    # a resumed run breaks the next tie as the uninterrupted one does
+    again = MetricStopping.from_section(config)
+    again.load_state_dict(es.state_dict())
+    tie = {"val_accuracy": 1.0, "val_loss": 0.003}
+    assert again.step(tie, 10) and es.step(tie, 10) and again.best_epoch == es.best_epoch == 10
+    # the tie-breaker listed second, explicitly; val_loss alone has nothing to break ties with
+    listed = make_config(
+        "early_stopping.metric=[val_accuracy, train_loss]", "early_stopping.mode=max"
+    )
+    assert MetricStopping.from_section(listed.early_stopping).tie_breaker == "train_loss"
+    assert MetricStopping.from_section(make_config().early_stopping).tie_breaker is None
+
+
+def test_training_says_when_a_tie_picks_the_best_epoch(make_config):
+    """A run whose validation accuracy (on 18 graphs: steps of 1/18) repeats its best while
+    the loss falls: each epoch the loss made the best is said in the log, and the run's best
+    epoch is the one the rule picks."""
+    config = make_config(
+        "early_stopping.metric=val_accuracy", "early_stopping.mode=max", "training.num_epochs=10",
+        "log_level=INFO",
+    )  # fmt: skip
+    trainer = qg.Trainer(config)
+    rows = trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    trainer.close()
+    replayed, said = MetricStopping.from_section(config.early_stopping), []
+    for row in rows:
+        replayed.step(row, row["epoch"])
+        said += [replayed.broken_tie] if replayed.broken_tie else []
+    assert said  # (here four epochs tie 14/18 with a lower loss; a few on any machine)
+    log = (config.run_dir / "train.log").read_text().splitlines()
+    assert [line.split("INFO ")[-1] for line in log if "ties its best" in line] == said
+    assert trainer.early_stopping.best_epoch == replayed.best_epoch

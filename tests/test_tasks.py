@@ -11,7 +11,7 @@ import torch
 import yaml
 from conftest import ROOT, assert_refused, run_main, run_ranks, train
 from sklearn import metrics as skm
-from test_early_stopping import replayed_stop
+from test_early_stopping import replayed, replayed_stop
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import config_to_dict, history_columns
@@ -216,8 +216,8 @@ def test_one_process_stops_on_a_binary_f1(make_config):
     expected = replayed_stop(history, ["val_ring_f1"], "any", patience=2)
     assert trainer.stopped_early == (expected is not None)
     assert history[-1]["epoch"] == (expected or 12)
-    best = max(history, key=lambda row: row["val_ring_f1"])["epoch"]  # first best: best.pt
-    assert trainer.early_stopping.best_epoch == best
+    # best.pt: the best F1's epoch, of those that tie it the one with the lowest loss before
+    assert trainer.early_stopping.best_epoch == replayed(history, ["val_ring_f1"], "any", 2)[1]
 
 
 # --- errors ---------------------------------------------------------------------------------

@@ -374,7 +374,7 @@ class EarlyStoppingConfig:
     enabled: bool = True  # false: train all epochs, still keep the best checkpoint by metric
     # a column of history.csv (val_loss, val_<task>_<metric>, and with one task val_<metric>;
     # train_loss, train_accuracy) or a list of them, each followed the way it improves; the
-    # first also picks best.pt
+    # first picks best.pt, its ties broken by the second (default: val_loss)
     metric: str | tuple[str, ...] = "val_loss"
     # with several metrics: stop once any of them has stopped improving, or once all have
     combine: Literal["any", "all"] = "any"

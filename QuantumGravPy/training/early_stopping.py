@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..config.tasks import improves_towards
+
 
 class EarlyStopping:
     """Tracks the best value of a metric and says when to stop.
@@ -81,7 +83,12 @@ class MetricStopping:
     One :class:`EarlyStopping` per column, each following the direction its column improves in,
     with the section's patience, delta and grace period. ``combine="any"`` stops once any
     column has gone ``patience`` epochs without improving; ``"all"`` once every one has. The
-    first column alone decides which epoch is the best (best.pt, the summary's best_epoch).
+    first column decides which epoch is the best (best.pt, the summary's best_epoch); an epoch
+    that ties its best (within ``delta``) and is better on ``tie_breaker`` (going ``tie_mode``)
+    than the best epoch was becomes the best, and counts as an improvement. A metric on a
+    small validation set often repeats its best value, and one at its best possible value
+    (accuracy, F1, AUROC at 1) cannot improve at all: the first epoch to reach it is rarely
+    the best model.
     """
 
     def __init__(
@@ -93,6 +100,8 @@ class MetricStopping:
         patience: int = 5,
         delta: float = 0.0,
         grace_period: int = 0,
+        tie_breaker: str | None = None,
+        tie_mode: str = "min",
     ):
         if combine not in ("any", "all"):
             raise ValueError(f"combine must be 'any' or 'all', got {combine!r}")
@@ -107,11 +116,54 @@ class MetricStopping:
         }
         self.columns = tuple(self.trackers)
         self.first = self.trackers[self.columns[0]]
+        self.tie_breaker, self.tie_mode = tie_breaker, tie_mode
+        self.tie_value: float | None = None  # the tie-breaker's value at the best epoch
+        self.broken_tie: str | None = None  # the last step's tie broken, for the log
+
+    @classmethod
+    def from_section(cls, es: Any) -> MetricStopping:
+        """As the ``early_stopping:`` section ``es`` describes it: ties of the first metric
+        broken by the second listed, else by the validation loss."""
+        tie = es.metrics[1] if len(es.metrics) > 1 else "val_loss"
+        tie = None if tie == es.metrics[0] else tie
+        return cls(
+            es.metrics,
+            [es.mode, *map(improves_towards, es.metrics[1:])],
+            combine=es.combine,
+            patience=es.patience,
+            delta=es.delta,
+            grace_period=es.grace_period,
+            tie_breaker=tie,
+            tie_mode=improves_towards(tie) if tie else "min",
+        )
 
     def step(self, row: dict[str, Any], epoch: int | None = None) -> bool:
-        """Record an epoch's row; True when the first column improved."""
+        """Record an epoch's row; True when it is the best so far: the first column improved,
+        or tied its best and the tie-breaker is better than at the best epoch."""
+        first, column, before = self.first, self.columns[0], self.first.best
+        previous_epoch, self.broken_tie = first.best_epoch, None
         improved = {c: tracker.step(row[c], epoch) for c, tracker in self.trackers.items()}
-        return improved[self.columns[0]]
+        tie = row.get(self.tie_breaker) if self.tie_breaker else None
+        tie = None if tie is None or math.isnan(tie) else float(tie)
+        if improved[column]:
+            self.tie_value = tie
+            return True
+        value = row[column]
+        if tie is None or before is None or math.isnan(value) or abs(value - before) > first.delta:
+            return False
+        if self.tie_value is not None and not (
+            tie < self.tie_value if self.tie_mode == "min" else tie > self.tie_value
+        ):
+            return False
+        first.best_epoch = first.epochs_seen if epoch is None else epoch
+        first.epochs_without_improvement = 0
+        was = "" if self.tie_value is None else f" ({self.tie_value:.4f})"
+        self.broken_tie = (
+            f"{column} {value:.4f} ties its best; {self.tie_breaker} {tie:.4f} is better than at "
+            f"epoch {previous_epoch}{was}: epoch {first.best_epoch} is the best so far"
+        )
+        self.tie_value = tie
+        return True
 
     @property
     def should_stop(self) -> bool:
@@ -139,7 +191,8 @@ class MetricStopping:
     def state_dict(self) -> dict[str, Any]:
         """The first column's state, as a single-metric checkpoint has it, and the others'."""
         others = {c: t.state_dict() for c, t in self.trackers.items() if t is not self.first}
-        return {**self.first.state_dict(), "column": self.columns[0], "others": others}
+        tie = {"tie_breaker": self.tie_breaker, "tie_value": self.tie_value}
+        return {**self.first.state_dict(), "column": self.columns[0], "others": others, **tie}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Accepts checkpoints of a single metric too; a column they lack starts afresh."""
@@ -147,3 +200,5 @@ class MetricStopping:
         for column, tracker_state in saved.items():
             if column in self.trackers:
                 self.trackers[column].load_state_dict(tracker_state)
+        if state.get("tie_breaker") == self.tie_breaker:  # older checkpoints: none kept
+            self.tie_value = state.get("tie_value")

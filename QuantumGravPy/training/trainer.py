@@ -22,7 +22,6 @@ from .. import logs
 from ..config import (
     Config,
     balanced_task,
-    improves_towards,
     per_process,
 )
 from ..data import (
@@ -160,14 +159,7 @@ class Trainer(TestingMixin, RunStateMixin):
         self.tester = Tester(
             self.tasks, self.device, self.autocast_dtype, self.float_dtype, select=self.select
         )
-        self.early_stopping = MetricStopping(
-            es.metrics,
-            [es.mode, *map(improves_towards, es.metrics[1:])],
-            combine=es.combine,
-            patience=es.patience,
-            delta=es.delta,
-            grace_period=es.grace_period,
-        )
+        self.early_stopping = MetricStopping.from_section(es)
         self.monitor = Monitor(config.monitor, self.device, self.rank, self.world_size, self.model)
         if resume:
             self.resume(force=force)
@@ -267,6 +259,8 @@ class Trainer(TestingMixin, RunStateMixin):
         DDP decides on rank 0 and broadcasts (hook); the ``judge``, if any, is asked here.
         """
         improved = self.early_stopping.step(row, row["epoch"])
+        if self.early_stopping.broken_tie:
+            self.logger.info("%s", self.early_stopping.broken_tie)
         if self.judge is not None and self.judge(row):
             return improved, "pruned"
         if self.config.early_stopping.enabled and self.early_stopping.should_stop:
