@@ -110,3 +110,19 @@ def test_a_non_interactive_training_log_shows_each_long_phase_advance(
         assert re.search(pattern, err), (pattern, err)
     assert re.search(rf"epoch 1: 1/6 batches \(17%\), {rate}, \d+s left", err), err
     assert "epoch 1: 6/6 batches" in (tmp_path / "run" / "train.log").read_text()
+    # predicting on new files: their preparation and the predictions report as they go too
+    other = config_from_dict(
+        {"data": {"root": str(tmp_path / "gen2"), "num_graphs": 30, "num_points": [16, 24],
+                  "seed": 5}}
+    )  # fmt: skip
+    new = write_embedded(other.data, tmp_path / "new.zarr")
+    predicted = run_main(
+        capsys, "predict", tmp_path / "run", "--files", new, "--output", tmp_path / "p.csv"
+    )
+    assert predicted.returncode == 0, predicted.stderr
+    for pattern in (
+        rf"preparing causal sets: 1/30 causal sets \(3%\), {rate}, \d+s left",
+        rf"preparing causal sets: 30/30 causal sets \(100%\), {rate}, 0s left",
+        rf"predicting: \d+/\d+ batches \(100%\), {rate}, 0s left",
+    ):
+        assert re.search(pattern, predicted.stderr), (pattern, predicted.stderr)
