@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument(
         "--output",
         metavar="DIR",
-        help="an empty or new folder for rank<r>.trace.json and summary.csv (default "
+        help="an empty or new folder for rank<r>.trace.json.gz and summary.csv (default "
         "training.path/profile, in a run directory that holds no run)",
     )
     tune = sub.add_parser(

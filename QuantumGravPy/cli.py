@@ -244,7 +244,7 @@ def _profile(args: argparse.Namespace) -> int:
 
     target, rows = profile(config, steps=args.steps, world_size=args.world_size, output=args.output)
     print(summary_table(rows))
-    print(f"traces (rank<r>.trace.json) and {SUMMARY} in {target}")
+    print(f"traces (rank<r>.trace.json.gz) and {SUMMARY} in {target}")
     return 0
 
 

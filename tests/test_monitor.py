@@ -190,33 +190,40 @@ def test_the_gradient_norm_under_ddp_is_the_norm_of_the_averaged_gradients(
 
 
 def trace_events(path: Path) -> list[dict]:
-    with open(path) as f:
+    import gzip
+
+    with gzip.open(path, "rt") as f:
         return json.load(f)["traceEvents"]
 
 
 @pytest.mark.timeout(180)
 def test_profile_writes_a_trace_per_rank_with_compute_and_exchange_and_a_summary(
-    capsys, config_file, tmp_path
+    capfd, config_file, tmp_path
 ):
     config = config_file(parallel={"world_size": 2, "shared_memory": False})
-    result = run_main(capsys, "profile", config, "--steps", "4")
+    result = run_main(capfd, "profile", config, "--steps", "5", "log_level=INFO")
     assert result.returncode == 0, result.stderr
     folder = tmp_path / "run" / "profile"
     for rank in (0, 1):
-        names = {e.get("name", "") for e in trace_events(folder / f"rank{rank}.trace.json")}
+        events = trace_events(folder / f"rank{rank}.trace.json.gz")
+        names = [e.get("name", "") for e in events]
         assert any(n.startswith("aten::") for n in names)  # compute
-        assert "qg.gradient_exchange" in names  # communication
-        assert any("gloo" in n or "all_reduce" in n for n in names)
+        assert any("gloo" in n or "all_reduce" in n for n in names)  # communication
+        # the last 3 of the 5 timed steps are recorded: one gradient exchange each
+        assert names.count("qg.gradient_exchange") == 3
+    # each phase is said as it starts
+    for said in ("3 warm-up steps", "5 steps timed, the last 3 recorded", "wrote "):
+        assert f"profile: {said}" in result.stderr, result.stderr
     header, rows = read_csv(folder / "summary.csv")
     assert header[:2] == ["rank", "steps"] and [r["rank"] for r in rows] == [0, 1]
     for row in rows:
-        assert row["steps"] == 4
+        assert row["steps"] == 5
         shares = ("compute", "exchange_exposed", "data", "idle")
         assert 0.9 <= sum(row[f"{s}_share"] for s in shares) <= 1.1
     assert "rank 1 busiest operators: " in result.stdout
     assert not (tmp_path / "run" / "history.csv").exists()  # a profile is not a run
     # nothing is overwritten: the folder now holds a profile
-    again = run_main(capsys, "profile", config, "--steps", "4", "--output", str(folder))
+    again = run_main(capfd, "profile", config, "--steps", "4", "--output", str(folder))
     assert_refused(again, str(folder), "--output")
 
 
@@ -232,7 +239,7 @@ def test_profile_refuses_bad_arguments_in_one_line(capsys, config_file, tmp_path
 def test_profile_from_python(make_config, tmp_path):
     folder, rows = qg.profile(make_config(), steps=2, output=str(tmp_path / "p"))
     assert folder == tmp_path / "p" and len(rows) == 1 and rows[0]["steps"] == 2
-    assert trace_events(folder / "rank0.trace.json")
+    assert trace_events(folder / "rank0.trace.json.gz")
     with pytest.raises(qg.RunDirectoryError, match="choose another output or remove it"):
         qg.profile(make_config(), steps=2, output=str(folder))
 
