@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_refused, run_main, run_ranks
+from conftest import assert_refused, run_cli, run_main, run_ranks
 
 import QuantumGravPy as qg
 from QuantumGravPy.training.timing import COLUMNS, PARTS
@@ -201,7 +201,8 @@ def test_profile_writes_a_trace_per_rank_with_compute_and_exchange_and_a_summary
     capfd, config_file, tmp_path
 ):
     config = config_file(parallel={"world_size": 2, "shared_memory": False})
-    result = run_main(capfd, "profile", config, "--steps", "5", "log_level=INFO")
+    # in a process of its own, as a job runs it: its ranks' log lines reach its stderr
+    result = run_cli("profile", config, "--steps", "5", "log_level=INFO")
     assert result.returncode == 0, result.stderr
     folder = tmp_path / "run" / "profile"
     for rank in (0, 1):
