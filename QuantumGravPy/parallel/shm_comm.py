@@ -26,6 +26,7 @@ import sys
 import time
 import uuid
 
+import numpy as np
 import torch
 
 from . import distributed
@@ -93,7 +94,9 @@ class SharedMemoryAllReduce:
             # whatever happens to the job later. The memory lives on until the last rank unmaps.
             os.unlink(os.path.join(_SHM_DIR, name))
         w = self.world_size
-        self._counters = torch.frombuffer(self._mmap, dtype=torch.int64, count=w)
+        # numpy's view: waiting polls it thousands of times a step, and every torch operation
+        # would be an event in a profiler's trace (a trace of hundreds of MB of polls)
+        self._counters = np.frombuffer(self._mmap, dtype=np.int64, count=w)
         self._data = torch.frombuffer(
             self._mmap, dtype=torch.float32, offset=w * _COUNTER_BYTES, count=2 * w * numel
         ).view(2, w, numel)
