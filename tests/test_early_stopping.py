@@ -225,7 +225,7 @@ def test_a_saturated_metric_keeps_the_epoch_its_tie_breaker_prefers(make_config,
     assert best == [True, True, True, True, True, False, True, False, True]
     assert es.best_epoch == 9 and es.best == 1.0 and es.tie_value == 0.004
     assert es.broken_tie == (
-        "val_accuracy 1.0000 ties its best; val_loss 0.0040 is better than at epoch 7 (0.0500): "
+        "val_accuracy 1 ties its best; val_loss 0.004 is better than at epoch 7 (0.05): "
         "epoch 9 is the best so far"
     )
     # an improvement by the tie-breaker is an improvement: patience counts from epoch 9

@@ -157,9 +157,9 @@ class MetricStopping:
             return False
         first.best_epoch = first.epochs_seen if epoch is None else epoch
         first.epochs_without_improvement = 0
-        was = "" if self.tie_value is None else f" ({self.tie_value:.4f})"
+        was = "" if self.tie_value is None else f" ({self.tie_value:.4g})"
         self.broken_tie = (
-            f"{column} {value:.4f} ties its best; {self.tie_breaker} {tie:.4f} is better than at "
+            f"{column} {value:.4g} ties its best; {self.tie_breaker} {tie:.4g} is better than at "
             f"epoch {previous_epoch}{was}: epoch {first.best_epoch} is the best so far"
         )
         self.tie_value = tie
