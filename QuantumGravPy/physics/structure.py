@@ -105,11 +105,11 @@ def _product_parts(related: Tensor, *, lower: bool | None) -> _Parts:
     operand = _operand(related, size, panels)
     parts = _NumpyParts(n) if on_cpu else _TorchParts(n, related.device)
     entries = parts.entries(related)
+    step = size if lower is None else _PANEL  # columns of a block
     for start, stop, first, last in panels:
         height, width = min(stop, n) - start, min(last, n) - first
         block = entries[start : start + height, first : first + width]  # the panel's triangle
         linked = parts.mask(height, width)
-        step = size if lower is None else _PANEL
         for left in range(first, last, step):
             right = min(left + step, last)
             # the inner indices through which an entry of these columns can be reached

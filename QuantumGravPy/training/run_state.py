@@ -16,10 +16,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..config import Config, config_to_dict, dump_config, shown_columns
 from ..data import release_workers
+from ..data.provenance import provenance
 from ..errors import CheckpointError, QGError, cause
 from ..logs import add_file_handler
 from ..runs import directory as rd
@@ -83,6 +85,7 @@ class RunStateMixin:
         self._resume_notices: list[tuple[int, str]] = []
         self._environment: dict[str, Any] | None = None  # of this process, for the checkpoints
         self.test_predictions: dict[str, dict[str, torch.Tensor]] | None = None  # rank 0's
+        self.test_graphs: Any = None  # the test set those predictions' positions index
         self._run_open = False
         self._log_handler: logging.Handler | None = None
         self._gathered: dict[str, Any] | None = None  # by every rank, for rank 0's checkpoint
@@ -256,7 +259,10 @@ class RunStateMixin:
         summary.update(test_metrics or {})
         rd.write_summary(self.run_dir, summary)
         if test_metrics is not None and self.test_predictions is not None:
-            rd.write_predictions(self.run_dir, self.test_predictions)
+            # each row also names where its graph came from (here, on rank 0 alone under DDP:
+            # a failure reading the files reaches every rank)
+            sources = provenance(self.config, self.test_graphs)
+            rd.write_predictions(self.run_dir, _with_sources(self.test_predictions, sources))
         self.write_plots(training=test_metrics is None)  # a test adds its own pictures only
         if test_metrics is not None:
             for tracker in self.trackers:
@@ -384,3 +390,16 @@ class RunStateMixin:
         else:
             seed_everything(self.config.training.seed + 1_000_003 * self.epoch + self.rank)
         self._rng_to_restore = None
+
+
+def _with_sources(
+    predictions: dict[str, dict[str, Any]], sources: dict[str, np.ndarray]
+) -> dict[str, dict[str, Any]]:
+    """Each task's rows with ``source``, ``index`` (and ``group``) of the row's graph: the file
+    and sample it was read from (as ``qg predict``'s table names them), or its position among
+    the generated graphs."""
+    out = {}
+    for task, parts in predictions.items():
+        graph = np.asarray(parts["graph"]).astype(np.int64)
+        out[task] = {**parts, **{key: values[graph] for key, values in sources.items()}}
+    return out

@@ -9,13 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
 from ..config import config_to_dict, headline_columns
-from ..data.provenance import provenance
 from .evaluation import checkpoint_model
 from .tasks import Task
 
@@ -40,11 +38,7 @@ class TestingMixin:
             model = self.strategy.plain_copy(self.model)
             model.load_state_dict(self.best_state)
         metrics, self.test_predictions = self.evaluate_test(model, test_loader, tasks)
-        if self.test_predictions and self.is_main:  # each row names where its graph came from
-            whole = self.evaluated_set(test_loader)
-            self.test_predictions = _with_sources(
-                self.test_predictions, provenance(self.config, whole)
-            )
+        self.test_graphs = self.evaluated_set(test_loader)  # what the rows' positions index
         columns = ("test_loss", *headline_columns(self.config, "test"))
         self.logger.info("%s", "  ".join(f"{c} {metrics[c]:.4f}" for c in columns))
         if self._run_open:
@@ -62,16 +56,3 @@ class TestingMixin:
         in the order of the test set."""
         accumulated = self.tester.accumulate(model, test_loader, tasks, progress=self.is_main)
         return accumulated.compute(self.tester.prefix), accumulated.gathered_predictions()
-
-
-def _with_sources(
-    predictions: dict[str, dict[str, Any]], sources: dict[str, np.ndarray]
-) -> dict[str, dict[str, Any]]:
-    """Each task's rows with ``source``, ``index`` (and ``group``) of the row's graph: the file
-    and sample it was read from (as ``qg predict``'s table names them), or its position among
-    the generated graphs."""
-    out = {}
-    for task, parts in predictions.items():
-        graph = np.asarray(parts["graph"]).astype(np.int64)
-        out[task] = {**parts, **{key: values[graph] for key, values in sources.items()}}
-    return out
