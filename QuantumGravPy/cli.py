@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from .arguments import build_parser
 from .errors import COMMAND_LINE_ENV, QGError
+from .logs import configure_logging
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -33,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if stray:
         parser.error(f"unrecognized arguments: {' '.join(stray)}")
     args.overrides = [*getattr(args, "overrides", []), *extra]
+    configure_logging("WARNING")  # what loading the config notes (a run sets its own level)
     outer = os.environ.get(COMMAND_LINE_ENV)
     os.environ[COMMAND_LINE_ENV] = "1"  # errors say --overwrite, not overwrite=True
     try:

@@ -204,7 +204,7 @@ def invariance(s: dict[str, str]) -> Row:
             lookup(part, "invariance.py", "x 2 processes, DDP", run="2 processes, invariant")
         )
     return (
-        "`parallel.invariant` (the same bits on any number of processes) on 2 processes, "
+        "`parallel.strategy: invariant` (the same bits on any number of processes) on 2 processes, "
         "global batch 384 / 48 (`bench/invariance.py`)",
         f"**{ratios[0]}× / {ratios[1]}×** standard DDP's epoch",
         "",

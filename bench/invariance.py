@@ -9,15 +9,15 @@ each epoch, for `training.precision` 32 and 64 (extra `key=value` overrides may 
 Then the time and size of one `last.pt` write against the epoch time of the 1-process float32
 run.
 
-Then the cost of `parallel.invariant` (the same bits on any number of processes): the shipped
-config on 3,072 training graphs at global batch 384 and 48 (12 micro-batches of 32 and of 4
-graphs), on 2 processes, against standard DDP on 2 processes and against 1 process (standard; and
-invariant, 12 micro-batches in a row), each a whole training run as a user starts it, in
-rounds that alternate between the four; the median epoch time (the first epoch of each run
-left out) over the rounds, and the ratios of medians (target: invariant at 2 processes at
+Then the cost of `parallel.strategy: invariant` (the same bits on any number of processes): the
+shipped config on 3,072 training graphs at global batch 384 and 48 (12 micro-batches of 32 and
+of 4 graphs), on 2 processes, against standard DDP on 2 processes and against 1 process
+(standard; and invariant, 12 micro-batches in a row), each a whole training run as a user starts
+it, in rounds that alternate between the four; the median epoch time (the first epoch of each
+run left out) over the rounds, and the ratios of medians (target: invariant at 2 processes at
 most 1.3x standard DDP at 2 processes, and still faster than 1 process where DDP is). A fifth
-run does the passes invariance needs without it (DDP on 2 processes, each accumulating 6
-micro-batches of the same size): what any scheme with fixed micro-batches costs at least.
+run does the passes invariance needs without it (DDP on 2 processes, each accumulating 6 micro-
+batches of the same size): what any scheme with fixed micro-batches costs at least.
 
     python bench/invariance.py [--epochs 4] [--graphs 600] [--rounds 3]
 """
@@ -148,9 +148,9 @@ def epoch_times(rank: int, world_size: int, config: qg.Config) -> list[float]:
 
 RUNS = {  # name: (processes, overrides)
     "1 process": (1, []),
-    "1 process, invariant": (1, ["parallel.invariant=true"]),
+    "1 process, invariant": (1, ["parallel.strategy=invariant"]),
     "2 processes, DDP": (2, []),
-    "2 processes, invariant": (2, ["parallel.invariant=true"]),
+    "2 processes, invariant": (2, ["parallel.strategy=invariant"]),
     # the passes invariance needs, without it: 6 accumulated micro-batches per process
     "2 processes, DDP, 6 accumulated": (2, ["training.accumulate_grad_batches=6"]),
 }
@@ -187,7 +187,7 @@ def invariant_cost(base: list[str], tmp: str, rounds: int) -> None:
 def report(batch: int, medians: dict[str, float], rounds: int) -> None:
     ddp, one = medians["2 processes, DDP"], medians["1 process"]
     print(
-        f"\nThe cost of parallel.invariant at global batch {batch} (12 micro-batches of "
+        f"\nThe cost of parallel.strategy invariant at global batch {batch} (12 micro-batches of "
         f"{batch // 12} graphs; 3,072 training graphs): median epoch seconds over {rounds} "
         "rounds\n"
     )

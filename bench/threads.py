@@ -3,7 +3,7 @@ processes.
 
 python bench/threads.py [--rounds 3]
 
-`parallel.invariant` and `qg predict` compute on one CPU thread per process, because a CPU
+The invariant strategy and `qg predict` compute on one CPU thread per process, because a CPU
 kernel may split a sum by the thread count, which changes with the number of processes sharing a
 machine (docs/reproducibility.md). Timed in one process, alternating: an invariant training
 epoch of the shipped config (`configs/train.yaml`, 1,536 training graphs of 32-64 elements,
@@ -34,7 +34,7 @@ from QuantumGravPy.config import (  # noqa: E402
     config_to_dict,
     load_config,
 )
-from QuantumGravPy.parallel.strategies import InvariantStrategy  # noqa: E402
+from QuantumGravPy.parallel.strategies.invariant import InvariantStrategy  # noqa: E402
 
 
 def invariant_epochs(config: qg.Config, *, pinned: bool) -> list[float]:
@@ -76,9 +76,9 @@ def main() -> int:
                 f"training.path={tmp}/run",
                 "data.num_graphs=2000",
                 "data.split=[0.768, 0.116, 0.116]",
-                "parallel.invariant=true",
+                "parallel.strategy=invariant",
                 "training.global_batch_size=384",
-                "parallel.shards=12",
+                "parallel.micro_batches=12",
                 "training.num_epochs=3",
                 "early_stopping.enabled=false",
                 "log_level=WARNING",

@@ -12,7 +12,14 @@ import yaml
 from conftest import ROOT
 
 import QuantumGravPy as qg
-from QuantumGravPy.config.docs import END, START, reference_markdown, reference_rows
+from QuantumGravPy.config.docs import (
+    END,
+    START,
+    generated_block,
+    reference_markdown,
+    reference_rows,
+)
+from QuantumGravPy.parallel import strategies
 
 DOCS = ROOT / "docs"
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -59,6 +66,18 @@ def test_the_configuration_reference_is_generated_from_the_current_schema():
         "docs/config.md's reference is stale: run "
         "python -m QuantumGravPy.config.docs --write docs/config.md"
     )
+
+
+def test_the_table_of_strategies_is_generated_from_their_classes():
+    page = (DOCS / "distributed.md").read_text(encoding="utf-8")
+    block = generated_block(page, strategies.REFERENCE_START, strategies.REFERENCE_END)
+    assert block == strategies.reference_markdown(), (
+        "docs/distributed.md's table of strategies is stale: run python docs/scripts/reference.py"
+    )
+    for name in strategies.STRATEGIES.names():
+        assert f"| `{name}` |" in block
+        # each says what it does and what it refuses
+        assert strategies.STRATEGIES.get(name).refused() != "nothing", name
 
 
 def test_every_key_has_a_type_a_default_and_a_meaning():

@@ -1,4 +1,4 @@
-"""``parallel.invariant``: the same bits on any number of processes, and resuming on another
+"""``parallel.strategy: invariant``: the same bits on any number of processes, and resuming on another
 number; ``training.global_batch_size``; and one line for each setting invariance cannot hold."""
 
 import os
@@ -11,6 +11,7 @@ import pytest
 import torch
 import yaml
 from conftest import ROOT, TESTS, assert_refused, run_main, run_ranks, small_raw_config
+from test_monitor import read_csv
 from test_resume import final_state, killed
 
 import QuantumGravPy as qg
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.timeout(300)
 
 # Everything that used to depend on the rank or the number of processes, at once.
 INVARIANT = [
-    "parallel.invariant=true",
+    "parallel.strategy=invariant",
     "training.global_batch_size=24",  # 2 micro-batches of 12 ... 12 of 2, for W = 1, 2, 3, 4
     "training.precision=32",
     "model.dropout=0.2",
@@ -89,7 +90,7 @@ def test_one_two_three_and_four_processes_give_the_same_bits(tmp_path, data_root
         run_ranks(w, train_ranks, config, timeout_s=240)
         assert_same_bits(everything(tmp_path / f"w{w}"), reference)
     # the same run without invariance ends elsewhere: the comparison above can fail
-    plain = config_from_dict(raw_config(tmp_path, data_root, "plain", "parallel.invariant=false"))
+    plain = config_from_dict(raw_config(tmp_path, data_root, "plain", "parallel.strategy=ddp"))
     trainer = qg.Trainer(plain)
     trainer.run_training(*trainer.prepare_dataloaders()[:2])
     trainer.close()
@@ -116,6 +117,12 @@ def test_killed_on_four_processes_resumed_on_two_ends_as_one_process_does(
     assert resumed.returncode == 0, resumed.stderr
     log = (tmp_path / "cut" / "train.log").read_text()
     assert "resuming a run trained with 4 process(es) on 2" in log
+    # the exact exchange is timed, and all of it waited for (it follows the backward pass)
+    _, ranks = read_csv(tmp_path / "cut" / rd.RANKS)
+    assert [(r["epoch"], r["rank"]) for r in ranks][-2:] == [(3, 0), (3, 1)]
+    for row in ranks:
+        assert row["exchange_s"] > 0 and row["bytes_exchanged"] > 0, row
+        assert row["exchange_exposed_s"] == pytest.approx(row["exchange_s"]), row
     assert_same_bits(everything(tmp_path / "cut"), everything(tmp_path / "whole"))
     # the other copy through torchrun, on another --nproc_per_node
     from QuantumGravPy.parallel.distributed import free_port
@@ -150,17 +157,20 @@ def test_global_batch_size_splits_over_the_processes(tmp_path, data_root):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["training.global_batch_size=null"], "parallel.invariant: needs "
+        (["training.global_batch_size=null"], "parallel.strategy invariant: needs "
          "training.global_batch_size"),
         (["training.global_batch_size=30"], "training.global_batch_size 30 is not a multiple "
-         "of parallel.shards 12"),
+         "of parallel.micro_batches 12"),
         (["model.norm=batch"], "not with model.norm batch"),
-        (["parallel.strategy=zero"], "only with parallel.strategy ddp (found zero)"),
-        (["parallel.strategy=fsdp"], "only with parallel.strategy ddp (found fsdp)"),
+        # the old spelling, parallel.invariant: true, with another strategy
+        (["parallel.strategy=zero", "parallel.invariant=true"], "parallel.invariant: only "
+         "with parallel.strategy ddp (found zero)"),
+        (["parallel.strategy=fsdp", "parallel.invariant=true"], "only with parallel.strategy "
+         "ddp (found fsdp)"),
         (["augmentation.seeding=per_rank"], "not with augmentation.seeding per_rank"),
         (["validation.mode=sharded"], "needs validation.mode rank0"),
-        (["parallel.world_size=5"], "parallel.shards 12 micro-batches do not divide over 5 "
-         "processes"),
+        (["parallel.world_size=5"], "parallel.micro_batches 12 micro-batches do not divide "
+         "over 5 processes"),
     ],
 )  # fmt: skip
 def test_what_invariance_cannot_hold_is_refused_in_one_line(
@@ -170,3 +180,23 @@ def test_what_invariance_cannot_hold_is_refused_in_one_line(
     result = run_main(capsys, "train", path, *overrides)
     assert_refused(result, message)
     assert not (tmp_path / "refused").exists()  # refused before anything was written
+
+
+def test_the_older_spelling_is_read_as_the_strategy_with_a_note(tmp_path, data_root, capsys):
+    """``parallel.invariant: true`` and ``parallel.shards`` (before the strategy had a class of
+    its own) still mean ``parallel.strategy: invariant`` and ``parallel.micro_batches``."""
+    path = write_config(tmp_path, data_root, "old", "parallel.strategy=ddp")
+    raw = yaml.safe_load(path.read_text())
+    raw["parallel"] = {**raw.get("parallel", {}), "invariant": True, "shards": 5}
+    del raw["parallel"]["strategy"]
+    path.write_text(yaml.safe_dump(raw))
+    result = run_main(capsys, "train", path)
+    # read as the strategy with 5 micro-batches: 24 graphs do not cut into 5; a note for each
+    *notes, error = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "training.global_batch_size 24 is not a multiple of parallel.micro_batches 5" in error
+    assert len(notes) == 2, notes
+    assert "parallel.shards is now called parallel.micro_batches" in notes[0]
+    assert "parallel.invariant: true is now written parallel.strategy: invariant" in notes[1]
+    both = run_main(capsys, "train", path, "parallel.micro_batches=6")
+    assert_refused(both, "parallel.shards: the old name of parallel.micro_batches")

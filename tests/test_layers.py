@@ -16,7 +16,7 @@ import QuantumGravPy as qg
 PACKAGE = "QuantumGravPy"
 # Bottom first; a module may import from its own layer and the ones below it.
 LAYERS = [
-    {"errors", "logs"},
+    {"errors", "logs", "registry"},
     {"physics"},
     {"config"},
     {"parallel"},

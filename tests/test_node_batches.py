@@ -58,8 +58,9 @@ def test_a_budget_below_the_largest_graph_and_impossible_combinations_are_refuse
         qg.Trainer(config).prepare_dataloaders()
     with pytest.raises(ConfigError, match="training.batch_nodes: not with training.global_batch"):
         make_config("training.batch_nodes=200", "training.global_batch_size=32")
-    with pytest.raises(ConfigError, match="parallel.invariant: not with training.batch_nodes"):
-        make_config("training.batch_nodes=200", "parallel.invariant=true", "parallel.world_size=2")
+    config = make_config("training.batch_nodes=200", "parallel.strategy=invariant")
+    with pytest.raises(ConfigError, match="strategy invariant: not with training.batch_nodes"):
+        qg.Trainer(config)
 
 
 # --- real processes ---------------------------------------------------------------------------

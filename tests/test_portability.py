@@ -81,7 +81,7 @@ def test_an_invariant_run_trains_on_one_thread_and_gives_the_threads_back(make_c
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        config = make_config("parallel.invariant=true", "training.global_batch_size=24")
+        config = make_config("parallel.strategy=invariant", "training.global_batch_size=24")
         trainer = qg.Trainer(config)
         assert torch.get_num_threads() == 1
         trainer.close()

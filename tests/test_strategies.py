@@ -1,6 +1,7 @@
 """parallel.strategy: zero and fsdp train as ddp does, and their checkpoints are plain ones that
 any strategy and any number of processes resumes."""
 
+import csv
 import json
 
 import pytest
@@ -20,6 +21,15 @@ def small(tmp_path, data_root, name, *extra):
 
 def last(run):
     return torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+
+
+def exchanges(run) -> list[tuple[float, float, float]]:
+    """Each row of ranks.csv: (exchange_s, exchange_exposed_s, bytes_exchanged)."""
+    with open(run / "ranks.csv", newline="") as f:
+        return [
+            (float(r["exchange_s"]), float(r["exchange_exposed_s"]), float(r["bytes_exchanged"]))
+            for r in csv.DictReader(f)
+        ]
 
 
 def largest_difference(a: dict, b: dict) -> float:
@@ -54,6 +64,10 @@ def test_zero_and_fsdp_train_the_shipped_config_as_ddp_does(
         assert f"strategy {strategy}" in (runs[strategy] / "train.log").read_text()
         environment = json.loads((runs[strategy] / "environment.json").read_text())
         assert environment[-1]["strategy"] == strategy
+    for strategy, run in runs.items():
+        # every strategy's exchange is timed (fsdp's reduce-scatters too), on every rank
+        rows = exchanges(run)
+        assert len(rows) == 4 and all(s > 0 and b > 0 for s, _, b in rows), (strategy, rows)
 
 
 @pytest.mark.timeout(300)
@@ -137,11 +151,11 @@ def overflow_on_one_rank(rank, world_size):
     """One step of a 2-rank fsdp model whose gradient overflowed on rank 0 only."""
     from torch import nn
 
-    from QuantumGravPy.parallel.strategies import make_strategy
+    from QuantumGravPy.parallel.strategies.fsdp import FSDPStrategy
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 3))
-    strategy = make_strategy("fsdp", torch.device("cpu"))
+    strategy = FSDPStrategy(torch.device("cpu"))
     optimizer = torch.optim.AdamW(strategy.prepare(model), lr=0.01, fused=True)
     scaler = strategy.grad_scaler(enabled=True)
     scaler.scale(model(torch.randn(6, 4)).sum()).backward()

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Union
 import yaml
 
 from ..errors import ConfigError
+from ..logs import get_logger
 from .dotted import resolve
 from .schema import Config
 
@@ -74,19 +75,58 @@ def _blame(raw: dict[str, Any], overrides: list[str], error: ConfigError, path: 
         if name == key or key.startswith(name + ".") or name.startswith(key + "."):
             return f"override {item!r}"
     try:
-        config_from_dict(raw)
+        _build(Config, upgrade(raw)[0], "")
     except ConfigError:
         return str(path)
     for i, item in enumerate(overrides):
         try:
-            config_from_dict(apply_overrides(raw, overrides[: i + 1]))
+            _build(Config, upgrade(apply_overrides(raw, overrides[: i + 1]))[0], "")
         except ConfigError:
             return f"override {item!r}"
     return str(path)
 
 
 def config_from_dict(raw: Mapping[str, Any]) -> Config:
-    return _build(Config, raw, "")
+    """The validated config of a plain mapping; keys of earlier versions are read as what they
+    became, each with a note."""
+    raw, notes = upgrade(raw)
+    config = _build(Config, raw, "")
+    for note in notes:
+        get_logger().warning("note: %s", note)
+    return config
+
+
+def upgrade(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
+    """``raw`` with the keys of earlier versions replaced by what they became, and a note for
+    each: ``parallel.shards`` is ``parallel.micro_batches``; ``parallel.invariant: true`` is
+    ``parallel.strategy: invariant``."""
+    parallel = raw.get("parallel") if isinstance(raw, Mapping) else None
+    if not isinstance(parallel, Mapping) or not {"shards", "invariant"} & set(parallel):
+        return raw, []
+    parallel, notes = dict(parallel), []
+    if "shards" in parallel:
+        if "micro_batches" in parallel:
+            raise ConfigError(
+                "parallel.shards: the old name of parallel.micro_batches; give only "
+                "parallel.micro_batches"
+            )
+        parallel["micro_batches"] = parallel.pop("shards")
+        notes.append("parallel.shards is now called parallel.micro_batches; read as such")
+    if "invariant" in parallel:
+        invariant = parallel.pop("invariant")
+        if invariant not in (True, False):
+            raise ConfigError(f"parallel.invariant: expected true or false, found {invariant!r}")
+        strategy = parallel.get("strategy", "ddp")
+        if invariant and strategy not in ("ddp", "invariant"):
+            raise ConfigError(
+                f"parallel.invariant: only with parallel.strategy ddp (found {strategy})"
+            )
+        if invariant:
+            parallel["strategy"] = "invariant"
+            notes.append(
+                "parallel.invariant: true is now written parallel.strategy: invariant; read as such"
+            )
+    return {**raw, "parallel": parallel}, notes
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
@@ -246,14 +286,8 @@ def _deep_copy(raw: Mapping[str, Any]) -> dict[str, Any]:
 
 def per_process(config: Config, world_size: int) -> Config:
     """``config`` for one of ``world_size`` processes: with ``training.global_batch_size``,
-    ``training.batch_size`` is its share; with ``parallel.invariant``, ``parallel.shards``
-    must divide over the processes. One line naming both numbers otherwise."""
-    t, p = config.training, config.parallel
-    if p.invariant and p.shards % world_size:
-        raise ConfigError(
-            f"parallel.invariant: parallel.shards {p.shards} micro-batches do not divide over "
-            f"{world_size} processes; use a number of processes that divides {p.shards}"
-        )
+    ``training.batch_size`` is its share. One line naming both numbers if it does not divide."""
+    t = config.training
     if t.global_batch_size is None:
         return config
     if t.global_batch_size % world_size:

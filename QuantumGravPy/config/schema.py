@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 from .dotted import DottedPath, resolve
-from .invariance import invariant_refusals
 from .tasks import TaskConfig, validate_tasks
 
 
@@ -298,32 +297,17 @@ class ParallelConfig:
     # Average gradients through shared memory when all ranks are CPU processes on one x86-64
     # machine (much less waiting than gloo on busy cores; the same numbers). false: always gloo.
     shared_memory: bool = True
-    # ddp: every rank holds the whole model, its gradients and optimizer state; zero: each rank
-    # holds the optimizer state of 1/W of the parameters (ZeroRedundancyOptimizer); fsdp:
-    # parameters, gradients and optimizer state all split (FSDP2). Checkpoints hold full state
-    # dicts either way: any strategy and process count resumes any other's
-    strategy: Literal["ddp", "zero", "fsdp"] = "ddp"
+    # how the model is held on the ranks: ddp, zero, fsdp, invariant or a strategy of your own
+    # (docs: Distributed lists what each does and refuses). Checkpoints hold full state dicts
+    # whatever it is: any strategy and number of processes resumes any other's
+    strategy: str = "ddp"
     # fsdp with your own model.type: dotted class names of its submodules that become units
     # (gathered only while they run); empty: the whole model is one (built-in: blocks, heads)
     fsdp_modules: tuple[str, ...] = ()
-    # the same weights, history and predictions, bit for bit, on any number of processes that
-    # divides shards (and a run may resume on another such number): each global batch is cut
-    # into shards fixed micro-batches whose gradients are added exactly, in a fixed order (see
-    # the docs: Reproducibility). Needs training.global_batch_size, a multiple of shards
-    invariant: bool = False
-    shards: int = field(default=12, metadata=_POSITIVE)  # micro-batches per global batch
-
-    def validate(self) -> None:
-        if self.fsdp_modules and self.strategy != "fsdp":
-            raise ConfigError(
-                f"parallel.fsdp_modules: only with parallel.strategy fsdp (found strategy "
-                f"{self.strategy} and fsdp_modules {list(self.fsdp_modules)})"
-            )
-        if self.find_unused_parameters and self.strategy == "fsdp":
-            raise ConfigError(
-                "parallel.find_unused_parameters: a DDP option; fsdp reduces every gradient it "
-                "has and needs no search for unused parameters (set it to false)"
-            )
+    # strategy invariant: each global batch is cut into this many fixed micro-batches (any
+    # number of processes dividing it gives the same bits; training.global_batch_size is a
+    # multiple of it). Was parallel.shards
+    micro_batches: int = field(default=12, metadata=_POSITIVE)
 
 
 @dataclass(frozen=True)
@@ -436,14 +420,7 @@ class Config:
     monitor: MonitorConfig = field(default_factory=MonitorConfig)  # inside every run
 
     def validate(self) -> None:
-        validate_tasks(self)
-        if self.parallel.invariant:
-            invariant_refusals(self)  # its checks cross the sections
-        if self.training.compile and self.parallel.strategy == "fsdp":
-            raise ConfigError(
-                "training.compile: not with parallel.strategy fsdp (compiling sharded units is "
-                "not supported here); use ddp or zero, or compile: false"
-            )
+        validate_tasks(self)  # (what a parallel.strategy refuses, its class says: parallel/)
 
     @property
     def run_dir(self) -> Path:

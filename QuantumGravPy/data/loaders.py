@@ -177,7 +177,7 @@ def epoch_sampler(loader: DataLoader) -> Any:
 
 
 class MicroBatches:
-    """The batches of ``parallel.invariant``: each of ``batches`` batches of ``batch_size``
+    """The batches of the invariant strategy: each of ``batches`` batches of ``batch_size``
     indices from ``sampler`` (a rank's share of a global batch), cut into ``micro`` micro-batches
     (``batch[m::micro]``).
 
@@ -258,13 +258,13 @@ def make_train_loader(
     world_size: int = 1,
     label: str = "y",
     device: torch.device | None = None,
-    shards: int | None = None,
+    micro_batches: int | None = None,
 ) -> DataLoader:
     """The training loader of ``rank`` of ``world_size``: augmented, sampled, in batches.
 
     ``label``: the graph attribute whose classes a class-balancing sampler balances.
-    ``shards`` (``parallel.invariant``): each global batch cut into that many micro-batches,
-    this rank's ``shards / world_size`` of them in a row; an epoch is the whole global batches
+    ``micro_batches`` (the strategy's cut, if it cuts batches): this rank's micro-batches of each
+    global batch, in a row (the strategy decides how many); an epoch is the whole global batches
     of the sequence one process would draw (the last, partial one left out).
 
     Call ``set_epoch(epoch)`` on its ``sampler`` and ``dataset`` before each epoch.
@@ -296,9 +296,9 @@ def make_train_loader(
             device=device,
         )
     micro = None
-    if shards is not None:
+    if micro_batches is not None:
         whole = len(build_sampler(training, dataset, num_replicas=1, rank=0, label=label))
-        micro = (shards // world_size, whole // (training.batch_size * world_size))
+        micro = (micro_batches, whole // (training.batch_size * world_size))
     return make_loader(
         dataset,
         batch_size=training.batch_size,

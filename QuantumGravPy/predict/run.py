@@ -74,6 +74,9 @@ def _device(config: Config, world_size: int) -> torch.device | None:
 def predict_worker(rank: int, world_size: int, job: _Job) -> dict[str, Any] | None:
     """Predict this rank's batches; rank 0 returns every rank's predictions, in order, and
     the metrics of the labelled tasks."""
+    if world_size > 1:  # a process of its own: rank 0 reports progress, the others problems
+        level = job.config.log_level if rank == 0 else "WARNING"
+        logs.configure_logging(level, prefix=f"[RANK {rank}] ")
     if distributed.process_env() is not None and world_size > 1:
         # under torchrun or srun: the first process on each machine builds a missing cache
         if distributed.get_local_rank() == 0:
@@ -143,6 +146,7 @@ def predict(
     if target is not None:
         check_output(target, overwrite=overwrite)
     config = load_config(config_path, input_overrides(files, overrides))
+    logs.configure_logging(config.log_level)  # the preparation's and the batches' progress
     config = with_available_targets(config)
     # the model is loaded once here: a checkpoint that does not fit fails before data is read
     tasks = model_from_checkpoint(config, checkpoint, "cpu").tasks

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..config import Config, config_to_dict, per_process
 from ..errors import CheckpointError, ConfigError, flag
+from ..parallel.strategies import STRATEGIES
 from .checkpoint import FORMAT_VERSION, load_checkpoint
 from .directory import CHECKPOINTS, LAST, check_startable
 from .reproducibility import version_changes
@@ -133,9 +134,9 @@ def check_resume(
         )
     if state["world_size"] != world_size:
         moved = f"resuming a run trained with {state['world_size']} process(es) on {world_size}"
-        if config.parallel.invariant:
+        if STRATEGIES.get(config.parallel.strategy).invariant:
             notices.append(
-                (logging.INFO, f"{moved}: parallel.invariant, so it continues bit for bit")
+                (logging.INFO, f"{moved}: parallel.strategy invariant, so it continues bit for bit")
             )
         else:
             streams = "; dropout continues from new random streams" if config.model.dropout else ""
@@ -143,7 +144,8 @@ def check_resume(
                 (
                     logging.WARNING,
                     f"{moved}: the trajectory changes (gradients are added in another order, "
-                    "so the weights drift apart by rounding; parallel.invariant avoids it). "
+                    "so the weights drift apart by rounding; parallel.strategy invariant avoids "
+                    "it). "
                     f"{new_step} graphs per optimizer step as before ({t.batch_size} per "
                     f"process x {world_size} x {t.accumulate_grad_batches} accumulated); the "
                     f"batch sequence is unchanged when the world-size conditions hold{streams}",

@@ -14,6 +14,7 @@ from ..config import Config, per_process
 from ..data import SHARED_BUILD_MIN, check_file_targets, dataset_from_config
 from ..logs import append_to_log
 from ..parallel import WorkerError, distributed, run_distributed
+from ..parallel.strategies import strategy_class
 from ..runs import check_resumable
 from ..runs.directory import LOG, check_flags, check_run_dir
 from .trainer_ddp import TrainerDDP
@@ -88,7 +89,8 @@ def prepare_run(
     before minutes are spent, and builds the causal-set cache so that the ranks only read it.
     """
     check_flags(overwrite=overwrite, resume=resume)
-    per_process(config, world_size)  # a batch or shards that do not divide: before any work
+    strategy_class(config, world_size)  # what the strategy refuses: before any work
+    per_process(config, world_size)  # a batch that does not divide
     if resume:
         check_resumable(config, world_size=world_size, force=force)
     else:

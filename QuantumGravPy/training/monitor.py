@@ -62,8 +62,6 @@ class Monitor:
     history columns and this rank's row of ranks.csv.
     """
 
-    replicated = True  # every rank holds the whole weights (not so under fsdp): compare them
-
     def __init__(
         self,
         config: MonitorConfig,
@@ -71,8 +69,13 @@ class Monitor:
         rank: int,
         world_size: int,
         model: nn.Module,
+        *,
+        replicated: bool = True,
+        profiling: bool = False,
     ):
         self.config = config
+        # every rank holds the whole weights (not so under fsdp): check_replicas compares them
+        self.replicated = replicated
         self.device = device
         self.rank, self.world_size = rank, world_size
         self.model = model
@@ -90,7 +93,7 @@ class Monitor:
         self._views: tuple[tuple | None, list[torch.Tensor]] = (None, [])  # the buffers' params
         self.clock = CudaClock(device) if device.type == "cuda" else CpuClock()
         self.current = "data"
-        self.profiling = False  # qg profile: label the exchange in the trace
+        self.profiling = profiling  # qg profile: label the exchange in the trace
         self._start_epoch_state()
 
     def _start_epoch_state(self) -> None:
@@ -182,6 +185,31 @@ class Monitor:
 
         return monitored
 
+    @contextlib.contextmanager
+    def exchange(self, nbytes: int, *, in_backward: bool) -> Iterator[None]:
+        """Around an exchange of ``nbytes`` that no DDP hook sees: inside the backward pass
+        (fsdp's reduce-scatter of a unit: timed as a bucket is), or after it (the invariant
+        strategy's exact sum: all of it exposed, between the backward pass and the step)."""
+        if not self.config.timing:
+            yield
+            return
+        label = (
+            torch.profiler.record_function("qg.gradient_exchange")
+            if self.profiling
+            else contextlib.nullcontext()
+        )
+        if in_backward:
+            start = self.clock.mark()
+            with label:
+                yield
+            end = self.clock.mark()
+            self._buckets.append([start, end, end, nbytes])
+            return
+        with self.phase("exchange_exposed"), label:
+            yield
+        self._bytes += nbytes
+        self._exchanges += 1
+
     def _in_model_order(self, exchanged: list) -> list[torch.Tensor] | None:
         """Each parameter's averaged gradient, a view into the step's bucket buffers, in the
         model's order (None unless every parameter was exchanged).
@@ -222,7 +250,9 @@ class Monitor:
         parts = dict.fromkeys(PARTS, 0.0)
         for i, (part, _) in enumerate(self._laps[1:], start=1):
             parts[part] += at[i] - at[i - 1]
-        exchange = exposed = 0.0
+        # exchanged after the backward pass (the invariant strategy's): all of it exposed
+        exchange = after = parts["exchange_exposed"]
+        exposed = 0.0
         for buckets, end in steps:
             marks = [(next(exchange_at), next(exchange_at), next(exchange_at)) for _ in buckets]
             handed = max(m[1] for m in marks)  # the last bucket: the gradients are done
@@ -230,8 +260,9 @@ class Monitor:
             whole = max(union_length([(m[0], m[2]) for m in marks]), inside)
             exchange += whole
             exposed += min(inside + max(0.0, at[end] - handed), whole)
-        parts["exchange_exposed"] = min(exposed, parts["backward"])
-        parts["backward"] -= parts["exchange_exposed"]
+        within = min(exposed, parts["backward"])
+        parts["backward"] -= within
+        parts["exchange_exposed"] = after + within
         training = sum(parts[p] for p in TRAINING_PARTS)
         row = {
             "epoch": epoch,

@@ -17,6 +17,7 @@ import torch
 
 from ..config import Config, task_list
 from ..data import label_notice
+from ..parallel.strategies import STRATEGIES
 from ..runs import reproducibility as rs
 from .optim import schedule_notice
 
@@ -64,12 +65,7 @@ def start_notices(
             f"parallel.world_size: {local_processes} processes share {cores} CPU cores on this "
             f"machine, so they take turns and the run is slower than with {cores}"
         )
-    if processes == 1 and config.parallel.strategy != "ddp":
-        notices.append(
-            f"parallel.strategy: {config.parallel.strategy} shares the optimizer state between "
-            "processes; with one process there is nothing to share, and it trains as one "
-            "process always does"
-        )
+    notices += STRATEGIES.get(config.parallel.strategy).notices(config, processes)
     workers = config.training.num_workers
     if workers > 0 and (device is None or device.type == "cpu"):
         notices.append(
@@ -100,14 +96,11 @@ def _cores() -> int:
 
 def invariance_note(config: Config, processes: int) -> str | None:
     """What the number of processes does to the results of ``config``: the same bits with
-    ``parallel.invariant``; else why they would depend on it, where several processes run (on
+    the invariant strategy; else why they would depend on it, where several processes run (on
     one, nothing is changed by the number and nothing said)."""
-    if config.parallel.invariant:
-        return (
-            f"parallel.invariant: the same bits on any number of processes dividing "
-            f"{config.parallel.shards} ({config.parallel.shards} micro-batches of "
-            f"{config.training.global_batch_size // config.parallel.shards} graphs per batch)"
-        )
+    note = STRATEGIES.get(config.parallel.strategy).note(config)
+    if note is not None:
+        return note
     breaks = rs.invariance_breaks(config)
     if not breaks or processes == 1:
         return None

@@ -90,7 +90,7 @@ def profile_worker(
     try:
         train_loader, _, _ = trainer.prepare_dataloaders()
         trainer.check_model(train_loader.dataset)
-        k = config.training.accumulate_grad_batches * trainer.strategy.micro_batches
+        k = trainer.batches_per_step
         log = trainer.logger
         log.info("profile: %d warm-up steps (not timed)", WARMUP_STEPS)
         trainer.train_epoch(_Steps(train_loader, WARMUP_STEPS, k, trainer))

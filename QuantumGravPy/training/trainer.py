@@ -19,11 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from .. import logs
-from ..config import (
-    Config,
-    balanced_task,
-    per_process,
-)
+from ..config import Config, balanced_task, per_process
 from ..data import (
     batch_device,
     check_file_targets,
@@ -39,7 +35,7 @@ from ..errors import ConfigError, DataError
 from ..logs import configure_logging
 from ..models import build_model
 from ..parallel import distributed
-from ..parallel.strategies import Strategy, make_strategy
+from ..parallel.strategies import Strategy, strategy_class
 from ..runs import reproducibility as rs
 from ..runs.directory import check_flags
 from ..runs.reproducibility import seed_everything
@@ -92,7 +88,9 @@ class Trainer(TestingMixin, RunStateMixin):
         force: bool = False,
     ):
         check_flags(overwrite=overwrite, resume=resume)
-        self.config = config = per_process(config, self.world_size)  # its batch, its shards
+        # what the strategy refuses, before anything is written
+        self.strategy_class = strategy_class(config, self.world_size)
+        self.config = config = per_process(config, self.world_size)  # its batch
         self.init_run_state()
         self.overwrite = overwrite
         self.resuming = resume
@@ -160,7 +158,8 @@ class Trainer(TestingMixin, RunStateMixin):
             self.tasks, self.device, self.autocast_dtype, self.float_dtype, select=self.select
         )
         self.early_stopping = MetricStopping.from_section(es)
-        self.monitor = Monitor(config.monitor, self.device, self.rank, self.world_size, self.model)
+        self.monitor = Monitor(config.monitor, self.device, self.rank, self.world_size,
+                               self.model, replicated=self.strategy.replicated)  # fmt: skip
         if resume:
             self.resume(force=force)
 
@@ -194,11 +193,10 @@ class Trainer(TestingMixin, RunStateMixin):
     def select_device(self) -> torch.device:  # hook
         return select_device(self.config.training.device)
 
-    def make_strategy(self) -> Strategy:  # hook: DDP's is parallel.strategy's
-        p = self.config.parallel
-        if p.invariant:  # one process: the micro-batches of any number, added the same way
-            return make_strategy("invariant", self.device, seed=self.config.training.seed,
-                                 shards=p.shards)  # fmt: skip
+    def make_strategy(self) -> Strategy:  # hook: DDP's shards fsdp's units
+        # one process holds everything whatever the strategy; invariant's cut still applies
+        if self.strategy_class.cuts_batches:
+            return self.strategy_class.from_config(self.config, self.device)
         return Strategy(self.device)
 
     def close(self) -> None:
@@ -217,7 +215,7 @@ class Trainer(TestingMixin, RunStateMixin):
             world_size=self.world_size,
             label=getattr(balanced_task(self.config), "target_name", "y"),
             device=self.batch_device,
-            shards=self.config.parallel.shards if self.config.parallel.invariant else None,
+            micro_batches=self.strategy.micro_batches if self.strategy.cuts_batches else None,
         )
 
     def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:  # hook
@@ -371,12 +369,12 @@ class Trainer(TestingMixin, RunStateMixin):
         model = self.train_module
         model.train()
         tasks, strategy = self.tasks, self.strategy
-        micro = strategy.micro_batches  # passes per batch (parallel.invariant's cut)
+        micro = strategy.micro_batches  # passes per batch (the invariant strategy's cut)
         # per micro-batch of a batch, per task: loss summed over rows, rows right
         # (classification, binary), rows; added up over ranks by the strategy (fold)
         sums = torch.zeros(micro, len(tasks), 3, dtype=torch.float64, device=self.device)
         step_sums = torch.zeros_like(sums)
-        k = self.config.training.accumulate_grad_batches * micro
+        k = self.batches_per_step
         # With drop_last, a step short of k batches is dropped too, as a short batch would be.
         batches = len(loader) - len(loader) % k if self.config.training.drop_last else len(loader)
         bar = logs.progress(
@@ -427,6 +425,11 @@ class Trainer(TestingMixin, RunStateMixin):
             monitor.check_replicas(step=self.global_step)
         totals = strategy.fold(sums, self.reduce_sums)
         return check_loss(train_columns(tasks, totals), epoch=self.epoch + 1)
+
+    @property
+    def batches_per_step(self) -> int:
+        """The loader's batches per optimizer step: accumulated ones, cut into micro-batches."""
+        return self.config.training.accumulate_grad_batches * self.strategy.micro_batches
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """``training.precision``: float32, or autocast to bfloat16 / float16."""

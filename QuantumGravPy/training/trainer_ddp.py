@@ -31,7 +31,7 @@ from ..logs import LOGGER_NAME, configure_logging
 from ..models import shard_units
 from ..parallel import distributed, shm_comm
 from ..parallel.distributed import DistributedError, RankFailedError
-from ..parallel.strategies import Strategy, make_strategy
+from ..parallel.strategies import Strategy
 from ..runs.reproducibility import seed_everything
 from .evaluation import Validator
 from .trainer import Trainer
@@ -103,8 +103,8 @@ class TrainerDDP(Trainer):
             self.model,
             find_unused_parameters=config.parallel.find_unused_parameters,
             hook=self.monitor.wrap_hook(hook),
+            timer=self.monitor,  # exchanges outside DDP's hook: fsdp's, invariant's
         )
-        self.monitor.replicated = self.strategy.replicated  # sharded weights differ by rank
 
     # --- who does what -------------------------------------------------------------------------
 
@@ -122,15 +122,12 @@ class TrainerDDP(Trainer):
         return self.strategy.no_sync(self.train_module)
 
     def make_strategy(self) -> Strategy:
-        parallel = self.config.parallel
-        return make_strategy(
-            "invariant" if parallel.invariant else parallel.strategy,
+        return self.strategy_class.from_config(
+            self.config,
             self.device,
-            units=lambda module: shard_units(module, parallel.fsdp_modules),
+            units=lambda module: shard_units(module, self.config.parallel.fsdp_modules),
             # fsdp with bf16 / 16 gathers and computes in bfloat16 / float16 weights
             param_dtype=self.autocast_dtype,
-            seed=self.config.training.seed,
-            shards=parallel.shards,
         )
 
     @property

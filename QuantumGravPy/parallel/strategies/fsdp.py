@@ -1,0 +1,219 @@
+"""``fsdp``: parameters, gradients and optimizer state split over the ranks (FSDP2)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import distributed
+from .base import ExchangeTimer, Strategy, Units, alone_notice
+
+
+class FSDPStrategy(Strategy):
+    """Each rank holds 1/W of every parameter, its gradient and its optimizer state (FSDP2's
+    ``fully_shard``, unit by unit: a unit's parameters are gathered for its forward and backward
+    passes, then freed; gradients are reduce-scattered). Evaluation runs on a plain copy
+    gathered from the shards.
+
+    Refuses `parallel.find_unused_parameters` (a DDP option: fsdp reduces every gradient it
+    has) and `training.compile`.
+
+    ``units(module)``: the submodules (or groups of them) sharded as units of their own, each
+    gathered whole only while it runs; the rest of the model is the root unit. ``param_dtype``:
+    the dtype units compute in (bfloat16 or float16 with ``training.precision`` bf16 / 16;
+    None: the parameters' own); gradients are reduced in float32.
+    """
+
+    name = "fsdp"
+    replicated = False
+    comm_hook = False  # gradients reduce-scattered by FSDP's own collectives
+
+    def __init__(
+        self,
+        device: torch.device,
+        units: Units | None = None,
+        param_dtype: torch.dtype | None = None,
+    ):
+        super().__init__(device)
+        self.units, self.param_dtype = units or (lambda module: []), param_dtype
+        self._templates: dict[int, nn.Module] = {}  # by id of a sharded module: its structure
+        self._copies: dict[int, tuple[int, nn.Module]] = {}  # gathered: (step, plain copy)
+
+    @classmethod
+    def refusals(cls, config: Any, world_size: int) -> Iterator[str]:
+        # (fsdp_modules are its own: the base refusal does not apply)
+        if config.parallel.find_unused_parameters:
+            yield (
+                "parallel.find_unused_parameters: a DDP option; fsdp reduces every gradient it "
+                "has and needs no search for unused parameters (set it to false)"
+            )
+        if config.training.compile:
+            yield (
+                "training.compile: not with parallel.strategy fsdp (compiling sharded units is "
+                "not supported here); use ddp or zero, or compile: false"
+            )
+
+    @classmethod
+    def notices(cls, config: Any, processes: int) -> list[str]:
+        return [alone_notice(cls.name)] if processes == 1 else []
+
+    @classmethod
+    def from_config(cls, config, device, *, units=None, param_dtype=None) -> FSDPStrategy:
+        return cls(device, units, param_dtype)
+
+    def prepare(self, *modules: nn.Module) -> Iterable[nn.Parameter]:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(self.device.type, (distributed.get_world_size(),))
+        # gradients reduced in float32 under mixed precision, else in the parameters' dtype
+        reduce = torch.float32 if self.param_dtype is not None else None
+        policy = MixedPrecisionPolicy(param_dtype=self.param_dtype, reduce_dtype=reduce)
+        for module in modules:
+            # the structure, without memory, for plain copies to evaluate and test with
+            self._templates[id(module)] = copy.deepcopy(module).to("meta")
+            for unit in self.units(module):
+                fully_shard(unit, mesh=mesh, mp_policy=policy)
+            fully_shard(module, mesh=mesh, mp_policy=policy)
+        return modules[0].parameters()
+
+    def wrap(
+        self,
+        model: nn.Module,
+        *,
+        find_unused_parameters: bool,
+        hook: Callable,
+        timer: ExchangeTimer,
+    ) -> nn.Module:
+        # sharded by prepare; it reduce-scatters its gradients itself, each unit's timed
+        from torch.distributed.fsdp import FSDPModule
+
+        self.timer = timer
+        scatter = _timed_reduce_scatter(timer)
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.set_custom_reduce_scatter(scatter)
+        return model
+
+    @contextlib.contextmanager
+    def no_sync(self, wrapped: nn.Module):
+        wrapped.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            wrapped.set_requires_gradient_sync(True)
+
+    def grad_scaler(self, enabled: bool) -> torch.amp.GradScaler:
+        # Each rank sees only its shards' gradients: the overflow check is all-reduced, so
+        # that every rank skips the same steps.
+        return _sharded_scaler(self.device.type, enabled)
+
+    def _options(self, *, everywhere: bool) -> Any:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(full_state_dict=True, cpu_offload=not everywhere)
+
+    def model_state(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return get_model_state_dict(module, options=self._options(everywhere=False))
+
+    def load_model_state(self, module: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+        # (it replaces the dict's tensors by shards: a copy of the dict keeps the caller's)
+        set_model_state_dict(module, dict(state), options=self._options(everywhere=True))
+
+    def optimizer_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> dict[str, Any] | None:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        state = get_optimizer_state_dict(model, optimizer, options=self._options(everywhere=False))
+        if not distributed.is_main():
+            return None
+        # keyed by parameter name; the plain optimizer numbers them in the model's order
+        number = {name: i for i, (name, _) in enumerate(model.named_parameters())}
+        return _renumber(state, number)
+
+    def load_optimizer_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    ) -> None:
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+        name = dict(enumerate(name for name, _ in model.named_parameters()))
+        set_optimizer_state_dict(
+            model, optimizer, _renumber(state, name), options=self._options(everywhere=True)
+        )
+
+    def evaluation_module(self, module: nn.Module, step: int) -> nn.Module:
+        if id(module) not in self._templates:
+            return module
+        cached = self._copies.get(id(module))
+        if cached is None or cached[0] != step:
+            from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+            # gathered on every rank (any of them may evaluate), kept until release()
+            state = get_model_state_dict(module, options=self._options(everywhere=True))
+            plain = self.plain_copy(module)
+            plain.load_state_dict(state)
+            cached = self._copies[id(module)] = (step, plain.train(module.training))
+        return cached[1]
+
+    def plain_copy(self, module: nn.Module) -> nn.Module:
+        template = self._templates.get(id(module))
+        if template is None:
+            return copy.deepcopy(module)
+        return copy.deepcopy(template).to_empty(device=self.device)
+
+    def release(self) -> None:
+        self._copies.clear()
+
+
+def _timed_reduce_scatter(timer: ExchangeTimer) -> Any:
+    """FSDP's own reduce-scatter, each call timed by the monitor as an exchange of the backward
+    pass (FSDP2's public hook for a custom collective)."""
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
+
+    class TimedReduceScatter(DefaultReduceScatter):
+        def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+            nbytes = input_tensor.numel() * input_tensor.element_size()
+            with timer.exchange(nbytes, in_backward=True):
+                return super().__call__(output_tensor, input_tensor, group, op, async_op)
+
+    return TimedReduceScatter()
+
+
+def _sharded_scaler(device_type: str, enabled: bool) -> torch.amp.GradScaler:
+    """torch's ShardedGradScaler, whose overflow flag has the shape a fused optimizer takes."""
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    class Scaler(ShardedGradScaler):
+        # Its overflow flag has shape (1,), on which fused Adam/AdamW (the shipped configs')
+        # fail ("output with shape [] doesn't match the broadcast shape [1]"; pytorch issue
+        # 140514), and after its all-reduce (a sum) it counts the ranks that overflowed, while
+        # the fused CPU kernel skips a step only for a flag of exactly 1: a step whose
+        # gradients overflowed on two ranks was taken, and the weights became NaN. Made here
+        # what torch's own scaler makes: 0 or 1, of shape ().
+        def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
+            super().unscale_(optimizer)
+            state = self._per_optimizer_states[id(optimizer)]
+            flags = state["found_inf_per_device"]
+            state["found_inf_per_device"] = {
+                d: (t.reshape(()) > 0).to(t.dtype) for d, t in flags.items()
+            }
+
+    return Scaler(device_type, enabled=enabled)
+
+
+def _renumber(state: dict[str, Any], key: dict) -> dict[str, Any]:
+    """An optimizer state dict with its parameters' keys mapped through ``key``."""
+    groups = [
+        {**group, "params": [key[p] for p in group["params"]]} for group in state["param_groups"]
+    ]
+    return {"state": {key[p]: v for p, v in state["state"].items()}, "param_groups": groups}
