@@ -134,24 +134,14 @@ def reference_markdown() -> str:
     return "\n".join(lines)
 
 
-def generated_block(text: str, start: str, end: str) -> str:
-    """The block of ``text`` from the marker ``start`` to ``end``, both included."""
-    if start not in text or end not in text:
-        raise ValueError(f"no {start} ... {end} block")
-    return text[text.index(start) : text.index(end) + len(end)]
-
-
-def update(path: Path, block: str | None = None) -> bool:
-    """Replace the generated block in ``path`` (whose first and last lines are its markers) by
-    ``block`` (default: the configuration reference); True if it changed."""
-    block = reference_markdown() if block is None else block
-    start, end = block.splitlines()[0], block.splitlines()[-1]
+def update(path: Path) -> bool:
+    """Replace the generated block in ``path``; True if it changed."""
     text = path.read_text(encoding="utf-8")
-    try:
-        old = generated_block(text, start, end)
-    except ValueError as e:
-        raise SystemExit(f"{path}: {e} to replace") from None
-    new = text.replace(old, block)
+    if START not in text or END not in text:
+        raise SystemExit(f"{path}: no {START} ... {END} block to replace")
+    before, rest = text.split(START, 1)
+    _, after = rest.split(END, 1)
+    new = before + reference_markdown() + after
     path.write_text(new, encoding="utf-8")
     return new != text
 

@@ -11,8 +11,6 @@ module of this package is imported, and each subclass with a ``name`` registers 
 
 from ...registry import import_all
 from .base import (
-    REFERENCE_END,
-    REFERENCE_START,
     STRATEGIES,
     ExchangeTimer,
     Strategy,
@@ -23,8 +21,6 @@ from .base import (
 import_all(__name__, __path__)
 
 __all__ = [
-    "REFERENCE_END",
-    "REFERENCE_START",
     "STRATEGIES",
     "ExchangeTimer",
     "Strategy",
