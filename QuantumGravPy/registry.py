@@ -35,16 +35,16 @@ class Registry(Generic[T]):
         self._classes[name] = cls
         return cls
 
-    def get(self, name: str) -> type[T]:
-        """The class registered as ``name``; a :class:`ConfigError` naming the key otherwise."""
-        try:
+    def get(self, name: str, *, key: str | None = None) -> type[T]:
+        """The class registered as ``name``; a :class:`ConfigError` naming the key (``key``,
+        default the registry's) otherwise."""
+        if name in self._classes:
             return self._classes[name]
-        except KeyError:
-            close = difflib.get_close_matches(str(name), self._classes, n=1)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            raise ConfigError(
-                f"{self.key}: unknown {name!r} (known: {', '.join(sorted(self._classes))}){hint}"
-            ) from None  # a user's mistake: the name is all there is to say
+        close = difflib.get_close_matches(str(name), self._classes, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ConfigError(
+            f"{key or self.key}: unknown {name!r} (known: {', '.join(sorted(self._classes))}){hint}"
+        )
 
     def __contains__(self, name: object) -> bool:
         return name in self._classes

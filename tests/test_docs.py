@@ -12,6 +12,7 @@ import yaml
 from conftest import ROOT
 
 import QuantumGravPy as qg
+from QuantumGravPy import tasks
 from QuantumGravPy.config.docs import END, START, reference_markdown, reference_rows
 from QuantumGravPy.parallel import strategies
 
@@ -47,6 +48,11 @@ def test_the_site_builds_in_strict_mode(tmp_path):
         assert f"<td><code>{cls.name}</code></td>" in page, cls.name
         assert cls.refused() != "nothing", cls.name
     assert "<!-- strategies -->" not in page
+    # and the table of task kinds with their metrics
+    page = (tmp_path / "training" / "index.html").read_text(encoding="utf-8")
+    for kind in tasks.KINDS:
+        assert f"<td><code>{kind.name}</code></td>" in page, kind.name
+        assert all(f"<code>{m}</code>" in page for m in kind.metrics), kind.name
 
 
 def test_every_public_name_is_in_the_api_reference_with_a_docstring():

@@ -16,8 +16,9 @@ import QuantumGravPy as qg
 PACKAGE = "QuantumGravPy"
 # Bottom first; a module may import from its own layer and the ones below it.
 LAYERS = [
-    {"errors", "logs", "registry"},
+    {"errors", "logs", "registry", "figures"},
     {"physics"},
+    {"tasks"},
     {"config"},
     {"parallel"},
     {"runs"},

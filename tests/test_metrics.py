@@ -8,7 +8,8 @@ import torch
 from conftest import run_ranks
 
 import QuantumGravPy as qg
-from QuantumGravPy.training.metrics import DEFAULT_METRICS, METRIC_NAMES, TaskMetrics
+from QuantumGravPy.tasks import KINDS, task_kind
+from QuantumGravPy.training.metrics import TaskMetrics
 
 N = 101  # odd, so no even split over 2 or 3 ranks
 CASES = {  # (task type, outputs): classification with 4 classes, binary, one and three values
@@ -78,7 +79,7 @@ def sklearn_values(case, outputs, target):
 
 def names_of(case):
     task_type, k = CASES[case]
-    names = METRIC_NAMES[task_type]
+    names = task_kind(task_type).metrics
     return [n for n in names if not (n == "max_error" and k > 1)]
 
 
@@ -137,28 +138,29 @@ def test_metrics_are_the_same_for_any_number_of_processes(world_size):
 
 
 def test_defaults_are_metrics_of_their_task_type():
-    for task_type, names in DEFAULT_METRICS.items():
-        assert set(names) <= set(METRIC_NAMES[task_type])
+    for kind in KINDS:
+        assert set(kind.default_metrics) <= set(kind.metrics)
+        assert set(kind.minimized) <= set(kind.metrics)
 
 
 def test_every_metric_the_config_accepts_is_computed():
-    """The config layer's list of names (checked at load time) is what training computes."""
-    for task_type, names in METRIC_NAMES.items():
-        metrics = TaskMetrics(task_type, names, 1 if task_type != "classification" else 3)
-        assert list(metrics.metrics) == list(names)
+    """The names the config checks at load time (each kind's) are what training computes."""
+    for kind in KINDS:
+        metrics = TaskMetrics(kind.name, kind.metrics, 3 if kind.has_classes else 1)
+        assert list(metrics.metrics) == list(kind.metrics)
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (("ranking", ["accuracy"], 2), "task type must be one of classification, binary"),
+        (("ranking", ["accuracy"], 2), "unknown 'ranking' .known: binary, classification"),
         (("regression", ["accuracy"], 1), "'accuracy' is not a metric of a regression task"),
         (("binary", ["f1_macro", "r2"], 1), "'f1_macro', 'r2' is not a metric of a binary task"),
         (("classification", ["accuracy"], 1), "needs 2 or more classes, got 1"),
     ],
 )
 def test_impossible_metrics_are_refused_naming_them(args, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, qg.ConfigError), match=message):
         TaskMetrics(*args)
 
 

@@ -188,10 +188,10 @@ def test_a_perfect_roc_curve_is_seen_along_the_frame(tmp_path):
     import matplotlib.colors
     import matplotlib.image
 
-    from QuantumGravPy.runs.plots import plot_roc
+    from QuantumGravPy.tasks import task_kind
 
     true = np.array([0] * 20 + [1] * 20)
-    picture = plot_roc(np.linspace(0, 1, 40), true, tmp_path / "roc.png")
+    picture = task_kind("binary").plot(np.linspace(0, 1, 40), true, tmp_path / "roc.png", "test")
     pixels = matplotlib.image.imread(picture)[..., :3]
     blue = np.array(matplotlib.colors.to_rgb("C0"))
     curve = np.abs(pixels - blue).max(axis=-1) < 0.1

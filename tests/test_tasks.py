@@ -228,7 +228,7 @@ def test_one_process_stops_on_a_binary_f1(make_config):
     [
         (
             ["tasks=[{name: a, type: ranking}]"],
-            "tasks[0].type: expected one of classification, binary, regression, found 'ranking'",
+            "tasks[0].type: unknown 'ranking' (known: binary, classification, regression)",
         ),
         (["tasks=[{name: a, metrics: [accurcy]}]"], "tasks[0].metrics: 'accurcy' is not a metric"),
         (
@@ -352,7 +352,7 @@ def test_classes_of_data_not_held_in_memory_are_asked_for_not_counted(make_confi
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_classes_map_labels_on_a_gpu_without_waiting_for_it():
-    from QuantumGravPy.data import class_indices
+    from QuantumGravPy.tasks.classification import class_indices
 
     labels = torch.tensor([2, 1, 2], device="cuda")
     assert class_indices(labels, (1, 2), task="kind").tolist() == [1, 0, 1]

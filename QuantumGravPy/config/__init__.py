@@ -2,13 +2,14 @@
 :class:`Config`, validated once at the entry point; everything above reads it and nothing else.
 
 - :mod:`.schema`: the dataclasses, their defaults and documentation comments;
-- :mod:`.tasks`: the tasks, the metrics each type offers, and the history columns they make;
+- :mod:`.tasks`: the tasks and the history columns they make (what each type offers is its
+  kind's: :mod:`QuantumGravPy.tasks`);
 - :mod:`.loading`: YAML, overrides and the validating walk (errors name the dotted key);
 - :mod:`.dotted`: dotted import paths to the user's own classes and functions;
 - :mod:`.docs`: the documentation's configuration reference (docs/config.md), generated
   from the schema.
 
-Imports only the ground floor (``errors``).
+Imports only the ground floor (``errors``) and the task kinds.
 """
 
 from .dotted import DottedPath, resolve
@@ -39,11 +40,7 @@ from .schema import (
     ValidationConfig,
 )
 from .tasks import (
-    DEFAULT_LOSSES,
-    DEFAULT_METRICS,
     IMPLICIT_TASK,
-    METRIC_NAMES,
-    TASK_TYPES,
     TaskConfig,
     balanced_task,
     headline_columns,
@@ -54,13 +51,9 @@ from .tasks import (
 )
 
 __all__ = [
-    "DEFAULT_LOSSES",
-    "DEFAULT_METRICS",
     "EARLY_STOPPING_METRICS",
     "IMPLICIT_TASK",
-    "METRIC_NAMES",
     "SAMPLER_NAMES",
-    "TASK_TYPES",
     "AugmentationSection",
     "Config",
     "DataConfig",

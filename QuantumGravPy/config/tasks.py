@@ -1,10 +1,9 @@
 """What a run learns: its tasks, their metrics, and the history columns they make.
 
 A task is one target of the data (a Data attribute) with its type, level, loss, weight and
-metrics. Which metrics each task type offers and which columns a config's history will have are
-decided here, in the config layer, so that a config naming a metric or column that cannot exist
-is refused when it is loaded; the training layer computes them
-(:mod:`QuantumGravPy.training.metrics`).
+metrics. Its type names its kind (:mod:`QuantumGravPy.tasks`), which says what metrics it offers;
+which columns a config's history will have is decided here, in the config layer, so that a
+config naming a metric or column that cannot exist is refused when it is loaded.
 """
 
 from __future__ import annotations
@@ -14,55 +13,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ConfigError
+from ..tasks import KINDS, TaskKind, lower_is_better, task_kind
 from .dotted import DottedPath
 
 # The functions below take the whole Config (schema.py imports this module, so not its type).
 Config = Any
 
-TASK_TYPES = ("classification", "binary", "regression")
-
-#: The metrics each task type offers (``confusion_matrix`` goes to the summary and its picture,
-#: never to history.csv).
-METRIC_NAMES: dict[str, tuple[str, ...]] = {
-    "classification": (
-        "accuracy",
-        "balanced_accuracy",
-        "f1_macro",
-        "f1_weighted",
-        "precision_macro",
-        "recall_macro",
-        "auroc",
-        "confusion_matrix",
-    ),
-    "binary": ("accuracy", "f1", "precision", "recall", "auroc", "average_precision",
-               "confusion_matrix"),
-    "regression": ("mse", "rmse", "mae", "r2", "max_error"),
-}  # fmt: skip
-
-#: The metrics of a task that names none.
-DEFAULT_METRICS: dict[str, tuple[str, ...]] = {
-    "classification": ("accuracy", "f1_macro", "confusion_matrix"),
-    "binary": ("accuracy", "f1", "auroc", "confusion_matrix"),
-    "regression": ("mse", "mae", "r2"),
-}
-
-#: The loss of a task that names none, called as loss(outputs, target).
-DEFAULT_LOSSES = {
-    "classification": "torch.nn.CrossEntropyLoss",
-    "binary": "torch.nn.BCEWithLogitsLoss",
-    "regression": "torch.nn.MSELoss",
-}
-
 # The task of a config without a tasks: section, classifying each graph's y.
 IMPLICIT_TASK = "y"
 
-# Columns whose names end so improve downwards (losses, errors); all others upwards (scores).
-_LOWER_IS_BETTER = ("loss", "mse", "mae", "max_error")  # rmse ends in mse
-
 
 def improves_towards(column: str) -> Literal["min", "max"]:
-    """Which way a history column improves: ``min`` for losses and errors, ``max`` for scores."""
-    return "min" if column.endswith(_LOWER_IS_BETTER) else "max"
+    """Which way a history column improves: ``min`` for losses and errors (the metrics a task
+    kind minimises), ``max`` for scores."""
+    return "min" if column.endswith(lower_is_better()) else "max"
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -71,16 +35,17 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 @dataclass(frozen=True)
 class TaskConfig:
     name: str  # names the task's columns (val_<name>_<metric>) and its output of the model
-    # classification: a class index per graph or node; binary: 0 or 1, learnt as one logit;
-    # regression: one or more real values
-    type: Literal["classification", "binary", "regression"] = "classification"
+    # what it learns: classification (a class index per graph or node), binary (0 or 1, as one
+    # logit), regression (one or more real values), or a kind of your own (docs: Tasks and
+    # metrics)
+    type: str = "classification"
     target: str | None = None  # the Data attribute holding the target; null: the task's name
     level: Literal["graph", "node"] = "graph"  # one target per graph, or one per node
     weight: float = field(  # of this task's loss in the total loss
         default=1.0, metadata={"check": lambda v: v > 0, "expected": "a positive number"}
     )
     # a loss class (built without arguments) or function, called as loss(outputs, target);
-    # null: CrossEntropyLoss, BCEWithLogitsLoss or MSELoss by type
+    # null: the type's (CrossEntropyLoss, BCEWithLogitsLoss, MSELoss)
     loss: DottedPath | None = None
     # classes (classification) or values per graph or node (regression); binary: 1;
     # null: read from the data
@@ -91,9 +56,8 @@ class TaskConfig:
     # classes[k] (e.g. [1, 2] for QuantumGrav.jl's 1-based labels); null: the targets are the
     # class indices 0, 1, ...
     classes: tuple[int, ...] | None = None
-    # any of those offered for the type (see "Tasks and metrics" in the docs); null: accuracy,
-    # f1_macro, confusion_matrix (classification); accuracy, f1, auroc, confusion_matrix
-    # (binary); mse, mae, r2 (regression)
+    # any of those offered for the type (see "Tasks and metrics" in the docs); null: the type's
+    # defaults (in bold there)
     metrics: tuple[str, ...] | None = None
     # regression: learn targets scaled by the training split's mean and std (kept in the
     # checkpoint); metrics and predictions are always in the original units
@@ -104,12 +68,17 @@ class TaskConfig:
         return self.target or self.name
 
     @property
+    def kind(self) -> TaskKind:
+        """What the task learns (its type's object)."""
+        return task_kind(self.type)
+
+    @property
     def metric_names(self) -> tuple[str, ...]:
-        return DEFAULT_METRICS[self.type] if self.metrics is None else self.metrics
+        return self.kind.default_metrics if self.metrics is None else self.metrics
 
     @property
     def loss_name(self) -> str:
-        return self.loss or DEFAULT_LOSSES[self.type]
+        return self.loss or self.kind.default_loss
 
     def check(self, key: str) -> None:
         """The checks of one task; ``key`` (``tasks[i]``) names it in errors."""
@@ -118,41 +87,16 @@ class TaskConfig:
                 f"{key}.name: expected letters, digits and underscores (it names history "
                 f"columns and model outputs), found {self.name!r}"
             )
-        offered = METRIC_NAMES[self.type]
+        kind = task_kind(self.type, key=f"{key}.type")
         for metric in self.metric_names:
-            if metric not in offered:
-                other = [t for t, names in METRIC_NAMES.items() if metric in names]
+            if metric not in kind.metrics:
+                other = [k.name for k in KINDS if metric in k.metrics]
                 why = f"a metric of {' and '.join(other)} tasks" if other else "not a metric"
                 raise ConfigError(
                     f"{key}.metrics: {metric!r} is {why}, not of a {self.type} task like "
-                    f"{self.name!r} (choose from {', '.join(offered)})"
+                    f"{self.name!r} (choose from {', '.join(kind.metrics)})"
                 )
-        if self.type == "binary" and self.num_outputs not in (None, 1):
-            raise ConfigError(
-                f"{key}.num_outputs: a binary task has one output, a logit; task {self.name!r} "
-                f"has {self.num_outputs}"
-            )
-        if self.classes is not None:
-            if self.type != "classification":
-                raise ConfigError(
-                    f"{key}.classes: only for classification tasks; task {self.name!r} is "
-                    f"{self.type}"
-                )
-            if len(self.classes) < 2 or len(set(self.classes)) != len(self.classes):
-                raise ConfigError(
-                    f"{key}.classes: expected two or more different label values, found "
-                    f"{list(self.classes)}"
-                )
-            if self.num_outputs not in (None, len(self.classes)):
-                raise ConfigError(
-                    f"{key}.num_outputs: {self.num_outputs}, but {key}.classes names "
-                    f"{len(self.classes)} classes; leave num_outputs out"
-                )
-        if self.type == "classification" and self.num_outputs == 1:
-            raise ConfigError(
-                f"{key}.num_outputs: a classification task needs 2 or more classes (use type "
-                f"binary for one logit); task {self.name!r} has 1"
-            )
+        kind.check(self, key)
 
 
 def task_list(config: Config) -> tuple[TaskConfig, ...]:
@@ -180,12 +124,12 @@ def history_columns(config: Config) -> tuple[str, ...]:
         if not single:
             train.append(f"train_{t.name}_loss")
             val.append(f"val_{t.name}_loss")
-        if t.type != "regression":
+        if t.kind.counts_right:
             train.append(f"train_{t.name}_accuracy")
         val += [f"val_{t.name}_{m}" for m in t.metric_names if m != "confusion_matrix"]
     if single:
         (t,) = tasks
-        if t.type != "regression":
+        if t.kind.counts_right:
             train.append("train_accuracy")
         val += [f"val_{m}" for m in t.metric_names if m != "confusion_matrix"]
     return (*val, *train)
@@ -193,9 +137,9 @@ def history_columns(config: Config) -> tuple[str, ...]:
 
 def balanced_task(config: Config) -> TaskConfig | None:
     """The task whose classes the class_balanced and progressive samplers balance: the first
-    graph-level classification or binary task."""
+    graph-level task of a kind with classes (classification, binary)."""
     for t in task_list(config):
-        if t.type != "regression" and t.level == "graph":
+        if t.kind.has_classes and t.level == "graph":
             return t
     return None
 

@@ -62,7 +62,6 @@ from .samplers import (
 from .sharding import DistributedRangeSplitter, stream_distributed_augmentation_chain
 from .targets import (
     check_target,
-    class_indices,
     label_notice,
     num_node_features,
     target_statistics,
@@ -93,7 +92,6 @@ __all__ = [
     "check_file_targets",
     "check_target",
     "choose_storage",
-    "class_indices",
     "dataset_dimensions",
     "dataset_from_config",
     "dataset_labels",

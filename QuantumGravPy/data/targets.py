@@ -26,7 +26,7 @@ def num_node_features(dataset: Dataset | list[Data]) -> int:
 
 def check_target(dataset: Dataset | list[Data], task: TaskConfig, key: str) -> None:
     """A clear error, naming ``key`` (``tasks[i].target``), when the first graph lacks the
-    task's target or holds it in a shape that does not fit the task's level and type."""
+    task's target or holds it in a shape that does not fit the task's level and kind."""
     first = dataset[0]
     name = task.target_name
     value = first[name] if name in first else None
@@ -41,105 +41,33 @@ def check_target(dataset: Dataset | list[Data], task: TaskConfig, key: str) -> N
             f"{key}: task {task.name!r} is node-level, so {name!r} needs one row per node "
             f"({first.num_nodes} in the first graph), found shape {list(value.shape)}"
         )
-    if task.level == "graph" and task.type != "regression" and value.numel() != 1:
-        raise ConfigError(
-            f"{key}: task {task.name!r} is a graph-level {task.type} task, so {name!r} needs "
-            f"one label per graph, found shape {list(value.shape)}"
-        )
-    if task.type == "classification" and value.is_floating_point():
-        raise ConfigError(
-            f"{key}: task {task.name!r} classifies, so {name!r} must hold integer class "
-            f"indices, found {value.dtype} (use type regression for continuous values)"
-        )
+    task.kind.check_target(value, task, key)
 
 
 def task_num_outputs(
     dataset: Dataset | list[Data], task: TaskConfig, key: str, outputs_key: str
 ) -> int:
-    """The task's ``num_outputs``, or when null, read from the data.
+    """The task's ``num_outputs``, or when null, read from the data as its kind says.
 
     Errors name ``key`` (the task's target) or ``outputs_key`` (where the count is given).
     """
-    if task.type == "binary":
-        values = in_memory_values(dataset, task.target_name)
-        if (
-            values is not None
-            and values.numel()
-            and not bool(((values == 0) | (values == 1)).all())
-        ):
-            bad = values[(values != 0) & (values != 1)][0].item()
-            raise DataError(
-                f"{key}: the binary task {task.name!r} needs targets 0 or 1 in "
-                f"{task.target_name!r}, found {bad}"
-            )
-        return 1
-    if task.classes is not None:
-        values = in_memory_values(dataset, task.target_name)
-        if values is not None:
-            class_indices(values.reshape(-1), task.classes, task=task.name, key=key)
-        return len(task.classes)
-    if task.num_outputs is not None:
-        return task.num_outputs
-    if task.type == "regression":
-        value = dataset[0][task.target_name]
-        if task.level == "node":
-            return 1 if value.dim() == 1 else int(value[0].numel())
-        return int(value.numel())
-    classes = getattr(dataset, "num_classes_of", None)  # datasets that know their classes
-    if callable(classes) and classes(task.target_name) is not None:
-        return int(classes(task.target_name))
-    values = in_memory_values(dataset, task.target_name)
-    if values is None:
-        raise ConfigError(
-            f"{outputs_key}: the data is not held in memory, so the number of classes of task "
-            f"{task.name!r} cannot be read cheaply; give it"
-        )
-    return max(int(values.max()) + 1, 2)
-
-
-def class_indices(
-    labels: torch.Tensor, classes: tuple[int, ...], *, task: str, key: str | None = None
-) -> torch.Tensor:
-    """The class index of each label under ``tasks[].classes``: k where the label is
-    ``classes[k]``. A label that is none of them is a DataError naming it."""
-    known = torch.tensor(classes, device=labels.device, dtype=labels.dtype)
-    match = labels.reshape(-1, 1) == known
-    found = match.any(dim=1)
-    if labels.device.type != "cpu":
-        # On an accelerator, checked without waiting for it (no sync in the training step);
-        # the labels of data held in memory were checked, with the message below, when the
-        # task was built.
-        torch._assert_async(found.all(), f"a label of task {task!r} is not one of {classes}")
-        return match.int().argmax(dim=1)
-    if not bool(found.all()):
-        bad = labels[~found][0].item()
-        where = key.rsplit(".", 1)[0] + ".classes" if key else "tasks[].classes"
-        raise DataError(
-            f"{where}: task {task!r} has the label {bad}, which is not one of {list(classes)}"
-        )
-    return match.int().argmax(dim=1)
+    classes_of = getattr(dataset, "num_classes_of", None)  # datasets that know their classes
+    known = classes_of(task.target_name) if callable(classes_of) else None
+    return task.kind.count_outputs(
+        task,
+        dataset[0][task.target_name],
+        lambda: in_memory_values(dataset, task.target_name),
+        None if known is None else int(known),
+        key,
+        outputs_key,
+    )
 
 
 def label_notice(dataset: Dataset | list[Data], task: TaskConfig, key: str | None) -> str | None:
-    """A word for a classification whose class count is read from labels that never take the
-    value 0 (Julia's 1-based labels): the model gets an output for a class that never occurs.
-    ``key`` is ``tasks[i]``, None for the implicit task of a config without tasks."""
-    if task.type != "classification" or task.classes is not None or task.num_outputs:
-        return None
-    values = in_memory_values(dataset, task.target_name)
-    if values is None or not values.numel() or int(values.min()) < 1:
-        return None
-    seen = sorted(int(v) for v in values.unique())
-    fix = (
-        f"set {key}.classes: {seen}"
-        if key
-        else f"give the task with its classes, tasks: [{{name: {task.name}, classes: {seen}}}]"
-    )
-    return (
-        f"the labels {task.target_name!r} of task {task.name!r} run from {seen[0]} to "
-        f"{seen[-1]}, so class 0 never occurs and the model has {seen[-1] + 1} outputs; if "
-        f"they count from 1 (as QuantumGrav.jl's do), {fix} to learn them as classes 0, 1, ..."
-    )
+    """What the task's kind has to say of its targets at the start of a run (a classification
+    whose labels never take the value 0, say); ``key`` is ``tasks[i]``, None for the implicit
+    task of a config without tasks."""
+    return task.kind.notice(task, lambda: in_memory_values(dataset, task.target_name), key)
 
 
 def target_statistics(

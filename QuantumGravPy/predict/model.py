@@ -24,7 +24,7 @@ from ..models import build_model
 from ..runs import directory as rd
 from ..runs.checkpoint import evaluation_weights, load_checkpoint, load_model_state
 from ..training.devices import PRECISIONS, autocast, select_device
-from ..training.evaluation import prediction_values, to_device
+from ..training.evaluation import to_device
 from ..training.tasks import Task, build_tasks, select_outputs
 
 BEST = "best.pt"
@@ -67,7 +67,8 @@ class LoadedModel:
         with autocast(self.device, self.autocast_dtype):
             outputs = self.select(self.model(batch), batch)
         return {
-            t.name: prediction_values(t, t.predictions(outputs[t.name])).cpu() for t in self.tasks
+            t.name: t.kind.prediction_values(t.predictions(outputs[t.name])).cpu()
+            for t in self.tasks
         }
 
 

@@ -76,31 +76,9 @@ def task_columns(
     task: Task, predicted: torch.Tensor, true: torch.Tensor | None
 ) -> dict[str, np.ndarray]:
     """One task's columns from its predictions (as ``test_predictions.npz`` holds them:
-    probabilities, the probability of 1, or values) and targets (class indices, 0/1, values)."""
-    name, values = task.name, predicted.numpy()
-    columns: dict[str, np.ndarray] = {}
-    if task.type == "classification":
-        labels = np.asarray(task.config.classes or range(values.shape[1]))
-        columns[f"{name}_class"] = labels[values.argmax(axis=1)]
-        for k, label in enumerate(labels.tolist()):
-            columns[f"{name}_prob_{label}"] = values[:, k]
-        if true is not None:
-            columns[f"{name}_true"] = labels[true.numpy()]
-    elif task.type == "binary":
-        columns[f"{name}_prob"] = values
-        columns[f"{name}_class"] = (values > 0.5).astype(np.int64)
-        if true is not None:
-            columns[f"{name}_true"] = true.numpy().astype(np.int64)
-    else:
-        values = values.reshape(len(values), -1)
-        single = values.shape[1] == 1
-        for k in range(values.shape[1]):
-            columns[name if single else f"{name}_{k}"] = values[:, k]
-        if true is not None:
-            truth = true.numpy().reshape(len(values), -1)
-            for k in range(truth.shape[1]):
-                columns[f"{name}_true" if single else f"{name}_{k}_true"] = truth[:, k]
-    return columns
+    probabilities, the probability of 1, or values) and targets (class indices, 0/1, values),
+    as its kind names them."""
+    return task.kind.columns(task.config, predicted.numpy(), None if true is None else true.numpy())
 
 
 def write(output: Path, graphs: dict[str, np.ndarray], nodes: dict[str, np.ndarray]) -> None:

@@ -4,9 +4,10 @@ Written by rank 0 at the end of every run, and by ``qg plot RUN_DIR [RUN_DIR ...
 overlays the curves of several runs:
 
 - ``curves.png``: the losses, each task's first metric, and the learning rate per epoch;
-- a classification or binary task: its test confusion matrix (``confusion_matrix.png``);
-- a binary task: its ROC curve on the test set (``roc.png``);
-- a regression task: predicted against true values, and the residuals (``regression.png``);
+- a task with a confusion matrix among its test metrics: the matrix (``confusion_matrix.png``);
+- a task whose kind draws its predictions (:meth:`~QuantumGravPy.tasks.TaskKind.plot`): that
+  picture, ``roc.png`` for a binary task's ROC curve, ``regression.png`` for a regression
+  task's predicted against true values and residuals;
 - with ``monitor.timing``: where each rank's time went (``ranks.png``, from ``ranks.csv``).
 
 With several tasks the per-task files are named ``confusion_matrix_<task>.png`` and so on. The
@@ -27,12 +28,11 @@ import numpy as np
 
 from ..config import Config, load_config, shown_columns, task_list
 from ..errors import ConfigError, QGError
+from ..figures import new_figure, save
 from . import directory as rd
 
 CURVES = "curves.png"
 CONFUSION = "confusion_matrix.png"
-ROC = "roc.png"
-REGRESSION = "regression.png"
 RANKS = "ranks.png"
 # The parts of a rank's epoch in ranks.csv, as the picture names them.
 _RANK_PARTS = (
@@ -44,7 +44,6 @@ _RANK_PARTS = (
     ("eval_s", "evaluation"),
     ("wait_s", "waiting"),
 )
-_MAX_POINTS = 20_000  # a scatter plot of more shows nothing more
 
 
 def _panels(metrics: Sequence[str]) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
@@ -55,13 +54,6 @@ def _panels(metrics: Sequence[str]) -> list[tuple[str, tuple[tuple[str, str], ..
         panels.append((name.replace("_", " "), ((f"train_{name}", "-"), (column, "--"))))
     panels.append(("learning rate", (("lr", "-"),)))
     return panels
-
-
-def new_figure(width: float, height: float):
-    """An empty figure of that size in inches, laid out to fit (no pyplot: no global state)."""
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), layout="constrained")
 
 
 def best_epoch(path: str | Path) -> int | None:
@@ -136,9 +128,7 @@ def plot_curves(
         if ax.has_data():
             ax.legend(fontsize="small")
     fig.suptitle(runs[0][0] if len(runs) == 1 else f"{len(runs)} runs")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=100)
-    return output
+    return save(fig, output)
 
 
 def compare_runs(paths: Sequence[str | Path], output: str | Path) -> Path:
@@ -190,74 +180,7 @@ def plot_confusion(
     correct = sum(matrix[i][i] for i in range(n))
     ax.set_title(f"{title}: {correct}/{total} correct")
     fig.colorbar(image, ax=ax, shrink=0.8)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=100, bbox_inches="tight")
-    return output
-
-
-def plot_roc(
-    probability: np.ndarray, true: np.ndarray, output: str | Path, title: str = "test set"
-) -> Path:
-    """The ROC curve of a binary task: true against false positive rate over all thresholds."""
-    fpr, tpr = roc_curve(probability, true)
-    fig = new_figure(4.6, 4.2)
-    ax = fig.subplots()
-    # above the frame and inside a margin: a perfect classifier's curve runs along two edges
-    ax.plot(fpr, tpr, color="C0", lw=2, drawstyle="steps-post", zorder=3, clip_on=False)
-    ax.plot([0, 1], [0, 1], ":", color="grey", label="chance")
-    area = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))  # trapezoids: exact for ROC
-    edge = (-0.02, 1.02)
-    ax.set(xlabel="false positive rate", ylabel="true positive rate", xlim=edge, ylim=edge)
-    ax.set_title(f"{title}: AUROC {area:.4f}")
-    ax.set_aspect("equal")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize="small")
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=100)
-    return output
-
-
-def roc_curve(probability: np.ndarray, true: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(false positive rates, true positive rates), one point per distinct score, from (0, 0)."""
-    order = np.argsort(-np.asarray(probability, dtype=np.float64), kind="stable")
-    score = np.asarray(probability, dtype=np.float64)[order]
-    positive = np.asarray(true).reshape(-1)[order] > 0
-    last_of_tie = np.r_[np.diff(score) != 0, True]  # a threshold between distinct scores only
-    tp = np.cumsum(positive)[last_of_tie]
-    fp = np.cumsum(~positive)[last_of_tie]
-    tpr = np.r_[0.0, tp / max(tp[-1], 1)] if len(tp) else np.array([0.0, 1.0])
-    fpr = np.r_[0.0, fp / max(fp[-1], 1)] if len(fp) else np.array([0.0, 1.0])
-    return fpr, tpr
-
-
-def plot_regression(
-    predicted: np.ndarray, true: np.ndarray, output: str | Path, title: str = "test set"
-) -> Path:
-    """Predicted against true values (with the diagonal) and the residuals against true values."""
-    predicted = np.asarray(predicted, dtype=np.float64).reshape(-1)
-    true = np.asarray(true, dtype=np.float64).reshape(-1)
-    if len(true) > _MAX_POINTS:  # a fixed subsample: the same picture every time
-        keep = np.random.default_rng(0).choice(len(true), _MAX_POINTS, replace=False)
-        predicted, true = predicted[keep], true[keep]
-    fig = new_figure(9.5, 4.2)
-    left, right = fig.subplots(1, 2)
-    alpha = 0.6 if len(true) < 2000 else 0.2
-    left.scatter(true, predicted, s=8, alpha=alpha, color="C0")
-    if len(true):
-        lo, hi = float(min(true.min(), predicted.min())), float(max(true.max(), predicted.max()))
-        left.plot([lo, hi], [lo, hi], ":", color="grey")
-    left.set(xlabel="true", ylabel="predicted", title=f"{title}: predicted against true")
-    right.scatter(true, predicted - true, s=8, alpha=alpha, color="C1")
-    right.axhline(0.0, linestyle=":", color="grey")
-    rmse = float(np.sqrt(np.mean((predicted - true) ** 2))) if len(true) else math.nan
-    right.set(xlabel="true", ylabel="predicted - true", title=f"residuals (RMSE {rmse:.4g})")
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=100)
-    return output
+    return save(fig, output, bbox_inches="tight")
 
 
 def plot_ranks(rows: Sequence[dict[str, float]], output: str | Path) -> Path:
@@ -302,9 +225,7 @@ def plot_ranks(rows: Sequence[dict[str, float]], output: str | Path) -> Path:
     lines.grid(alpha=0.3)
     if len(ranks) <= 16:
         lines.legend(fontsize="small")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=100)
-    return output
+    return save(fig, output)
 
 
 def run_config(path: str | Path) -> Config | None:
@@ -364,12 +285,9 @@ def write_run_plots(
         kept = predictions.get(name)
         if kept is None or not len(kept["true"]):
             continue
-        if task.type == "binary":
-            written.append(plot_roc(kept["predicted"], kept["true"], file(ROC), title))
-        elif task.type == "regression":
-            written.append(
-                plot_regression(kept["predicted"], kept["true"], file(REGRESSION), title)
-            )
+        picture = task.kind.picture  # the ROC curve of a binary task, ...
+        if picture is not None:
+            written.append(task.kind.plot(kept["predicted"], kept["true"], file(picture), title))
     return written
 
 

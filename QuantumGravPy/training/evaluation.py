@@ -161,7 +161,7 @@ class Validator:
 
     def task_metrics(self, task: Task) -> TaskMetrics:
         names = [m for m in task.metric_names if self.confusion or m != "confusion_matrix"]
-        return TaskMetrics(task.type, names, task.num_outputs, device=self.device)
+        return TaskMetrics(task.kind, names, task.num_outputs, device=self.device)
 
     @torch.no_grad()
     def accumulate(
@@ -217,7 +217,7 @@ class Validator:
                         local = local[batch.batch]
                     part = kept[task.name]
                     part["graph"].append((rank + (seen + local) * world_size).cpu())
-                    part["predicted"].append(prediction_values(task, predicted).cpu())
+                    part["predicted"].append(task.kind.prediction_values(predicted).cpu())
                     if loss is not None:
                         part["true"].append(target.cpu())
             seen += batch.num_graphs
@@ -302,12 +302,3 @@ class Tester(Validator):
     prefix = "test"
     confusion = True
     keep_predictions = True
-
-
-def prediction_values(task: Task, predicted: Tensor) -> Tensor:
-    """What a prediction file holds: class probabilities, the probability of 1, or values."""
-    if task.type == "classification":
-        return predicted.float().softmax(dim=-1)
-    if task.type == "binary":
-        return predicted.float().reshape(-1).sigmoid()
-    return predicted.double()

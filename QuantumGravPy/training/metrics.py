@@ -14,125 +14,56 @@ and nothing is exchanged.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from ..config import DEFAULT_METRICS, METRIC_NAMES, TASK_TYPES
 from ..parallel import distributed
+from ..tasks import TaskKind, task_kind
 
 if TYPE_CHECKING:
     import torchmetrics
 
-__all__ = ["DEFAULT_METRICS", "METRIC_NAMES", "TASK_TYPES", "TaskMetrics"]
-
-
-_OWN = {"sync_on_compute": False}
-
-
-@functools.cache
-def _factories() -> dict[str, dict[str, Callable[[int], torchmetrics.Metric]]]:
-    """name -> a torchmetrics metric for that many outputs; exact, never binned
-    (thresholds=None). Loaded on first use: torchmetrics takes a second to import (it loads
-    scipy.signal), which a process that never computes a metric (the one that starts a job's
-    ranks) does not pay.
-
-    compute() never synchronises by itself (sync_on_compute=False): only
-    compute(across_ranks=True) does, so a rank that evaluates alone never waits for the others.
-    """
-    from torchmetrics import classification as tmc
-    from torchmetrics import regression as tmr
-    from torchmetrics.aggregation import MaxMetric
-
-    return {
-        "classification": {
-            "accuracy": lambda c: tmc.MulticlassAccuracy(c, average="micro", **_OWN),
-            "balanced_accuracy": lambda c: tmc.MulticlassAccuracy(c, average="macro", **_OWN),
-            "f1_macro": lambda c: tmc.MulticlassF1Score(c, average="macro", **_OWN),
-            "f1_weighted": lambda c: tmc.MulticlassF1Score(c, average="weighted", **_OWN),
-            "precision_macro": lambda c: tmc.MulticlassPrecision(c, average="macro", **_OWN),
-            "recall_macro": lambda c: tmc.MulticlassRecall(c, average="macro", **_OWN),
-            "auroc": lambda c: tmc.MulticlassAUROC(c, average="macro", thresholds=None, **_OWN),
-            "confusion_matrix": lambda c: tmc.MulticlassConfusionMatrix(c, **_OWN),
-        },
-        "binary": {
-            "accuracy": lambda _: tmc.BinaryAccuracy(**_OWN),
-            "f1": lambda _: tmc.BinaryF1Score(**_OWN),
-            "precision": lambda _: tmc.BinaryPrecision(**_OWN),
-            "recall": lambda _: tmc.BinaryRecall(**_OWN),
-            "auroc": lambda _: tmc.BinaryAUROC(thresholds=None, **_OWN),
-            "average_precision": lambda _: tmc.BinaryAveragePrecision(thresholds=None, **_OWN),
-            "confusion_matrix": lambda _: tmc.BinaryConfusionMatrix(**_OWN),
-        },
-        "regression": {
-            "mse": lambda k: tmr.MeanSquaredError(num_outputs=k, **_OWN),
-            "rmse": lambda k: tmr.MeanSquaredError(squared=False, num_outputs=k, **_OWN),
-            "mae": lambda _: tmr.MeanAbsoluteError(**_OWN),
-            "r2": lambda _: tmr.R2Score(multioutput="uniform_average", **_OWN),
-            "max_error": lambda _: MaxMetric(**_OWN),
-        },
-    }
+__all__ = ["TaskMetrics"]
 
 
 class TaskMetrics:
     """The metrics of one task, updated batch by batch and computed over all processes.
 
-    ``outputs`` are the model's raw outputs for the task: logits ``[N, C]`` (classification),
-    one logit ``[N]`` or ``[N, 1]`` (binary), values ``[N, k]`` or ``[N]`` (regression), with
-    one row per graph or per node; ``target`` holds class indices, 0/1 labels or true values.
+    ``outputs`` are the model's outputs for the task (in the target's units), one row per graph
+    or per node, and ``target`` the true targets; the task's kind (or its name) turns them into
+    what its metrics take (:meth:`~QuantumGravPy.tasks.TaskKind.metric_inputs`).
     """
 
     def __init__(
         self,
-        task_type: str,
+        kind: TaskKind | str,
         names: Sequence[str],
         num_outputs: int,
         *,
         device: torch.device | str = "cpu",
     ):
-        if task_type not in TASK_TYPES:
-            raise ValueError(f"task type must be one of {', '.join(TASK_TYPES)}, got {task_type!r}")
-        offered = METRIC_NAMES[task_type]
-        unknown = [n for n in names if n not in offered]
+        self.kind = task_kind(kind) if isinstance(kind, str) else kind
+        unknown = [n for n in names if n not in self.kind.metrics]
         if unknown:
             raise ValueError(
-                f"{', '.join(map(repr, unknown))} is not a metric of a {task_type} task "
-                f"(choose from {', '.join(offered)})"
+                f"{', '.join(map(repr, unknown))} is not a metric of a {self.kind.name} task "
+                f"(choose from {', '.join(self.kind.metrics)})"
             )
-        if task_type == "classification" and num_outputs < 2:
-            raise ValueError(f"a classification task needs 2 or more classes, got {num_outputs}")
-        self.task_type = task_type
-        self.num_outputs = 1 if task_type == "binary" else num_outputs
+        self.num_outputs = self.kind.metric_outputs(num_outputs)
         self.metrics: dict[str, torchmetrics.Metric] = {}
         for name in names:
-            metric = _factories()[task_type][name](self.num_outputs)
+            metric = self.kind.make_metric(name, self.num_outputs)
             # float states (sums of errors) and inputs in float64; after .to(), which resets
             # the dtype torchmetrics casts inputs to
             self.metrics[name] = metric.to(device).set_dtype(torch.float64)
 
     def update(self, outputs: Tensor, target: Tensor) -> None:
-        outputs = outputs.detach()
-        target = target.detach()
-        if self.task_type == "classification":
-            # probabilities, never logits: torchmetrics would guess from their range
-            preds = outputs.double().softmax(dim=-1)
-            target = target.reshape(-1).long()
-        elif self.task_type == "binary":
-            preds = outputs.double().reshape(-1).sigmoid()
-            target = target.reshape(-1).long()
-        else:
-            preds = outputs.double().reshape(len(outputs), -1)
-            target = target.double().reshape(len(target), -1)
-            if self.num_outputs == 1:
-                preds, target = preds.reshape(-1), target.reshape(-1)
+        preds, target = self.kind.metric_inputs(outputs.detach(), target.detach())
         for name, metric in self.metrics.items():
-            if name == "max_error":
-                metric.update((preds - target).abs().max() if len(preds) else torch.zeros(()))
-            else:
-                metric.update(preds, target)
+            self.kind.update_metric(name, metric, preds, target)
 
     def compute(self, *, across_ranks: bool = True) -> dict[str, Any]:
         """``{metric: value}``: floats, and the confusion matrix as a list of rows of counts.

@@ -18,9 +18,10 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from ..config import Config, TaskConfig, resolve, task_list
-from ..data import check_target, class_indices, target_statistics, task_num_outputs
+from ..data import check_target, target_statistics, task_num_outputs
 from ..errors import ConfigError
 from ..models import task_output
+from ..tasks import TaskKind
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,8 @@ class Task:
         return self.config.name
 
     @property
-    def type(self) -> str:
-        return self.config.type
+    def kind(self) -> TaskKind:
+        return self.config.kind
 
     @property
     def level(self) -> str:
@@ -64,40 +65,29 @@ class Task:
         return batch.num_graphs if self.level == "graph" else batch.num_nodes
 
     def target(self, batch: Any) -> Tensor:
-        """The batch's targets, in their own units: class indices ``[N]`` (classification),
-        0/1 ``[N]`` (binary) or values ``[N, k]`` (regression)."""
+        """The batch's targets, in their own units, one row per graph or node (class indices,
+        0/1 or values ``[N, k]``, as the kind says)."""
         value = batch[self.config.target_name]
-        if self.type == "regression":
-            return value.reshape(self.rows(batch), self.num_outputs)
-        if self.config.classes is not None:
-            return class_indices(value.reshape(-1), self.config.classes, task=self.name)
-        return value.reshape(-1)
+        return self.kind.target(value, self.rows(batch), self.num_outputs, self.config)
 
     def loss(self, outputs: Tensor, batch: Any) -> Tensor:
         """The task's loss of ``outputs`` on ``batch``: a mean over the batch's rows."""
         if self.loss_takes_batch:
             return self.loss_fn(outputs, batch)
-        target = self.target(batch)
-        if self.type == "binary":
-            target = target.reshape(outputs.shape).to(outputs.dtype)
-        elif self.type == "regression":
-            target = target.to(outputs.dtype)
-            if self.scaled:
-                target = (target - self.mean.to(target)) / self.std.to(target)
+        target = self.kind.loss_target(self.target(batch), outputs)
+        if self.scaled:  # a standardised target: learnt in units of the training split's spread
+            target = (target - self.mean.to(target)) / self.std.to(target)
         return self.loss_fn(outputs, target)
 
     def predictions(self, outputs: Tensor) -> Tensor:
-        """Outputs in the target's units: logits as they are, regression values unscaled."""
-        if self.type == "regression" and self.scaled:
+        """Outputs in the target's units: as they are, or unscaled if standardised."""
+        if self.scaled:
             return outputs.double() * self.std.to(outputs.device) + self.mean.to(outputs.device)
         return outputs
 
     def correct(self, outputs: Tensor, batch: Any) -> Tensor:
-        """How many rows a classification or binary task gets right (a 0-dim tensor)."""
-        target = self.target(batch)
-        if self.type == "binary":
-            return ((outputs.reshape(-1) > 0).long() == target.long()).sum()
-        return (outputs.argmax(dim=-1) == target).sum()
+        """How many rows a task of a kind that counts them gets right (a 0-dim tensor)."""
+        return self.kind.correct(outputs, self.target(batch))
 
     def scaling(self) -> dict[str, list[float]] | None:
         """The standardisation, as a checkpoint records it."""
@@ -144,7 +134,7 @@ def fit_scaling(tasks: Sequence[Task], train_dataset: Dataset | list) -> list[Ta
     and standard deviation."""
     fitted = []
     for t in tasks:
-        if t.type == "regression" and t.config.standardize:
+        if t.kind.standardizes and t.config.standardize:
             mean, std = target_statistics(train_dataset, t.config, t.num_outputs)
             t = dataclasses.replace(t, mean=mean, std=std)
         fitted.append(t)
@@ -158,7 +148,7 @@ def add_train_sums(
     for j, (task, loss) in enumerate(zip(tasks, losses, strict=True)):
         rows = task.rows(batch)
         sums[j, 0] += loss.detach().double() * rows
-        if task.type != "regression":
+        if task.kind.counts_right:
             sums[j, 1] += task.correct(outputs[task.name].detach(), batch)
         sums[j, 2] += rows
 
@@ -173,7 +163,7 @@ def train_columns(tasks: list[Task], sums: torch.Tensor) -> dict[str, float]:
         total += task.weight * loss
         if not single:
             columns[f"train_{task.name}_loss"] = loss
-        if task.type != "regression":
+        if task.kind.counts_right:
             columns[f"train_{task.name}_accuracy"] = right / rows if rows else math.nan
             if single:
                 columns["train_accuracy"] = columns[f"train_{task.name}_accuracy"]

@@ -272,7 +272,7 @@ class Trainer(TestingMixin, RunStateMixin):
     def fit_scaling(self, train: Dataset) -> None:
         """Standardise regression targets by the training split ``train`` (once: a resumed run
         keeps its checkpoint's scaling)."""
-        if any(t.config.standardize and not t.scaled for t in self.tasks if t.type == "regression"):
+        if any(t.kind.standardizes and t.config.standardize and not t.scaled for t in self.tasks):
             self.set_tasks(fit_scaling(self.tasks, train))
 
     def set_tasks(self, tasks: list[Task]) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..runs.plots import new_figure
+from ..figures import new_figure
 from .space import Param
 
 FINISHED, PRUNED, BEST = "tab:blue", "0.55", "tab:red"  # finished and pruned trials, best

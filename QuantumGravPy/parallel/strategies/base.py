@@ -158,9 +158,15 @@ class Strategy:
             model,  # already on self.device
             device_ids=distributed.ddp_device_ids(self.device),
             find_unused_parameters=find_unused_parameters,
+            **self.ddp_options(),
         )
         wrapped.register_comm_hook(None, hook)
         return wrapped
+
+    def ddp_options(self) -> dict[str, Any]:
+        """More keyword arguments of ``DistributedDataParallel`` (``bucket_cap_mb``, ...): what a
+        strategy that is DDP with other settings overrides."""
+        return {}
 
     def no_sync(self, wrapped: nn.Module) -> contextlib.AbstractContextManager:
         """Around a micro-batch that does not step: its gradients are kept, not exchanged."""

@@ -1,0 +1,24 @@
+"""An MkDocs hook: the tables made from the package's registries when the site is built, where
+a page holds their marker: the parallel strategies (``<!-- strategies -->``, from the classes in
+QuantumGravPy/parallel/strategies/) and the task kinds with their metrics (``<!-- task-kinds
+-->``, from QuantumGravPy/tasks/).
+
+A new strategy or task kind appears in its table without an edit here or in the page.
+"""
+
+from __future__ import annotations
+
+from QuantumGravPy import tasks
+from QuantumGravPy.parallel import strategies
+
+TABLES = {
+    "<!-- strategies -->": strategies.reference_markdown,
+    "<!-- task-kinds -->": tasks.reference_markdown,
+}
+
+
+def on_page_markdown(markdown: str, **kwargs) -> str:
+    for marker, table in TABLES.items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, table())
+    return markdown
