@@ -186,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     generate.add_argument(
         "--format",
-        choices=("zarr", "hdf5"),
-        help="of --output (default: from its extension, .zarr or .h5/.hdf5)",
+        metavar="FORMAT",
+        help="of --output: zarr or hdf5 (default: from its extension, .zarr or .h5/.hdf5)",
     )
     return parser

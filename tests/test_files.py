@@ -267,6 +267,11 @@ def test_qg_generate_writes_files_that_qg_train_learns_from(make_config, tmp_pat
     assert result.returncode == 0 and "48 causal sets written" in result.stdout
     again = run_main(capsys, "generate", config_file, "--output", store)
     assert_refused(again, f"{store} exists")
+    # a format is named by the output's suffix or by --format, one of the registered ones
+    unnamed = run_main(capsys, "generate", config_file, "--output", tmp_path / "sets.csv")
+    assert_refused(unnamed, "sets.csv is not an .h5/.hdf5 file or a .zarr store", "--format")
+    unknown = run_main(capsys, "generate", config_file, "--output", store, "--format", "hdf")
+    assert_refused(unknown, "--format: unknown 'hdf' (known: hdf5, zarr); did you mean hdf5?")
     train = file_config(
         make_config, [str(store)], "tasks=[{name: dim, target: y}]", "training.num_epochs=1"
     )
@@ -379,7 +384,7 @@ def test_bad_stacked_arrays_and_unreadable_stores_are_named(make_config, tmp_pat
         f.create_dataset("cset_size", data=np.array([4, 4, 4]))
     assert "'cset_size' holds 3 sizes for 2 samples" in refused(tmp_path / "sizes.h5")
     (tmp_path / "broken.h5").write_bytes(b"not an hdf5 file")
-    assert "cannot be read as a Zarr store or HDF5 file" in refused(tmp_path / "broken.h5")
+    assert "broken.h5: cannot be read as an HDF5 file (OSError: " in refused(tmp_path / "broken.h5")
     assert "matches no file or store" in refused(tmp_path / "none_*.zarr")
 
 

@@ -10,15 +10,14 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import DataError
-from . import zarr2
+from .formats import described, format_of, suffixes
 
 # What a causal matrix or link matrix is called when data.relations / data.links are null.
 RELATION_NAMES = ("adj", "adjacency_matrix", "causal_matrix", "relations")
@@ -27,35 +26,11 @@ SIZE_NAMES = ("cset_size", "size", "n")
 _GROUP = re.compile(r"cset_(\d+)")
 
 
-def _backends(path: Path) -> str:
-    return "zarr" if path.suffix == ".zarr" or path.is_dir() else "hdf5"
-
-
-def import_extra(name: str) -> Any:
-    try:
-        return __import__(name)
-    except ImportError:
-        raise DataError(
-            f"reading {name} files needs the 'files' extra: pip install 'QuantumGravPy[files]'"
-        ) from None
-
-
-@contextmanager
-def open_store(path: Path) -> Iterator[Any]:
-    """A Zarr store or an HDF5 file, opened read-only; a clear error if it cannot be read."""
-    try:
-        if _backends(path) == "zarr":
-            zarr = import_extra("zarr")
-            yield zarr.open_group(str(path), mode="r")
-        else:
-            h5py = import_extra("h5py")
-            with h5py.File(path, "r") as f:
-                yield f
-    except DataError:
-        raise
-    except (OSError, ValueError, KeyError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DataError(f"{path}: cannot be read as a Zarr store or HDF5 file ({first})") from None
+def open_store(path: Path) -> AbstractContextManager:
+    """A Zarr store or an HDF5 file (whatever format its name says), opened read-only, as a
+    context manager; a clear error if it cannot be opened. Errors raised while it is open (by a
+    user's ``data.reader``, say) are not relabelled."""
+    return format_of(path).open(path)
 
 
 def find_files(patterns: tuple[str, ...]) -> list[Path]:
@@ -67,8 +42,8 @@ def find_files(patterns: tuple[str, ...]) -> list[Path]:
             raise DataError(f"data.files: {pattern!r} matches no file or store")
         for match in matches:
             path = Path(match)
-            if path.suffix not in (".zarr", ".h5", ".hdf5"):
-                raise DataError(f"data.files: {path} is not a .zarr store or an .h5/.hdf5 file")
+            if path.suffix not in suffixes():
+                raise DataError(f"data.files: {path} is {described()}")
             if path not in found:
                 found.append(path)
     return found
@@ -93,10 +68,8 @@ class Samples:
 
     def __init__(self, store: Any, path: Path, data_cfg: Any):
         self.store, self.path, self.cfg = store, path, data_cfg
-        metadata = getattr(store, "metadata", None)  # a Zarr group's; HDF5 files have none
-        local = path.is_dir() and getattr(metadata, "zarr_format", None) == 2
-        self.directory = path if local else None
-        keys = zarr2.members(path) if local else list(store.keys())
+        self.format = format_of(path)
+        keys = self.format.members(store, path)
         layout = data_cfg.layout
         if layout == "auto":
             layout = "groups" if any(_GROUP.fullmatch(k) for k in keys) else "stacked"
@@ -107,8 +80,7 @@ class Samples:
                 raise DataError(f"{path}: no groups cset_1, cset_2, ... (it holds {keys})")
             self.groups = [f"cset_{i}" for i in numbers]
             self.count = len(self.groups)
-            first = path / self.groups[0]
-            self.arrays = set(zarr2.members(first) if local else store[self.groups[0]].keys())
+            self.arrays = set(self.format.members(store, path, self.groups[0]))
         else:
             self.arrays = set(keys)
             self.count = None
@@ -181,10 +153,9 @@ class Samples:
 
     def _read(self, index: int, name: str) -> np.ndarray:
         if self.layout == "groups":
-            if self.directory is not None:  # Zarr format 2 on disk: numcodecs reads it directly
-                array = zarr2.read_array(self.directory / self.groups[index] / name)
-                if array is not None:
-                    return array
+            array = self.format.read_fast(self.store, self.path, self.groups[index], name)
+            if array is not None:
+                return array
             group = self.store[self.groups[index]]
             if name not in group:
                 raise DataError(f"{self.path}: {self.groups[index]} has no array {name!r}")

@@ -20,7 +20,7 @@ from .. import logs
 from ..errors import DataError
 from ..physics import causal_structure
 from .causal_sets import generate_causal_set_graphs
-from .stores import import_extra
+from .formats import FORMATS, described
 
 
 def write_causal_sets(
@@ -40,38 +40,27 @@ def write_causal_sets(
     store is written under a temporary name and renamed when complete.
     """
     path = Path(path)
+    fmt = FORMATS.get(file_format, key="--format")()
     if path.exists():
         raise DataError(f"--output: {path} exists; choose another path or remove it")
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    if file_format == "zarr":
-        zarr = import_extra("zarr")
-        root = zarr.open_group(str(tmp), mode="w", zarr_format=2)  # the format Zarr.jl reads
-        create = "create_array"
-    else:
-        h5py = import_extra("h5py")
-        root = h5py.File(tmp, "w")
-        create = "create_dataset"
-
-    def write(group: Any, name: str, array: np.ndarray) -> None:
-        getattr(group, create)(name, data=array)
-
-    close = getattr(root, "close", lambda: None)  # an HDF5 file is closed; a Zarr group not
+    root = fmt.create(tmp)
     try:
         for i, (graph, relations, links) in enumerate(
             logs.progress(graphs, total=total, desc="writing", unit="causal set", enabled=progress),
             start=1,
         ):
             group = root.create_group(f"cset_{i}")
-            write(group, "adj", relations.t().numpy().astype(np.uint8))
-            write(group, "linkmat", links.t().numpy().astype(np.uint8))
+            fmt.write(group, "adj", relations.t().numpy().astype(np.uint8))
+            fmt.write(group, "linkmat", links.t().numpy().astype(np.uint8))
             for key in graph.keys():
                 if key in ("x", "pos", "edge_index"):
                     continue
-                write(group, key, np.asarray(graph[key]).reshape(-1))
-        close()
+                fmt.write(group, key, np.asarray(graph[key]).reshape(-1))
+        fmt.close(root)
         os.replace(tmp, path)
     except BaseException:
-        close()
+        fmt.close(root)
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
         else:
@@ -87,12 +76,10 @@ def write_embedded(
     generated ``chunk`` at a time, so a large dataset never sits in memory whole."""
     output = Path(output)
     if file_format is None:
-        if output.suffix not in (".zarr", ".h5", ".hdf5"):
-            raise DataError(
-                f"--output: {output} ends in neither .zarr nor .h5/.hdf5; name the format with "
-                "--format"
-            )
-        file_format = "zarr" if output.suffix == ".zarr" else "hdf5"
+        named = [cls.name for cls in FORMATS if cls().claims(output)]
+        if not named:
+            raise DataError(f"--output: {output} is {described()}; name the format with --format")
+        file_format = named[0]
 
     def causal_sets() -> Iterator[tuple[Data, torch.Tensor, torch.Tensor]]:
         for start in range(0, data_cfg.num_graphs, chunk):

@@ -1,0 +1,95 @@
+"""What every file format is asked: the :class:`FileFormat` base.
+
+A format of causal-set files (Zarr, HDF5) owns what differs between them: the suffixes that
+name it, opening a file read-only, listing the members of the file or of one of its groups,
+reading an array fast where it can, and creating, writing and closing a file. What the arrays
+mean, the layouts (a group per causal set, or stacked arrays), and checking them are the same
+for every format (:mod:`..stores`, :mod:`..files`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ...errors import DataError
+from ...registry import Registry
+
+FORMATS: Registry[FileFormat] = Registry("--format")
+
+
+class FileFormat:
+    """A format of causal-set files; subclasses set the class attributes and implement the
+    methods below."""
+
+    name: ClassVar[str] = ""  # qg generate --format; a subclass with one is registered
+    suffixes: ClassVar[tuple[str, ...]] = ()  # that name a file of this format
+    title: ClassVar[str] = ""  # what a file of it is called in messages ("HDF5 file")
+    named: ClassVar[str] = ""  # how its name ends, in messages ("an .h5/.hdf5 file")
+    module: ClassVar[str] = ""  # the library that reads it (of the 'files' extra)
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            FORMATS.add(cls)
+
+    def claims(self, path: Path) -> bool:
+        """Whether ``path`` is a file of this format (by its name)."""
+        return path.suffix in self.suffixes
+
+    def library(self) -> Any:
+        """The library that reads the format; a DataError naming the extra if not installed."""
+        try:
+            return __import__(self.module)
+        except ImportError:
+            raise DataError(
+                f"reading {self.module} files needs the 'files' extra: pip install "
+                "'QuantumGravPy[files]'"
+            ) from None  # what the user does about it is all there is to say
+
+    def open(self, path: Path) -> contextlib.AbstractContextManager:
+        """The file at ``path`` opened read-only, as a context manager that closes it; a
+        DataError naming it if it cannot be opened. Only the opening is checked: an error of
+        the code that reads it is that code's to report (a user's ``data.reader``, say)."""
+        raise NotImplementedError
+
+    def members(self, store: Any, path: Path, group: str | None = None) -> list[str]:
+        """The names of the groups and arrays directly in the file (or in its ``group``)."""
+        return list(store.keys() if group is None else store[group].keys())
+
+    def read_fast(self, store: Any, path: Path, group: str, name: str) -> np.ndarray | None:
+        """Array ``name`` of ``group``, read past the library where the format allows it;
+        None where it does not (the library reads it)."""
+        return None
+
+    def create(self, path: Path) -> Any:
+        """A new, empty file at ``path``, open for writing (its root group)."""
+        raise NotImplementedError
+
+    def write(self, group: Any, name: str, array: np.ndarray) -> None:
+        """``array`` as ``name`` in ``group`` of a file :meth:`create` made."""
+        raise NotImplementedError
+
+    def close(self, root: Any) -> None:
+        """Finish writing a file :meth:`create` made."""
+
+
+def format_of(path: Path) -> FileFormat:
+    """The format of the file at ``path`` (by its name; a directory is a Zarr store)."""
+    for cls in FORMATS:
+        fmt = cls()
+        if fmt.claims(path):
+            return fmt
+    raise DataError(f"{path} is {described()}")
+
+
+def described() -> str:
+    """``not an .h5/.hdf5 file or a .zarr store``, from the registered formats."""
+    return "not " + " or ".join(cls.named for cls in FORMATS)
+
+
+def suffixes() -> tuple[str, ...]:
+    return tuple(s for cls in FORMATS for s in cls.suffixes)

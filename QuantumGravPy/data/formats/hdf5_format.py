@@ -1,0 +1,35 @@
+"""HDF5 files (``.h5``, ``.hdf5``), read and written with h5py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import DataError, cause
+from .base import FileFormat
+
+
+class HDF5(FileFormat):
+    name = "hdf5"
+    suffixes = (".h5", ".hdf5")
+    title = "HDF5 file"
+    named = "an .h5/.hdf5 file"
+    module = "h5py"
+
+    def open(self, path: Path) -> Any:
+        h5py = self.library()
+        try:
+            return h5py.File(path, "r")  # closes itself at the end of a with block
+        except OSError as e:  # not HDF5, truncated, or locked by a writer
+            raise DataError(f"{path}: cannot be read as an {self.title} ({cause(e)})") from e
+
+    def create(self, path: Path) -> Any:
+        return self.library().File(path, "w")
+
+    def write(self, group: Any, name: str, array: np.ndarray) -> None:
+        group.create_dataset(name, data=array)
+
+    def close(self, root: Any) -> None:
+        root.close()
