@@ -101,38 +101,29 @@ def _train(args: argparse.Namespace) -> int:
     if force and not resume:
         raise ConfigError("--force only applies to --resume")
     from .parallel.distributed import process_env, restart_count
-    from .runs import check_resumable
-    from .runs.directory import check_flags, check_run_dir
+    from .runs.directory import check_flags
 
     check_flags(overwrite=overwrite, resume=resume)
+    configure_logging(config.log_level)  # what is done before the trainers start (the cache)
     if restart_count() > 0:
         overwrite, resume = False, True  # the launcher restarted the job: continue, never wipe
     env = process_env()
+    run = {"overwrite": overwrite, "resume": resume, "force": force}
     if env is not None or config.parallel.world_size > 1:
         # Spawn the ranks (launch checks the run directory first), or, under torchrun or
         # srun, be one of theirs.
         from .training import launch
 
-        result = launch(config, overwrite=overwrite, resume=resume, force=force)
+        result = launch(config, **run)
         if env is None or env.rank == 0:
             _report(result["test"], config)
         return 0
-    # Refuse an occupied run directory (or a checkpoint that does not fit) before the model
-    # libraries load and minutes go on data and model.
-    if resume:
-        check_resumable(config, world_size=1, force=force)
-    else:
-        check_run_dir(config.run_dir, overwrite=overwrite)
-    from .training import Trainer
+    from .training import fit, prepare_run
 
-    trainer = Trainer(config, overwrite=overwrite, resume=resume, force=force)
-    try:
-        train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
-        trainer.run_training(train_loader, val_loader)
-        metrics = trainer.run_test(test_loader)
-    finally:
-        trainer.close()
-    _report(metrics, config)
+    # An occupied run directory (or a checkpoint that does not fit) is refused before minutes
+    # go on data and model, as for a distributed job.
+    prepare_run(config, **run)
+    _report(fit(config, **run)["test"], config)
     return 0
 
 

@@ -36,7 +36,7 @@ def evaluate_in_both_modes(rank, world_size, configs):
         for mode in ("rank0", "sharded"):
             trainer = qg.TrainerDDP(rank, with_mode(config, mode))
             _, val_loader, test_loader = trainer.prepare_dataloaders()
-            test, predictions = trainer.evaluate_test(trainer.model, test_loader)
+            test, predictions = trainer.evaluation.test(trainer.model, test_loader)
             results.append(
                 {
                     "mode": mode,

@@ -54,7 +54,7 @@ def test_run_test_evaluates_the_best_checkpoint_not_the_last_model(make_config):
     train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
     trainer.run_training(train_loader, val_loader)
     best = qg.load_checkpoint(cfg.run_dir / "checkpoints" / "best.pt")
-    model = qg.GNNModel.from_config(cfg.model, trainer.in_channels, trainer.num_classes)
+    model = qg.GNNModel.from_config(cfg.model, trainer.in_channels, trainer.tasks[0].num_outputs)
     model.load_state_dict(best["model"])
     tester = qg.Tester(trainer.tasks, "cpu")
     expected = tester.evaluate(model, test_loader)
@@ -185,7 +185,7 @@ def test_trains_on_a_user_dataset(make_config):
     )
     trainer, _, metrics = train(cfg)
     # rings and paths apart (chance 1/2): the path's two ends of degree one give it away
-    assert trainer.num_classes == 2 and metrics["test_accuracy"] >= 0.9
+    assert trainer.tasks[0].num_outputs == 2 and metrics["test_accuracy"] >= 0.9
 
 
 def test_validator_weights_by_graphs_not_by_batches(make_config):

@@ -58,3 +58,16 @@ def _values(dataset: Dataset, name: str) -> np.ndarray:
     if values is None:  # a dataset read graph by graph
         values = torch.cat([torch.as_tensor(g[name]).reshape(-1) for g in dataset])
     return values.reshape(-1).numpy()
+
+
+def with_sources(
+    predictions: dict[str, dict[str, Any]], sources: dict[str, np.ndarray]
+) -> dict[str, dict[str, Any]]:
+    """Each task's rows of ``predictions`` with ``source``, ``index`` (and ``group``) of the
+    row's graph from :func:`provenance`'s ``sources``: the file and sample it was read from (as
+    ``qg predict``'s table names them), or its position among the generated graphs."""
+    out = {}
+    for task, parts in predictions.items():
+        graph = np.asarray(parts["graph"]).astype(np.int64)
+        out[task] = {**parts, **{key: values[graph] for key, values in sources.items()}}
+    return out

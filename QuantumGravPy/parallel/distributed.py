@@ -185,6 +185,16 @@ def one_thread(device: torch.device) -> Iterator[None]:
 
 # --- the process group -------------------------------------------------------------------------
 
+
+def resolve_backend(backend: str, device: str = "auto") -> str:
+    """``backend`` (``parallel.backend``), with ``auto`` made concrete for processes that train
+    on ``device`` (``training.device``): NCCL where they use GPUs (CUDA is available and the
+    device is not ``cpu``), gloo otherwise. The one rule, for spawned ranks and joined jobs."""
+    if backend != "auto":
+        return backend
+    return "nccl" if device != "cpu" and torch.cuda.is_available() else "gloo"
+
+
 _LOCAL_RANK = 0
 _LOCAL_WORLD_SIZE = 1
 _TIMEOUT_S = DEFAULT_TIMEOUT_S
@@ -226,8 +236,7 @@ def initialize_ddp(
         port = int(master_port)
     except ValueError:
         raise DistributedError(f"master_port must be a port number, got {master_port!r}") from None
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = resolve_backend(backend)
     if backend not in ("nccl", "gloo"):
         raise DistributedError(f"backend must be auto, nccl or gloo, got {backend!r}")
     local_rank = rank if local_rank is None else local_rank

@@ -25,7 +25,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.multiprocessing as mp
 import tqdm
 from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
@@ -98,10 +97,9 @@ def _thread_lock_for_bars() -> None:
 
 
 def resolve_backend(config: Config) -> str:
-    """``parallel.backend``, with ``auto`` made concrete: NCCL when training on GPUs, else gloo."""
-    if config.parallel.backend != "auto":
-        return config.parallel.backend
-    return "nccl" if config.training.device != "cpu" and torch.cuda.is_available() else "gloo"
+    """``parallel.backend`` of ``config``, ``auto`` made concrete (:func:`distributed.
+    resolve_backend`)."""
+    return distributed.resolve_backend(config.parallel.backend, config.training.device)
 
 
 def spawn(

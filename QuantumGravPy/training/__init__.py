@@ -1,7 +1,9 @@
 """The training layer: the one epoch loop and everything it decides.
 
-- :mod:`.trainer`: :class:`Trainer`, the loop and its hooks, validation, testing;
-- :mod:`.run_state`: the run's records, files and checkpoints, and resuming (a mixin);
+- :mod:`.trainer`: :class:`Trainer`, the loop and its hooks, validation, testing; it holds
+  the run's state (:mod:`.run_state`), its training pass (:mod:`.step`), its checkpoints
+  (:mod:`.checkpointing`) and what it writes as it goes (:mod:`.records`);
+- :mod:`.fit`: :func:`fit`, the sequence every entry point runs, and :func:`make_trainer`;
 - :mod:`.trainer_ddp`: :class:`TrainerDDP`, the same loop in every process of a DDP job, with
   rank-0 decisions broadcast to every rank;
 - :mod:`.launch`: :func:`launch`, a whole training job over several processes;
@@ -18,6 +20,7 @@ Imports every layer below it (``data``, ``models``, ``runs``, ``parallel``, ``co
 from .early_stopping import EarlyStopping
 from .ema import EMA
 from .evaluation import MetricSums, Tester, Validator
+from .fit import fit, make_trainer, opened
 from .launch import launch, prepare_run, train_worker
 from .monitor import (
     Monitor,
@@ -41,7 +44,10 @@ __all__ = [
     "TrainerDDP",
     "TrainingDivergedError",
     "Validator",
+    "fit",
     "launch",
+    "make_trainer",
+    "opened",
     "prepare_run",
     "profile",
     "train_worker",

@@ -33,7 +33,15 @@ from ..runs.checkpoint import (
 from .metrics import TaskMetrics
 from .tasks import Task, make_criterion
 
-__all__ = ["Accumulated", "MetricSums", "Tester", "Validator", "make_criterion", "to_device"]
+__all__ = [
+    "Accumulated",
+    "Evaluation",
+    "MetricSums",
+    "Tester",
+    "Validator",
+    "make_criterion",
+    "to_device",
+]
 
 # picks (and checks) each task's output of a model's forward pass
 Select = Callable[[Any, Any], dict[str, Tensor]]
@@ -228,6 +236,63 @@ class Validator:
         self, model: nn.Module, loader: Iterable, *, progress: bool = False
     ) -> dict[str, Any]:
         return self.accumulate(model, loader, progress=progress).compute(self.prefix)
+
+
+class Evaluation:
+    """Validation and testing as the processes of a run share them.
+
+    ``sharded`` (``validation.mode: sharded`` under DDP): every process evaluates its shard of
+    the set (its loader holds every W-th graph), the sums are added by ``reduce`` and the
+    metric states gathered. Otherwise the main process evaluates everything through
+    ``on_main`` (in one process, just that; under DDP, the others wait and share a failure) with
+    the unwrapped model: a DDP forward on one rank alone could start a collective. ``show``:
+    whether this process reports progress.
+    """
+
+    def __init__(
+        self,
+        validator: Validator,
+        tester: Tester,
+        *,
+        sharded: bool,
+        show: bool,
+        on_main: Callable[[Callable[[], Any]], Any],
+        reduce: Callable[[Tensor], Tensor],
+    ):
+        self.validator, self.tester = validator, tester
+        self.sharded, self.show, self.on_main, self.reduce = sharded, show, on_main, reduce
+
+    def validate(self, model: nn.Module, loader: Iterable) -> dict[str, Any]:
+        """The validation columns of ``model`` over ``loader``, the same on every process."""
+        return self._run(self.validator, model, loader, None, keep=False)[0]
+
+    def test(
+        self, model: nn.Module, loader: Iterable, tasks: Sequence[Task] | None = None
+    ) -> tuple[dict[str, Any], dict[str, dict[str, Tensor]] | None]:
+        """The test columns of ``tasks`` (default: the tester's), on every process, and each
+        task's predictions in the order of the test set (on the main process)."""
+        return self._run(self.tester, model, loader, tasks, keep=True)
+
+    def evaluated_set(self, loader: Any) -> Any:
+        """The whole set whose graphs ``loader`` evaluates (what kept predictions index)."""
+        graphs = getattr(loader, "graphs", loader.dataset)
+        return graphs.dataset if self.sharded else graphs  # a shard is a Subset of it
+
+    def _run(self, evaluator: Validator, model, loader, tasks, *, keep: bool) -> tuple:
+        if self.sharded:
+            accumulated = evaluator.accumulate(model, loader, tasks, progress=self.show)
+            accumulated.sums = self.reduce(accumulated.sums)
+            columns = accumulated.compute(evaluator.prefix, across_ranks=True)
+            return columns, accumulated.gathered_predictions(across_ranks=True) if keep else None
+        kept = {}
+
+        def on_main() -> dict[str, Any]:
+            accumulated = evaluator.accumulate(model, loader, tasks, progress=True)
+            if keep:  # stay on the main process, which writes them; only the columns are sent
+                kept["predictions"] = accumulated.gathered_predictions()
+            return accumulated.compute(evaluator.prefix)
+
+        return self.on_main(on_main), kept.get("predictions")
 
 
 def check_forward(

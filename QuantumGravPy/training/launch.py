@@ -17,7 +17,7 @@ from ..parallel import WorkerError, distributed, run_distributed
 from ..parallel.strategies import strategy_class
 from ..runs import check_resumable
 from ..runs.directory import LOG, check_flags, check_run_dir
-from .trainer_ddp import TrainerDDP
+from .fit import fit
 
 
 def train_worker(
@@ -28,15 +28,9 @@ def train_worker(
     resume: bool = False,
     force: bool = False,
 ) -> dict[str, Any]:
-    """What every rank of a training job runs; returns the (identical) history and test metrics."""
-    trainer = TrainerDDP(rank, config, overwrite=overwrite, resume=resume, force=force)
-    try:
-        train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
-        history = trainer.run_training(train_loader, val_loader)
-        test = trainer.run_test(test_loader)
-    finally:
-        trainer.close()
-    return {"history": history, "test": test, "world_size": world_size}
+    """What every rank of a training job runs (:func:`~.fit.fit`); returns the (identical)
+    history and test metrics."""
+    return fit(config, overwrite=overwrite, resume=resume, force=force)
 
 
 def launch(

@@ -9,6 +9,7 @@ cores on one machine, processes that get less than one batch of graphs each.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from typing import Any
@@ -105,3 +106,28 @@ def invariance_note(config: Config, processes: int) -> str | None:
     if not breaks or processes == 1:
         return None
     return f"note: results depend on the number of processes because {'; '.join(breaks)}"
+
+
+def log_start(
+    logger: logging.Logger,
+    config: Config,
+    dataset: Any,
+    device: torch.device,
+    *,
+    train_graphs: int,
+    processes: int,
+    local_processes: int,
+    main: bool,
+) -> None:
+    """The run's first line (every process), then the main process's warnings and what the
+    number of processes does to the results."""
+    logger.info("%s", describe_run(config, device, train_graphs))
+    if not main:
+        return
+    for notice in start_notices(
+        config, dataset, train_graphs=train_graphs, processes=processes,
+        local_processes=local_processes, device=device,
+    ):  # fmt: skip
+        logger.warning("%s", notice)
+    if note := invariance_note(config, processes):
+        logger.info("%s", note)

@@ -136,3 +136,17 @@ def clip_gradients(
         torch.nn.utils.clip_grad_value_(grads, clip.value)
     else:
         torch.nn.utils.clip_grad_norm_(grads, clip.max_norm, clip.norm_type)
+
+
+def build_optimization(
+    config: Any, parameters: Iterable[torch.nn.Parameter], strategy: Any
+) -> tuple[torch.optim.Optimizer, Any, torch.amp.GradScaler]:
+    """The optimizer over ``parameters`` (made by the parallel ``strategy``), its schedule and
+    the gradient scaler, from ``config`` (a Config: its training and early-stopping sections)."""
+    t, es = config.training, config.early_stopping
+    optimizer = build_optimizer(t.optimizer, parameters, strategy.optimizer)
+    scheduler = build_scheduler(
+        t.lr_scheduler, optimizer, metric=es.metrics[0], mode=es.mode, num_epochs=t.num_epochs
+    )
+    # Gradients of float16 losses underflow without scaling; bfloat16 has float32's range.
+    return optimizer, scheduler, strategy.grad_scaler(enabled=t.precision == "16")

@@ -25,9 +25,9 @@ from ..config import Config
 from ..errors import ConfigError, RunDirectoryError, option
 from ..parallel import distributed, run_distributed
 from ..runs.directory import results, write_rows
+from .fit import opened
 from .launch import build_cache
 from .trainer import Trainer
-from .trainer_ddp import TrainerDDP
 
 SUMMARY = "summary.csv"
 TRACE = "rank{rank}.trace.json.gz"
@@ -66,7 +66,7 @@ class _Steps:
                 given += 1
                 if given == self.batches:
                     return
-            self.trainer.epoch += 1
+            self.trainer.state.epoch += 1
 
 
 @contextlib.contextmanager
@@ -86,11 +86,10 @@ def profile_worker(
     rank: int, world_size: int, config: Config, steps: int, output: str
 ) -> list[dict[str, Any]]:
     """Profile ``steps`` training steps on this rank; returns every rank's summary row."""
-    trainer = TrainerDDP(rank, config) if world_size > 1 else Trainer(config)
-    try:
-        train_loader, _, _ = trainer.prepare_dataloaders()
+    # the gradient exchange gets its own label in the trace (profiling)
+    with opened(config, profiling=True) as (trainer, (train_loader, _, _)):
         trainer.check_model(train_loader.dataset)
-        k = trainer.batches_per_step
+        k = trainer.training_pass.batches_per_step
         log = trainer.logger
         log.info("profile: %d warm-up steps (not timed)", WARMUP_STEPS)
         trainer.train_epoch(_Steps(train_loader, WARMUP_STEPS, k, trainer))
@@ -98,7 +97,6 @@ def profile_worker(
         if trainer.device.type == "cuda":
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         monitor = trainer.monitor
-        monitor.profiling = True  # the gradient exchange gets its own label in the trace
         prof = torch.profiler.profile(activities=activities)
         recorded = min(steps, RECORDED_STEPS)
 
@@ -123,8 +121,6 @@ def profile_worker(
         )
         mine = _summary(row, steps, top)
         return distributed.all_gather_object(mine) if world_size > 1 else [mine]
-    finally:
-        trainer.close()
 
 
 def _summary(row: dict[str, Any], steps: int, top: str) -> dict[str, Any]:

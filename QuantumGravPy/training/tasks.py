@@ -130,11 +130,11 @@ def build_tasks(
 
 
 def fit_scaling(tasks: Sequence[Task], train_dataset: Dataset | list) -> list[Task]:
-    """The tasks with each standardised regression target scaled by ``train_dataset``'s mean
-    and standard deviation."""
+    """The tasks with each standardised target not yet scaled (a resumed run keeps its
+    checkpoint's scaling) scaled by ``train_dataset``'s mean and standard deviation."""
     fitted = []
     for t in tasks:
-        if t.kind.standardizes and t.config.standardize:
+        if t.kind.standardizes and t.config.standardize and not t.scaled:
             mean, std = target_statistics(train_dataset, t.config, t.num_outputs)
             t = dataclasses.replace(t, mean=mean, std=std)
         fitted.append(t)

@@ -1,65 +1,64 @@
-"""Trainer: the epoch loop, validation, early stopping and the run directory, written once.
+"""Trainer: the epoch loop, validation, early stopping and testing, written once.
 
 Subclasses (TrainerDDP) change behaviour through the small hooks marked "hook" below; the loop in
-:meth:`Trainer.run_training` is the only epoch loop in the project. What a checkpoint records
-and how a run resumes from one is :class:`~.run_state.RunStateMixin`'s.
+:meth:`Trainer.run_training` is the only epoch loop in the project. The trainer holds what it is
+made of, each built once and handed what it needs: the run's state (:mod:`.run_state`), its
+training pass (:mod:`.step`), checkpoints (:mod:`.checkpointing`) and records (:mod:`.records`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from .. import logs
-from ..config import Config, balanced_task, per_process
+from ..config import Config, balanced_task, headline_columns, per_process
 from ..data import (
     batch_device,
     check_file_targets,
     dataset_from_config,
     epoch_sampler,
-    graph_feature_width,
     make_loader,
     make_train_loader,
-    num_node_features,
+    release_workers,
     split_dataset,
 )
-from ..errors import ConfigError, DataError
-from ..logs import configure_logging
-from ..models import build_model
+from ..logs import configure_logging, set_terminal_level
 from ..parallel import distributed
 from ..parallel.strategies import Strategy, strategy_class
+from ..runs import directory as rd
 from ..runs import reproducibility as rs
-from ..runs.directory import check_flags
-from ..runs.reproducibility import seed_everything
+from ..runs.resume import read_resume_state
+from ..runs.run_directory import RunDirectory
+from .checkpointing import Checkpoints
 from .devices import PRECISIONS, autocast, select_device
 from .early_stopping import MetricStopping
 from .ema import EMA
-from .evaluation import Tester, Validator, check_forward, to_device
-from .monitor import Monitor, check_loss
-from .notices import describe_run, invariance_note, start_notices
-from .optim import build_optimizer, build_scheduler, clip_gradients, step_groups, step_scheduler
-from .run_state import RunStateMixin
-from .tasks import (
-    Task,
-    add_train_sums,
-    build_tasks,
-    fit_scaling,
-    select_outputs,
-    total_loss,
-    train_columns,
-)
-from .testing import TestingMixin
+from .evaluation import Evaluation, Tester, Validator, check_forward
+from .monitor import Monitor
+from .notices import log_start
+from .optim import build_optimization, step_scheduler
+from .records import RunRecords
+from .run_state import RunState
+from .spec import check_data, model_from_spec, model_spec
+from .step import TrainingPass
+from .tasks import Task, build_tasks, fit_scaling, select_outputs
+
+T = TypeVar("T")
 
 
-class Trainer(TestingMixin, RunStateMixin):
+def _state(name: str, doc: str) -> property:
+    return property(lambda self: getattr(self.state, name), doc=doc)
+
+
+class Trainer:
     """Single-process training from a :class:`~QuantumGravPy.config.Config`.
 
     ``Trainer(config)`` builds (or loads from cache) the dataset, the model and the optimizer.
@@ -69,14 +68,16 @@ class Trainer(TestingMixin, RunStateMixin):
     ``overwrite=True``. With ``resume=True`` the run in that directory continues from its
     ``checkpoints/last.pt`` (or starts, if it has not saved one yet); a config that would train
     something else is refused unless ``force=True``.
+
+    ``judge``: asked after each epoch with its history row (on rank 0 only, under DDP); True
+    stops the run as pruned (a tuning trial's pruner). ``tags`` label the run in MLflow and W&B.
+    ``quiet``: only warnings on the terminal (train.log keeps ``log_level``). ``profiling``:
+    the gradient exchange gets a label of its own in a profiler's trace (``qg profile``).
     """
 
     world_size = 1
     rank = 0
     local_processes = 1  # of this job on this machine
-    # Asked after each epoch with its history row (on rank 0 only, under DDP); True stops the
-    # run as pruned. A tuning trial sets it to its pruner (QuantumGravPy.tune).
-    judge: Callable[[dict[str, Any]], bool] | None = None
 
     def __init__(
         self,
@@ -86,47 +87,33 @@ class Trainer(TestingMixin, RunStateMixin):
         overwrite: bool = False,
         resume: bool = False,
         force: bool = False,
+        judge: Callable[[dict[str, Any]], bool] | None = None,
+        tags: dict[str, str] | None = None,
+        quiet: bool = False,
+        profiling: bool = False,
     ):
-        check_flags(overwrite=overwrite, resume=resume)
+        rd.check_flags(overwrite=overwrite, resume=resume)
         # what the strategy refuses, before anything is written
         self.strategy_class = strategy_class(config, self.world_size)
         self.config = config = per_process(config, self.world_size)  # its batch
-        self.init_run_state()
-        self.overwrite = overwrite
-        self.resuming = resume
+        self.state = RunState()
+        self.judge = judge
         self.run_dir = config.run_dir
         self.logger = self.setup_logging()
+        if quiet:
+            set_terminal_level("WARNING")
         self.device = self.select_device()
-        seed_everything(config.training.seed)
+        rs.seed_everything(config.training.seed)
         if dataset is None:
             check_file_targets(config)  # before minutes are spent reading files
         self.dataset = dataset if dataset is not None else self.load_dataset()
-        self.in_channels = num_node_features(self.dataset)
         self.tasks: list[Task] = build_tasks(config, self.dataset)
-        self.num_classes = self.tasks[0].num_outputs  # the first task's outputs
-        declared = config.model.in_channels
-        if declared is not None and declared != self.in_channels:
-            raise ConfigError(
-                f"model.in_channels: the data has {self.in_channels} node features, "
-                f"found {declared}"
-            )
-        # Built on the CPU from the seeded generator, so the initial weights do not depend on the
-        # device, then moved.
+        self.model_spec = model_spec(config, self.dataset, self.tasks)  # in every checkpoint
+        self.in_channels = self.model_spec["in_channels"]
         self.autocast_dtype, self.float_dtype = PRECISIONS[config.training.precision]
-        # What the model is built from, recorded in checkpoints so that it can be rebuilt for
-        # new data without the training set (qg predict).
-        width = graph_feature_width(self.dataset, config.model.graph_features)
-        self.model_spec = {
-            "in_channels": self.in_channels,
-            "outputs": {t.name: t.num_outputs for t in self.tasks},
-            "graph_feature_channels": width,
-        }
-        self.model: nn.Module = build_model(
-            config.model,
-            self.in_channels,
-            {t.name: (t.num_outputs, t.level) for t in self.tasks},
-            graph_feature_channels=width,
-        ).to(self.device, self.float_dtype)
+        self.model: nn.Module = model_from_spec(config, self.model_spec, self.tasks).to(
+            self.device, self.float_dtype
+        )
         t = config.training
         # The average follows the trained weights; it is not wrapped in DDP (fsdp shards it).
         self.ema = EMA(self.model, t.ema_decay) if t.ema_decay is not None else None
@@ -136,32 +123,61 @@ class Trainer(TestingMixin, RunStateMixin):
         self._pinned = contextlib.ExitStack()
         if self.strategy.one_thread:
             self._pinned.enter_context(distributed.one_thread(self.device))
-        self._environment = rs.environment(self.device, self.world_size)  # with its threads
+        environment = rs.environment(self.device, self.world_size)  # with its threads
         held = self.strategy.prepare(self.model, *([self.ema.module] if self.ema else []))
-        self.optimizer = build_optimizer(t.optimizer, held, self.strategy.optimizer)
+        self.optimizer, self.lr_scheduler, self.scaler = build_optimization(
+            config, held, self.strategy
+        )
         if t.compile:  # in place: the module, its keys and its parameters stay the same
             self.model.compile(dynamic=True)
         es = config.early_stopping
-        self.lr_scheduler = build_scheduler(
-            t.lr_scheduler,
-            self.optimizer,
-            metric=es.metrics[0],
-            mode=es.mode,
-            num_epochs=t.num_epochs,
-        )
-        # Gradients of float16 losses underflow without scaling; bfloat16 has float32's range.
-        self.scaler = self.strategy.grad_scaler(enabled=t.precision == "16")
-        self.validator = Validator(
-            self.tasks, self.device, self.autocast_dtype, self.float_dtype, select=self.select
-        )
-        self.tester = Tester(
-            self.tasks, self.device, self.autocast_dtype, self.float_dtype, select=self.select
-        )
+        evaluating = (self.tasks, self.device, self.autocast_dtype, self.float_dtype)
+        self.validator = Validator(*evaluating, select=self.select, shard=self.eval_shard)
+        self.tester = Tester(*evaluating, select=self.select, shard=self.eval_shard)
+        self.evaluation = Evaluation(
+            self.validator, self.tester, sharded=self.eval_shard[1] > 1, show=self.is_main,
+            on_main=self.on_main, reduce=self.reduce_sums,
+        )  # fmt: skip
         self.early_stopping = MetricStopping.from_section(es)
-        self.monitor = Monitor(config.monitor, self.device, self.rank, self.world_size,
-                               self.model, replicated=self.strategy.replicated)  # fmt: skip
+        self.monitor = Monitor(
+            config.monitor, self.device, self.rank, self.world_size, self.model,
+            replicated=self.strategy.replicated, profiling=profiling,
+        )  # fmt: skip
+        self.training_pass = TrainingPass(
+            training=t, model=self.model, strategy=self.strategy, optimizer=self.optimizer,
+            scaler=self.scaler, ema=self.ema, monitor=self.monitor, state=self.state,
+            device=self.device, float_dtype=self.float_dtype, world_size=self.world_size,
+            show=self.is_main, autocast=self.autocast, no_sync=self.no_sync,
+            reduce=self.reduce_sums,
+        )  # fmt: skip
+        self._environment = environment  # of this process: in checkpoints and environment.json
+        self.checkpoints = Checkpoints(
+            config=config, directory=config.run_dir, main=self.is_main, strategy=self.strategy,
+            model=self.model, optimizer=self.optimizer, lr_scheduler=self.lr_scheduler,
+            scaler=self.scaler, ema=self.ema, early_stopping=self.early_stopping,
+            state=self.state, model_spec=self.model_spec, environment=environment,
+            world_size=self.world_size,
+        )  # fmt: skip
+        directory = RunDirectory(
+            config.run_dir, config, main=self.is_main, logger=self.logger,
+            log_prefix=self.log_prefix, overwrite=overwrite, resuming=resume, tags=tags,
+        )  # fmt: skip
+        self.records = RunRecords(
+            config=config, directory=directory, checkpoints=self.checkpoints,
+            state=self.state, early_stopping=self.early_stopping, logger=self.logger,
+            world_size=self.world_size, judged=judge is not None, share=self.on_main,
+        )  # fmt: skip
         if resume:
             self.resume(force=force)
+
+    # --- the run's state as it stands, read from RunState ----------------------------------------
+
+    epoch = _state("epoch", "Completed epochs.")
+    global_step = _state("global_step", "Optimizer steps taken.")
+    history = _state("history", "One row per epoch, as history.csv holds them.")
+    stopped_early = _state("stopped_early", "Whether early stopping ended the run.")
+    pruned = _state("pruned", "Whether the judge (a tuning trial's pruner) ended the run.")
+    resumed_from = _state("resumed_from", "The checkpoint the run continued from, or None.")
 
     # --- hooks: what a distributed subclass changes ------------------------------------------
 
@@ -184,8 +200,15 @@ class Trainer(TestingMixin, RunStateMixin):
         """Around a micro-batch that does not step; DDP skips its gradient exchange (hook)."""
         return contextlib.nullcontext()
 
+    def on_main(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the main process; DDP hands its result, or its failure, to every rank
+        (hook)."""
+        return fn()
+
     log_prefix = ""  # DDP: "[RANK r] " on every line, on the terminal and in train.log
     batch_device: torch.device | None = None  # batches assembled on the GPU (data.device)
+    # (rank, world size) of the graphs evaluated here: every one (DDP: every W-th, sharded)
+    eval_shard = (0, 1)
 
     def setup_logging(self) -> logging.Logger:  # hook
         return configure_logging(self.config.log_level, prefix=self.log_prefix)
@@ -200,23 +223,24 @@ class Trainer(TestingMixin, RunStateMixin):
         return Strategy(self.device)
 
     def close(self) -> None:
-        super().close()
+        """Detach this run's log file, close its trackers and stop the worker processes of the
+        loaders ``prepare_dataloaders`` made (the trainer stays usable for evaluation)."""
+        for loader in getattr(self, "loaders", ()):
+            release_workers(loader)
+        complete = self.state.ended or self.state.epoch >= self.config.training.num_epochs
+        self.records.close(complete=complete)
         self._pinned.close()  # the threads as they were before this run
 
     def load_dataset(self) -> Dataset | list:  # hook
         return dataset_from_config(self.config.data)
 
     def make_train_loader(self, dataset: Dataset) -> DataLoader:  # hook
+        cut = self.strategy.micro_batches if self.strategy.cuts_batches else None
         return make_train_loader(
-            dataset,
-            self.config.training,
-            self.config.augmentation,
-            rank=self.rank,
-            world_size=self.world_size,
+            dataset, self.config.training, self.config.augmentation, rank=self.rank,
+            world_size=self.world_size, device=self.batch_device, micro_batches=cut,
             label=getattr(balanced_task(self.config), "target_name", "y"),
-            device=self.batch_device,
-            micro_batches=self.strategy.micro_batches if self.strategy.cuts_batches else None,
-        )
+        )  # fmt: skip
 
     def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:  # hook
         workers = self.config.training.num_workers
@@ -225,21 +249,16 @@ class Trainer(TestingMixin, RunStateMixin):
         )
 
     def on_train_start(self, train_loader: DataLoader) -> None:  # hook
-        graphs = len(train_loader.dataset)
-        self.logger.info("%s", describe_run(self.config, self.device, graphs))
-        if self.is_main:
-            for notice in start_notices(
-                self.config, self.dataset, train_graphs=graphs, processes=self.world_size,
-                local_processes=self.local_processes, device=self.device,
-            ):  # fmt: skip
-                self.logger.warning("%s", notice)
-        if self.is_main and (note := invariance_note(self.config, self.world_size)):
-            self.logger.info("%s", note)
+        log_start(
+            self.logger, self.config, self.dataset, self.device,
+            train_graphs=len(train_loader.dataset), processes=self.world_size,
+            local_processes=self.local_processes, main=self.is_main,
+        )  # fmt: skip
 
     def on_epoch_start(self, train_loader: DataLoader) -> None:  # hook
         for part in (epoch_sampler(train_loader), train_loader.dataset):
             if hasattr(part, "set_epoch"):
-                part.set_epoch(self.epoch)  # new draws each epoch, the same on every rank
+                part.set_epoch(self.state.epoch)  # new draws each epoch, the same on every rank
 
     def on_train_end(self) -> None:  # hook
         pass
@@ -248,8 +267,8 @@ class Trainer(TestingMixin, RunStateMixin):
         """Combine per-process sums; one process has nothing to combine (hook)."""
         return sums
 
-    def validate(self, val_loader: DataLoader) -> dict[str, float]:  # hook
-        return self.validator.evaluate(self.eval_model, val_loader, progress=self.is_main)
+    def validate(self, val_loader: DataLoader) -> dict[str, float]:
+        return self.evaluation.validate(self.eval_model, val_loader)
 
     def decide(self, row: dict[str, Any]) -> tuple[bool, str | None]:
         """(improved, why the run stops: "pruned", "early stopping" or None) after an epoch.
@@ -270,10 +289,8 @@ class Trainer(TestingMixin, RunStateMixin):
         return select_outputs(self.tasks, outputs, batch, model=self.config.model.type)
 
     def fit_scaling(self, train: Dataset) -> None:
-        """Standardise regression targets by the training split ``train`` (once: a resumed run
-        keeps its checkpoint's scaling)."""
-        if any(t.kind.standardizes and t.config.standardize and not t.scaled for t in self.tasks):
-            self.set_tasks(fit_scaling(self.tasks, train))
+        """Standardise targets by the training split ``train`` (once: see fit_scaling)."""
+        self.set_tasks(fit_scaling(self.tasks, train))
 
     def set_tasks(self, tasks: list[Task]) -> None:
         """The tasks (with their target scaling) that training and evaluation use from now."""
@@ -287,13 +304,8 @@ class Trainer(TestingMixin, RunStateMixin):
         """Split ``dataset`` (default: the trainer's) with ``data.seed`` into three loaders."""
         if dataset is None:
             dataset = self.dataset
-        elif num_node_features(dataset) != self.in_channels:
-            raise DataError(
-                f"the dataset has {num_node_features(dataset)} node features but the model was "
-                f"built for {self.in_channels}"
-            )
         else:
-            build_tasks(self.config, dataset)  # its targets are checked
+            check_data(self.config, dataset, self.model_spec)
         train, val, test = split_dataset(dataset, self.config.data.split, self.config.data.seed)
         self.batch_device = batch_device(self.config, self.device, dataset)
         self.fit_scaling(train)
@@ -313,8 +325,13 @@ class Trainer(TestingMixin, RunStateMixin):
         try:
             return self._train_epochs(train_loader, val_loader)
         except BaseException as e:
-            self.record_failure(e)  # in train.log: why the run stopped where it did
+            self.records.record_failure(e)  # in train.log: why the run stopped where it did
             raise
+
+    def open_run(self) -> None:
+        """Open the run directory (config.yaml, train.log; resuming, the records cut back)."""
+        strategy = self.strategy.name if self.world_size > 1 else None
+        self.records.open({**self._environment, "strategy": strategy})
 
     def check_model(self, train: Dataset) -> None:
         """Fit the targets' scaling on ``train`` and run the model once on two of its graphs:
@@ -324,10 +341,10 @@ class Trainer(TestingMixin, RunStateMixin):
                       self.autocast, device=self.device, float_dtype=self.float_dtype)  # fmt: skip
 
     def _train_epochs(self, train_loader: DataLoader, val_loader: DataLoader) -> list[dict]:
-        num_epochs = self.config.training.num_epochs
+        num_epochs, state = self.config.training.num_epochs, self.state
         self.on_train_start(train_loader)
-        self.restore_rng()
-        while self.epoch < num_epochs and not (self.stopped_early or self.pruned):
+        state.restore_rng(rank=self.rank, device=self.device, seed=self.config.training.seed)
+        while state.epoch < num_epochs and not state.ended:
             self.on_epoch_start(train_loader)
             lr = self.optimizer.param_groups[0]["lr"]
             start = time.perf_counter()
@@ -335,113 +352,98 @@ class Trainer(TestingMixin, RunStateMixin):
             train = self.train_epoch(train_loader)
             seconds = time.perf_counter() - start
             with self.monitor.phase("eval"):
-                row = {"epoch": self.epoch + 1, **train, **self.validate(val_loader)}
+                row = {"epoch": state.epoch + 1, **train, **self.validate(val_loader)}
             row.update(lr=lr, epoch_seconds=seconds)
             with self.monitor.phase("wait"):
                 improved, stop = self.decide(row)
-            columns, timing = self.monitor.end_epoch(epoch=self.epoch + 1)
+            columns, timing = self.monitor.end_epoch(epoch=state.epoch + 1)
             row.update(columns)
-            self.epoch += 1
-            self.history.append(row)
-            self.stopped_early, self.pruned = stop == "early stopping", stop == "pruned"
+            state.epoch += 1
+            state.history.append(row)
+            state.stopped_early, state.pruned = stop == "early stopping", stop == "pruned"
             step_scheduler(self.lr_scheduler, row[self.early_stopping.columns[0]])
             self.end_epoch(row, improved, timing)
         self.monitor.check_replicas(step=None)
-        if self.stopped_early:
-            self.logger.info("%s", self.early_stopping.stop_message(self.epoch))
-        if self.pruned:
-            self.logger.info("pruned by the study after epoch %d", self.epoch)
-        self.write_summary()
+        if state.stopped_early:
+            self.logger.info("%s", self.early_stopping.stop_message(state.epoch))
+        if state.pruned:
+            self.logger.info("pruned by the study after epoch %d", state.epoch)
+        self.records.write_summary()
         self.on_train_end()
-        return self.history
+        return state.history
 
     def train_epoch(self, loader: DataLoader) -> dict[str, float]:
-        """One pass over ``loader``; returns ``train_loss`` (each task's loss over its rows,
-        weighted as the tasks say), and each task's loss and accuracy as the columns of
-        :func:`~QuantumGravPy.config.history_columns` name them, those of the weights as they
-        were when each batch was seen; a step the monitor skipped does not count.
-
-        With ``training.accumulate_grad_batches`` k, the optimizer steps once per k batches.
-        Each batch's loss is weighted by its share of the step's graphs, so k batches of b
-        graphs make the same step as one batch of k*b graphs (for a loss that is a mean over
-        the rows of a batch, as PyTorch's losses are by default).
-        """
-        model = self.train_module
-        model.train()
-        tasks, strategy = self.tasks, self.strategy
-        micro = strategy.micro_batches  # passes per batch (the invariant strategy's cut)
-        # per micro-batch of a batch, per task: loss summed over rows, rows right
-        # (classification, binary), rows; added up over ranks by the strategy (fold)
-        sums = torch.zeros(micro, len(tasks), 3, dtype=torch.float64, device=self.device)
-        step_sums = torch.zeros_like(sums)
-        k = self.batches_per_step
-        # With drop_last, a step short of k batches is dropped too, as a short batch would be.
-        batches = len(loader) - len(loader) % k if self.config.training.drop_last else len(loader)
-        bar = logs.progress(
-            itertools.islice(loader, batches), total=batches, desc=f"epoch {self.epoch + 1}",
-            unit="batch", enabled=self.is_main,
-        )  # fmt: skip
-        monitor = self.monitor  # marks each part of each step
-        # training.batch_nodes: the ranks' batches hold different numbers of graphs; each
-        # rank's losses are weighted against its share of the step's graphs on all ranks
-        planned = getattr(getattr(loader, "batch_sampler", None), "global_graphs", None)
-        for step, group in enumerate(step_groups(bar, k)):
-            graphs = sum(batch.num_graphs for batch in group)
-            monitor.graphs += graphs
-            if planned is not None:
-                graphs = sum(planned[step * k : (step + 1) * k]) / self.world_size
-            else:
-                graphs = strategy.step_graphs(graphs)  # what each loss is weighted against
-            step_sums.zero_()  # added to the epoch's if the step is taken
-            self.optimizer.zero_grad(set_to_none=True)
-            for i, batch in enumerate(group):
-                batch = to_device(batch, self.device, self.float_dtype)
-                monitor.lap("data")
-                last = i == len(group) - 1
-                strategy.before_forward(self.global_step, i)
-                # Gradients are exchanged once per step, on its last batch.
-                with contextlib.nullcontext() if last else self.no_sync():
-                    with self.autocast():
-                        outputs = self.select(model(batch), batch)
-                        losses = [task.loss(outputs[task.name], batch) for task in tasks]
-                        loss = total_loss(tasks, losses)
-                    add_train_sums(step_sums[i % micro], tasks, losses, outputs, batch)
-                    monitor.lap("forward")
-                    self.scaler.scale(loss * (batch.num_graphs / graphs)).backward()
-                strategy.after_backward(self.model)
-                monitor.lap("backward")
-            strategy.exchange(self.model)
-            if scaled := self.scaler.is_enabled():
-                self.scaler.unscale_(self.optimizer)  # the gradient norm in its true units
-            if monitor.gradients_ok(step_sums, self.global_step, self.epoch + 1, scaled):
-                clip_gradients(self.model.parameters(), self.config.training.gradient_clip)
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-                if self.ema is not None:
-                    self.ema.update(self.model)
-                sums += step_sums
-            self.global_step += 1
-            monitor.lap("optimizer")
-            monitor.check_replicas(step=self.global_step)
-        totals = strategy.fold(sums, self.reduce_sums)
-        return check_loss(train_columns(tasks, totals), epoch=self.epoch + 1)
-
-    @property
-    def batches_per_step(self) -> int:
-        """The loader's batches per optimizer step: accumulated ones, cut into micro-batches."""
-        return self.config.training.accumulate_grad_batches * self.strategy.micro_batches
+        """One pass over ``loader``: see :meth:`~.step.TrainingPass.run`."""
+        return self.training_pass.run(loader, self.train_module, self.tasks, self.select)
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """``training.precision``: float32, or autocast to bfloat16 / float16."""
         return autocast(self.device, self.autocast_dtype)
 
     def end_epoch(self, row: dict[str, Any], improved: bool, timing: dict | None = None) -> None:
+        state = self.state
         if improved:
-            self.best_state = {
+            state.best_state = {
                 k: v.detach().to("cpu", copy=True) for k, v in self.eval_model.state_dict().items()
             }
         # Each rank's random state, where the next epoch starts from, and its time: one gather.
         records = self.gather_records({"rng": rs.rng_state(self.device), "timing": timing})
-        self._rng_states = [r["rng"] for r in records]
-        self.rank_rows = [r["timing"] for r in records if r["timing"] is not None]
-        self.write_epoch_files(row, improved)
+        state.rng_states = [r["rng"] for r in records]
+        rank_rows = [r["timing"] for r in records if r["timing"] is not None]
+        # gathered by every process (zero and fsdp hold shares), written by the main one
+        contents = self.checkpoints.contents(self.tasks)
+        self.records.write_epoch(row, improved, contents, rank_rows)
+
+    def gather_records(self, record: dict[str, Any]) -> list[dict[str, Any]]:  # hook
+        """Every process's ``record`` of the epoch's end, in rank order (DDP gathers them)."""
+        return [record]
+
+    def run_test(
+        self, test_loader: DataLoader, checkpoint: str | Path | None = None
+    ) -> dict[str, float]:
+        """Test metrics of ``checkpoint``; by default of the best epoch, if this trainer trained.
+
+        The trainer's own model is left as it is; the weights are loaded into a copy. The best
+        weights are kept in memory as well as in ``best.pt``, so every process of a distributed
+        run has them without reading a file another process wrote.
+        """
+        model, tasks = self.checkpoints.tested(self.tasks, checkpoint, self.device)
+        metrics, predictions = self.evaluation.test(model, test_loader, tasks)
+        columns = ("test_loss", *headline_columns(self.config, "test"))
+        self.logger.info("%s", "  ".join(f"{c} {metrics[c]:.4f}" for c in columns))
+        if self.records.opened:
+            graphs = self.evaluation.evaluated_set(test_loader)
+            self.records.write_summary(metrics, predictions, graphs)
+        return metrics
+
+    # --- checkpoints and resuming ---------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint records: plain state dicts, tensors and numbers only."""
+        return self.checkpoints.contents(self.tasks)
+
+    def save_checkpoint(self, name: str = rd.LAST) -> Path:
+        """Write a checkpoint into the run's ``checkpoints/`` (only the main process writes)."""
+        return self.checkpoints.save(name, self.state_dict())
+
+    def load_state_dict(self, state: dict[str, Any], path: str | Path = "checkpoint") -> None:
+        """Continue from ``state`` (a checkpoint's contents) in this process."""
+        self.set_tasks(self.checkpoints.load(state, path, self.tasks, rank=self.rank))
+
+    def resume(self, *, force: bool = False) -> bool:
+        """Restore the run in ``training.path`` from ``checkpoints/last.pt``, on every process.
+
+        Returns False, and leaves the trainer at its start, when the directory holds no run or
+        only the start of one (no epoch finished); a directory with results but no last.pt is
+        refused. Called by the constructor with ``resume=True``.
+        """
+        # Read and checked on the main process; every process gets the same state (and any
+        # refusal), so the run directory need not be on a filesystem the others see.
+        state = self.on_main(
+            lambda: read_resume_state(self.config, world_size=self.world_size, force=force)
+        )
+        if state is None:
+            return False
+        self.load_state_dict(state, self.run_dir / rd.CHECKPOINTS / rd.LAST)
+        self.state.resume_notices = state["notices"]  # logged once train.log is open
+        return True

@@ -33,7 +33,6 @@ from ..parallel import distributed, shm_comm
 from ..parallel.distributed import DistributedError, RankFailedError
 from ..parallel.strategies import Strategy
 from ..runs.reproducibility import seed_everything
-from .evaluation import Validator
 from .trainer import Trainer
 
 T = TypeVar("T")
@@ -57,7 +56,10 @@ class TrainerDDP(Trainer):
         overwrite: bool = False,
         resume: bool = False,
         force: bool = False,
+        **options: Any,
     ):
+        """``options``: the base class's keyword options (``judge``, ``tags``, ``quiet``,
+        ``profiling``); a judge is asked on rank 0 only."""
         if not distributed.is_initialized():
             raise DistributedError(
                 "TrainerDDP needs a process group: call qg.initialize_ddp(rank, world_size) "
@@ -75,14 +77,8 @@ class TrainerDDP(Trainer):
         self.world_size = distributed.get_world_size()
         self.rank_logger = logging.getLogger(f"{LOGGER_NAME}.ranks")
         self.rank_logger.setLevel(logging.INFO)  # start and end lines show on every rank
-        super().__init__(config, dataset, overwrite=overwrite, resume=resume, force=force)
-        if config.validation.mode == "sharded":
-            # each rank evaluates graphs rank, rank + W, ... (make_eval_loader)
-            self.validator.shard = self.tester.shard = (rank, self.world_size)
-        # Stated here rather than trusted to the base class: the loop state of a DDP run starts
-        # at the same epoch on every rank, 0 or that of the checkpoint rank 0 read and broadcast
-        # (the predecessor of this class forgot to set it and crashed).
-        self.epoch = 0 if self.resumed_from is None else self.epoch
+        super().__init__(config, dataset, overwrite=overwrite, resume=resume, force=force,
+                         **options)  # fmt: skip
         # Every rank has built the same initial model from training.seed, the one a single
         # process builds; DDP broadcasts rank 0's copy anyway. From here on, each rank draws its
         # own dropout masks.
@@ -131,17 +127,18 @@ class TrainerDDP(Trainer):
         )
 
     @property
+    def eval_shard(self) -> tuple[int, int]:
+        # sharded: each rank evaluates graphs rank, rank + W, ... (make_eval_loader)
+        sharded = self.config.validation.mode == "sharded"
+        return (self.rank, self.world_size) if sharded else (0, 1)
+
+    @property
     def eval_model(self) -> torch.nn.Module:
         # fsdp: a plain copy gathered from the shards (every rank gets here at the same point)
         return self.strategy.evaluation_module(super().eval_model, step=self.global_step)
 
     def gather_records(self, record: dict[str, Any]) -> list[dict[str, Any]]:
         return distributed.all_gather_object(record)
-
-    def read_resume_state(self, force: bool) -> dict[str, Any] | None:
-        # Rank 0 reads and checks the checkpoint; every rank gets the same state (and any
-        # refusal), so the run directory need not be on a filesystem the other ranks see.
-        return self._on_main(lambda: Trainer.read_resume_state(self, force))
 
     def setup_logging(self) -> logging.Logger:
         level = self.config.log_level if self.rank == 0 else "WARNING"
@@ -170,7 +167,7 @@ class TrainerDDP(Trainer):
 
     # --- guarded work on rank 0 ----------------------------------------------------------------
 
-    def _on_main(self, fn: Callable[[], T]) -> T:
+    def on_main(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on rank 0, then give its result (or its failure) to every rank.
 
         The others wait at a barrier meanwhile. A failure on rank 0 is caught and broadcast, so
@@ -240,17 +237,7 @@ class TrainerDDP(Trainer):
             dataset = Subset(dataset, range(self.rank, len(dataset), self.world_size))
         return super().make_eval_loader(dataset, batch_size)
 
-    def evaluated_set(self, loader: DataLoader) -> Dataset:
-        # sharded: this rank's loader holds every world_size-th graph of the set
-        graphs = super().evaluated_set(loader)
-        return graphs.dataset if self.config.validation.mode == "sharded" else graphs
-
     # --- the loop's hooks ----------------------------------------------------------------------
-
-    def open_run(self) -> None:
-        if not self._run_open:
-            self._on_main(super().open_run)
-            self._run_open = True
 
     def on_train_start(self, train_loader: DataLoader) -> None:
         sampler = epoch_sampler(train_loader)
@@ -295,37 +282,6 @@ class TrainerDDP(Trainer):
         with self.monitor.phase("wait"):
             return distributed.all_reduce_sum(sums)
 
-    def _evaluate(
-        self, evaluator: Validator, model: torch.nn.Module, loader, predictions: bool, tasks=None
-    ):
-        """The columns (and with ``predictions``, the kept predictions on rank 0)."""
-        if self.config.validation.mode == "sharded":
-            # every rank evaluates its shard; sums are all-reduced, metric states gathered
-            accumulated = evaluator.accumulate(model, loader, tasks, progress=self.is_main)
-            accumulated.sums = self.reduce_sums(accumulated.sums)
-            columns = accumulated.compute(evaluator.prefix, across_ranks=True)
-            if not predictions:
-                return columns
-            return columns, accumulated.gathered_predictions(across_ranks=True)
-
-        # The unwrapped module: a DDP forward on one rank alone could start a collective.
-        kept = {}
-
-        def on_main():
-            accumulated = evaluator.accumulate(model, loader, tasks, progress=True)
-            if predictions:  # stay on rank 0, which writes them; only the columns are sent
-                kept["predictions"] = accumulated.gathered_predictions()
-            return accumulated.compute(evaluator.prefix)
-
-        columns = self._on_main(on_main)
-        return (columns, kept.get("predictions")) if predictions else columns
-
-    def validate(self, val_loader: DataLoader) -> dict[str, float]:
-        return self._evaluate(self.validator, self.eval_model, val_loader, predictions=False)
-
-    def evaluate_test(self, model: torch.nn.Module, test_loader: DataLoader, tasks=None):
-        return self._evaluate(self.tester, model, test_loader, predictions=True, tasks=tasks)
-
     def decide(self, row: dict[str, Any]) -> tuple[bool, str | None]:
         """Rank 0 decides after a barrier (early stopping, and the judge: a tuning trial's
         pruner); every rank gets its row, decision and stopper state, so all stop together."""
@@ -335,21 +291,10 @@ class TrainerDDP(Trainer):
             return dict(row), improved, stop, self.early_stopping.state_dict()
 
         distributed.barrier()
-        shared_row, improved, stop, stopper = self._on_main(decide_on_main)
+        shared_row, improved, stop, stopper = self.on_main(decide_on_main)
         row.update(shared_row)  # epoch_seconds of rank 0: the history is the same everywhere
         self.early_stopping.load_state_dict(stopper)
         return improved, stop
-
-    def write_epoch_files(self, row: dict[str, Any], improved: bool) -> None:
-        # every rank takes part (zero and fsdp gather every rank's share); rank 0 writes it
-        self._gathered = self.gather_state()
-        try:
-            self._on_main(lambda: super(TrainerDDP, self).write_epoch_files(row, improved))
-        finally:
-            self._gathered = None
-
-    def write_summary(self, test_metrics: dict[str, float] | None = None) -> None:
-        self._on_main(lambda: super(TrainerDDP, self).write_summary(test_metrics))
 
     def close(self) -> None:
         """Detach the log file and release the DDP wrapper and its gradient exchange.

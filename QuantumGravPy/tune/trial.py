@@ -19,8 +19,7 @@ from typing import Any
 import torch
 
 from ..config import Config
-from ..logs import set_terminal_level
-from ..training import Trainer, TrainerDDP
+from ..training import fit
 from .space import SearchSpace
 from .storage import open_storage
 
@@ -77,19 +76,6 @@ def trial_worker(
     """Every rank of a trial: train (and test, unless pruned); rank 0 judges each epoch."""
     torch.set_num_threads(threads)  # the machine's cores shared between the trials at once
     os.environ["TQDM_DISABLE"] = "1"  # the study shows one bar for all trials
-    if world_size > 1:
-        trainer: Trainer = TrainerDDP(rank, config)
-    else:
-        trainer = Trainer(config)
-    # The terminal shows the study's lines; each trial's own log is its train.log.
-    set_terminal_level("WARNING")
-    if rank == 0:
-        trainer.judge = PruningJudge(link)
-        trainer.run_tags = {"study": link.study_name, "trial": str(link.number)}
-    try:
-        train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
-        history = trainer.run_training(train_loader, val_loader)
-        test = None if trainer.pruned else trainer.run_test(test_loader)
-    finally:
-        trainer.close()
-    return {"history": history, "pruned": trainer.pruned, "test": test}
+    tags = {"study": link.study_name, "trial": str(link.number)}
+    # The terminal shows the study's lines (quiet); each trial's own log is its train.log.
+    return fit(config, judge=PruningJudge(link) if rank == 0 else None, tags=tags, quiet=True)

@@ -59,8 +59,9 @@ if _ARMED and _AT:
 
     def _plant(trainer):
         """Count the batches each pass moves to the device: the training pass calls
-        ``trainer.to_device``, validation (and testing) ``evaluation.to_device``."""
+        ``step.to_device``, validation (and testing) ``evaluation.to_device``."""
         evaluation = sys.modules["QuantumGravPy.training.evaluation"]
+        step = sys.modules["QuantumGravPy.training.step"]  # imported by the trainer's module
         counts = {"epoch": 0, "train": 0, "validate": 0}
         train_epoch = trainer.Trainer.train_epoch
 
@@ -78,7 +79,7 @@ if _ARMED and _AT:
             return moved
 
         trainer.Trainer.train_epoch = counted_train_epoch
-        trainer.to_device = counting("train", trainer.to_device)
+        step.to_device = counting("train", step.to_device)
         evaluation.to_device = counting("validate", evaluation.to_device)
 
     class _PlantAfterImport(importlib.abc.MetaPathFinder):

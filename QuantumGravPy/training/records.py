@@ -1,0 +1,134 @@
+"""What a run writes as it goes: its directory opened, each epoch's checkpoints, records and log
+line, and the summary with the test results.
+
+:class:`RunRecords` is built by the trainer with the objects it writes through (the run
+directory, the checkpoints) and what it reports (the run's state, the early stopping). Writing
+happens on the main process; ``share(fn)`` runs ``fn`` there and hands a failure to every
+process (the trainer's ``on_main``: under DDP, rank 0 writes while the others wait, and all of
+them raise if it fails, instead of waiting at the next collective).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..config import Config, shown_columns
+from ..data.provenance import provenance, with_sources
+from ..runs import directory as rd
+from ..runs.run_directory import RunDirectory
+from .checkpointing import Checkpoints
+from .early_stopping import MetricStopping
+from .run_state import RunState
+from .timing import stragglers
+
+T = TypeVar("T")
+
+
+def _call(fn: Callable[[], T]) -> T:
+    return fn()
+
+
+class RunRecords:
+    """The records of one run, in its ``directory``; ``judged``: whether a judge may prune it
+    (the summary then says whether it did)."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        directory: RunDirectory,
+        checkpoints: Checkpoints,
+        state: RunState,
+        early_stopping: MetricStopping,
+        logger: logging.Logger,
+        world_size: int,
+        judged: bool = False,
+        share: Callable[[Callable[[], Any]], Any] = _call,
+    ):
+        self.config, self.directory, self.checkpoints = config, directory, checkpoints
+        self.state, self.early_stopping, self.logger = state, early_stopping, logger
+        self.world_size, self.judged, self.share = world_size, judged, share
+        self.opened = False  # on every process, once open() has run
+
+    def open(self, environment: dict[str, Any]) -> None:
+        """Open the run directory (config.yaml, train.log; resuming, the records cut back to
+        the checkpoint), recording ``environment``; once."""
+        if self.opened:
+            return
+        state = self.state
+        resumed = None if state.resumed_from is None else str(state.resumed_from)
+        opening = dict(history=state.history, epoch=state.epoch, step=state.global_step)
+        notices = state.resume_notices
+        self.share(
+            lambda: self.directory.open(
+                environment=environment, resumed=resumed, notices=notices, **opening
+            )
+        )
+        self.opened = True
+
+    def write_epoch(
+        self, row: dict[str, Any], improved: bool, contents: dict, rank_rows: list[dict]
+    ) -> None:
+        """Checkpoints (``contents``, gathered by every process), history.csv, ranks.csv,
+        stragglers and the epoch's log line.
+
+        ``last.pt`` comes after the epoch's other checkpoints: it is what a resumed run
+        continues from (history.csv and ranks.csv are rewritten from it when resuming).
+        """
+
+        def write() -> None:
+            epoch, every = self.state.epoch, self.config.training.checkpoint_every
+            if every and epoch % every == 0:
+                self.checkpoints.save(f"epoch_{epoch:04d}.pt", contents)
+            if improved:
+                self.checkpoints.save("best.pt", contents)
+            self.directory.track(row, rank_rows)
+            self.checkpoints.save(rd.LAST, contents)
+            self.directory.write_records(self.state.history, rank_rows)
+            for line in stragglers(rank_rows, self.config.monitor.straggler_ratio):
+                self.logger.warning("straggler: %s", line)
+            shown = ("train_loss", "val_loss", *shown_columns(self.config))  # decide *best
+            self.logger.info(
+                "epoch %d/%d  %s  lr %.2e  %.1fs%s", row["epoch"],
+                self.config.training.num_epochs, "  ".join(f"{c} {row[c]:.4f}" for c in shown),
+                row["lr"], row["epoch_seconds"], "  *best" if improved else "",
+            )  # fmt: skip
+
+        self.share(write)
+
+    def write_summary(
+        self,
+        test_metrics: dict[str, float] | None = None,
+        predictions: dict[str, dict[str, Any]] | None = None,
+        graphs: Any = None,
+    ) -> None:
+        """summary.json and the pictures; after a test, its metrics and the test
+        ``predictions``, each row naming where its graph (a position in ``graphs``) came from
+        (read on the main process, so that a file that cannot be read fails every process)."""
+        state = self.state
+        summary = {
+            "test_loss": None,  # until the run is tested
+            "best_epoch": self.early_stopping.best_epoch,
+            "epochs_run": state.epoch,
+            "stopped_early": state.stopped_early,
+            "world_size": self.world_size,
+            **({"pruned": state.pruned} if self.judged else {}),
+        }
+
+        def write() -> None:
+            rows = predictions
+            if rows is not None:
+                rows = with_sources(rows, provenance(self.config, graphs))
+            self.directory.write_summary(summary, test_metrics, rows)
+
+        self.share(write)
+
+    def close(self, *, complete: bool) -> None:
+        """Close the trackers (``complete``: the run trained to its end), detach the log."""
+        self.directory.close(complete=complete)
+
+    def record_failure(self, error: BaseException) -> None:
+        """Why the run stopped during its current epoch, in train.log."""
+        self.directory.record_failure(error, epoch=self.state.epoch + 1)

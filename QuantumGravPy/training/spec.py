@@ -1,0 +1,57 @@
+"""What a run's model is built from (its spec), and the model built from it.
+
+The spec (the node features the model reads, each task's outputs, the width of the graph
+features) is read from the data when a run starts and recorded in its checkpoints, so that
+``qg predict`` rebuilds the same model for new data without the training set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+from torch.utils.data import Dataset
+
+from ..config import Config
+from ..data import graph_feature_width, num_node_features
+from ..errors import ConfigError, DataError
+from ..models import build_model
+from .tasks import Task, build_tasks
+
+
+def model_spec(config: Config, dataset: Dataset | list, tasks: list[Task]) -> dict[str, Any]:
+    """The spec of ``config``'s model for ``dataset``; ``model.in_channels``, if given, must be
+    the data's node features."""
+    in_channels = num_node_features(dataset)
+    declared = config.model.in_channels
+    if declared is not None and declared != in_channels:
+        raise ConfigError(
+            f"model.in_channels: the data has {in_channels} node features, found {declared}"
+        )
+    return {
+        "in_channels": in_channels,
+        "outputs": {t.name: t.num_outputs for t in tasks},
+        "graph_feature_channels": graph_feature_width(dataset, config.model.graph_features),
+    }
+
+
+def model_from_spec(config: Config, spec: dict[str, Any], tasks: list[Task]) -> nn.Module:
+    """``config``'s model as ``spec`` says, with a head for each of ``tasks``, on the CPU (built
+    from the seeded generator, so that its initial weights do not depend on the device)."""
+    return build_model(
+        config.model,
+        spec["in_channels"],
+        {t.name: (t.num_outputs, t.level) for t in tasks},
+        graph_feature_channels=spec["graph_feature_channels"],
+    )
+
+
+def check_data(config: Config, dataset: Dataset | list, spec: dict[str, Any]) -> None:
+    """A dataset other than the one the model was built for must fit it: the same node
+    features, and the targets of ``config``'s tasks."""
+    if num_node_features(dataset) != spec["in_channels"]:
+        raise DataError(
+            f"the dataset has {num_node_features(dataset)} node features but the model was "
+            f"built for {spec['in_channels']}"
+        )
+    build_tasks(config, dataset)  # its targets are checked

@@ -1,0 +1,142 @@
+"""One epoch of training: the loader's batches, in optimizer steps.
+
+:class:`TrainingPass` is built once by the trainer with what a step touches: the parallel
+strategy (micro-batches, the gradient exchange), the optimizer, the gradient scaler, the moving
+average, the monitor (which marks each part of each step and checks the gradients), the run's
+state (its step counter) and the trainer's two distributed hooks (``no_sync``, ``reduce``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from .. import logs
+from ..config import TrainingConfig
+from ..parallel.strategies import Strategy
+from .ema import EMA
+from .evaluation import to_device
+from .monitor import Monitor, check_loss
+from .optim import clip_gradients, step_groups
+from .run_state import RunState
+from .tasks import Task, add_train_sums, total_loss, train_columns
+
+
+class TrainingPass:
+    """The training pass of one process (of ``world_size``); ``show``: whether it draws
+    progress. ``autocast()`` is ``training.precision``'s context; ``no_sync()`` the one around a
+    micro-batch that does not step; ``reduce(sums)`` adds the processes' sums."""
+
+    def __init__(
+        self,
+        *,
+        training: TrainingConfig,
+        model: nn.Module,
+        strategy: Strategy,
+        optimizer: torch.optim.Optimizer,
+        scaler: torch.amp.GradScaler,
+        ema: EMA | None,
+        monitor: Monitor,
+        state: RunState,
+        device: torch.device,
+        float_dtype: torch.dtype,
+        world_size: int,
+        show: bool,
+        autocast: Callable[[], contextlib.AbstractContextManager],
+        no_sync: Callable[[], contextlib.AbstractContextManager],
+        reduce: Callable[[torch.Tensor], torch.Tensor],
+    ):
+        self.training, self.model, self.strategy = training, model, strategy
+        self.optimizer, self.scaler, self.ema = optimizer, scaler, ema
+        self.monitor, self.state = monitor, state
+        self.device, self.float_dtype = device, float_dtype
+        self.world_size, self.show = world_size, show
+        self.autocast, self.no_sync, self.reduce = autocast, no_sync, reduce
+
+    @property
+    def batches_per_step(self) -> int:
+        """The loader's batches per optimizer step: accumulated ones, cut into micro-batches."""
+        return self.training.accumulate_grad_batches * self.strategy.micro_batches
+
+    def run(
+        self,
+        loader: DataLoader,
+        module: nn.Module,
+        tasks: list[Task],
+        select: Callable[[Any, Any], dict[str, torch.Tensor]],
+    ) -> dict[str, float]:
+        """One pass over ``loader`` with ``module`` (the model as the strategy wraps it; each
+        task's output picked by ``select``); returns ``train_loss`` (each task's loss over its
+        rows, weighted as the tasks say), and each task's loss and accuracy as the columns of
+        :func:`~QuantumGravPy.config.history_columns` name them, those of the weights as they
+        were when each batch was seen; a step the monitor skipped does not count.
+
+        With ``training.accumulate_grad_batches`` k, the optimizer steps once per k batches.
+        Each batch's loss is weighted by its share of the step's graphs, so k batches of b
+        graphs make the same step as one batch of k*b graphs (for a loss that is a mean over
+        the rows of a batch, as PyTorch's losses are by default).
+        """
+        module.train()
+        strategy, state, monitor = self.strategy, self.state, self.monitor
+        epoch = state.epoch + 1
+        micro = strategy.micro_batches  # passes per batch (the invariant strategy's cut)
+        # per micro-batch of a batch, per task: loss summed over rows, rows right (a kind that
+        # counts them), rows; added up over ranks by the strategy (fold)
+        sums = torch.zeros(micro, len(tasks), 3, dtype=torch.float64, device=self.device)
+        step_sums = torch.zeros_like(sums)
+        k = self.batches_per_step
+        # With drop_last, a step short of k batches is dropped too, as a short batch would be.
+        batches = len(loader) - len(loader) % k if self.training.drop_last else len(loader)
+        bar = logs.progress(
+            itertools.islice(loader, batches), total=batches, desc=f"epoch {epoch}",
+            unit="batch", enabled=self.show,
+        )  # fmt: skip
+        # training.batch_nodes: the ranks' batches hold different numbers of graphs; each
+        # rank's losses are weighted against its share of the step's graphs on all ranks
+        planned = getattr(getattr(loader, "batch_sampler", None), "global_graphs", None)
+        for step, group in enumerate(step_groups(bar, k)):
+            graphs = sum(batch.num_graphs for batch in group)
+            monitor.graphs += graphs
+            if planned is not None:
+                graphs = sum(planned[step * k : (step + 1) * k]) / self.world_size
+            else:
+                graphs = strategy.step_graphs(graphs)  # what each loss is weighted against
+            step_sums.zero_()  # added to the epoch's if the step is taken
+            self.optimizer.zero_grad(set_to_none=True)
+            for i, batch in enumerate(group):
+                batch = to_device(batch, self.device, self.float_dtype)
+                monitor.lap("data")
+                last = i == len(group) - 1
+                strategy.before_forward(state.global_step, i)
+                # Gradients are exchanged once per step, on its last batch.
+                with contextlib.nullcontext() if last else self.no_sync():
+                    with self.autocast():
+                        outputs = select(module(batch), batch)
+                        losses = [task.loss(outputs[task.name], batch) for task in tasks]
+                        loss = total_loss(tasks, losses)
+                    add_train_sums(step_sums[i % micro], tasks, losses, outputs, batch)
+                    monitor.lap("forward")
+                    self.scaler.scale(loss * (batch.num_graphs / graphs)).backward()
+                strategy.after_backward(self.model)
+                monitor.lap("backward")
+            strategy.exchange(self.model)
+            if scaled := self.scaler.is_enabled():
+                self.scaler.unscale_(self.optimizer)  # the gradient norm in its true units
+            if monitor.gradients_ok(step_sums, state.global_step, epoch, scaled):
+                clip_gradients(self.model.parameters(), self.training.gradient_clip)
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                if self.ema is not None:
+                    self.ema.update(self.model)
+                sums += step_sums
+            state.global_step += 1
+            monitor.lap("optimizer")
+            monitor.check_replicas(step=state.global_step)
+        totals = strategy.fold(sums, self.reduce)
+        return check_loss(train_columns(tasks, totals), epoch=epoch)
