@@ -2,7 +2,10 @@
 QuantumGravPy``).
 
 A mistake in what the user passed (config, override, path, checkpoint) prints one line starting
-with ``error:`` and exits with status 2; ``--debug`` shows the traceback as well.
+with ``error:`` and exits with status 2. What is not (an exception in the user's own code, memory
+running out: a :class:`~QuantumGravPy.errors.RunError`) prints one line too, saying what and
+where, and exits with status 1. ``--debug`` shows the traceback as well, the original one
+included.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from collections import Counter
 from collections.abc import Sequence
 
 from .arguments import build_parser
-from .errors import COMMAND_LINE_ENV, QGError
+from .errors import COMMAND_LINE_ENV, QGError, RunError
 from .logs import configure_logging
 
+EXIT_FAILED = 1
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
@@ -46,7 +50,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if worker_traceback:  # a rank crashed on something other than bad input: show where
             print(worker_traceback.rstrip(), file=sys.stderr)
         print(f"error: {_rank_prefix()}{e}", file=sys.stderr)
-        return EXIT_USER_ERROR if not worker_traceback else 1
+        return EXIT_USER_ERROR if not worker_traceback else EXIT_FAILED
+    except RunError as e:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {_rank_prefix()}{e}", file=sys.stderr)
+        return EXIT_FAILED
     except OSError as e:
         if e.filename is None:  # not about a path the user gave: a bug, keep the traceback
             raise

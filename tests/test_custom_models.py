@@ -89,8 +89,8 @@ def test_a_custom_model_trains_under_ddp(make_config):
         ),
         (
             ["model.type=user_models.SmallGCN", "model.kwargs={width: 3}"],
-            "model.kwargs: user_models.SmallGCN(in_channels=..., outputs=..., **model.kwargs) "
-            "failed: TypeError: SmallGCN.__init__() got an unexpected keyword argument 'width'",
+            "model.kwargs: user_models.SmallGCN got an unexpected keyword argument 'width' (it "
+            "takes hidden, dropout)",
         ),
         (["model.kwargs={hidden: 3}"], "model.kwargs: only for your own model.type"),
         (["model.type=user_models.nowhere"], "model.type: cannot import 'user_models.nowhere'"),

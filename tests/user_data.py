@@ -186,3 +186,9 @@ def imbalanced_rings_in_memory(num_graphs: int = 200) -> InMemoryDataset:
     """:func:`imbalanced_rings` held as PyTorch Geometric holds a dataset in memory (one
     tensor per attribute, with per-graph boundaries), as the batches by index read it."""
     return _InMemory(imbalanced_rings(num_graphs))
+
+
+def breaks_on_sample_2(file: str, index: int) -> Data:
+    """A ``data.reader`` with a bug: sample 2 of any file makes it fail."""
+    graphs = ring_graphs(4)
+    return graphs[index % 4] if index != 2 else graphs[{"a": 0}["b"]]

@@ -166,3 +166,15 @@ class NaNGradientOnRank1(_CountsSteps):
         if self.training_step() == 3 and _rank() == 1:
             scale.register_hook(lambda grad: grad * float("nan"))
         return super().forward(batch) * scale
+
+
+class OutOfMemoryConv(nn.Module):
+    """A ``model.conv`` that runs out of memory in its forward pass, as a batch too large for
+    a GPU does."""
+
+    def __init__(self, in_channels, out_channels):
+        super().__init__()
+        self.linear = nn.Linear(in_channels, out_channels)
+
+    def forward(self, x, edge_index):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")

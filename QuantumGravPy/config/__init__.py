@@ -12,7 +12,7 @@
 Imports only the ground floor (``errors``) and the task kinds.
 """
 
-from .dotted import DottedPath, resolve
+from .dotted import DottedPath, check_kwargs, resolve
 from .loading import (
     apply_overrides,
     config_from_dict,
@@ -72,6 +72,7 @@ __all__ = [
     "ValidationConfig",
     "apply_overrides",
     "balanced_task",
+    "check_kwargs",
     "config_from_dict",
     "config_to_dict",
     "dump_config",

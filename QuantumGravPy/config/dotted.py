@@ -6,9 +6,10 @@ Resolved while the config loads, so a typo fails before any work starts, with th
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Annotated, Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, in_user_code
 
 # A string naming an importable object, such as "torch.nn.CrossEntropyLoss".
 DottedPath = Annotated[str, "dotted-path"]
@@ -26,9 +27,11 @@ def resolve(dotted: str, *, key: str) -> Any:
         except ModuleNotFoundError as e:
             if e.name and module_name.startswith(e.name):
                 continue  # this prefix is not a module; try a shorter one
-            raise ConfigError(f"{key}: importing {module_name!r} failed: {e}") from None
-        except Exception as e:  # the user's module itself is broken
-            raise ConfigError(f"{key}: importing {module_name!r} failed: {e!r}") from None
+            # the module imports a package that is not installed
+            raise ConfigError(f"{key}: importing {module_name!r} failed: {e}") from e
+        except Exception as e:  # the user's module itself is broken: where, as it happened
+            doing = f"importing {module_name!r} for {key}"
+            raise in_user_code(e, doing) or ConfigError(f"{key}: {doing} failed: {e!r}") from e
         break
     else:
         raise ConfigError(f"{key}: cannot import {dotted!r} (no module named {parts[0]!r})")
@@ -43,3 +46,35 @@ def resolve(dotted: str, *, key: str) -> Any:
     if not callable(obj):
         raise ConfigError(f"{key}: {dotted!r} is not a class or function")
     return obj
+
+
+def check_kwargs(
+    fn: Any,
+    kwargs: dict[str, Any],
+    key: str,
+    *,
+    given: int = 0,
+    passed: tuple[str, ...] = (),
+    name: str | None = None,
+) -> None:
+    """A ConfigError naming ``key`` (and ``fn`` as ``name``, its dotted path) if ``fn`` cannot be
+    called with ``given`` positional and the ``passed`` keyword arguments (those the caller
+    adds) and ``kwargs`` (the config's): checked against its signature before the call, so that
+    an exception of the call itself is never taken for a mistake in the config. A function
+    without a signature to read is not checked."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*range(given), **dict.fromkeys(passed), **kwargs)
+    except TypeError as e:
+        named = [
+            p.name
+            for p in list(signature.parameters.values())[given:]
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in passed
+        ]
+        name = name or getattr(fn, "__qualname__", repr(fn))
+        raise ConfigError(
+            f"{key}: {name} {e} (it takes {', '.join(named) or 'no keyword'})"
+        ) from None  # the mismatch is all there is to say

@@ -189,7 +189,7 @@ def graph_attribute(dataset: Dataset | list[Data], name: str) -> torch.Tensor:
         if values is None:  # a dataset read graph by graph
             values = torch.cat([torch.as_tensor(g[name]).reshape(-1) for g in dataset])
     except (KeyError, AttributeError, RuntimeError) as e:
-        raise DataError(f"every training graph needs attribute {name!r}: {e}") from None
+        raise DataError(f"every training graph needs attribute {name!r}: {e}") from e
     if values.numel() != len(dataset):
         raise DataError(
             f"every training graph needs one number as attribute {name!r}: "

@@ -30,8 +30,8 @@ import torch
 from torch.utils.data import Sampler
 from torch.utils.data.distributed import DistributedSampler
 
-from ..config import TrainingConfig, resolve
-from ..errors import ConfigError
+from ..config import TrainingConfig, check_kwargs, resolve
+from ..errors import ConfigError, QGError, in_user_code
 from ..parallel import distributed
 from .datasets import dataset_labels, graph_attribute
 
@@ -324,34 +324,30 @@ def build_sampler(
             seed=seed,  # one seed on every rank: together the shards partition each epoch
             drop_last=training.drop_last,
         )
+    key = "training.sampler_kwargs"
+    native = {
+        "class_balanced": (DistributedClassBalancedSampler, lambda: dataset_labels(dataset, label)),
+        "progressive": (ProgressiveClassBalancedSampler, lambda: dataset_labels(dataset, label)),
+        "weighted": (DistributedWeightedRandomSampler, lambda: graph_attribute(dataset, "weight")),
+    }
+    if spec in native:
+        cls, values = native[spec]
+        ours = ("num_replicas", "rank", "seed")
+        check_kwargs(cls, kwargs, key, given=1, passed=ours, name=spec)
+        inputs = values()
+        try:
+            return cls(inputs, num_replicas=num_replicas, rank=rank, seed=seed, **kwargs)
+        except ValueError as e:  # a value the sampler refuses
+            raise ConfigError(f"{key}: {spec} rejected them: {e}") from e
+    make = resolve(spec, key="training.sampler")
+    check_kwargs(make, kwargs, key, given=1, name=spec)
     try:
-        if spec == "class_balanced":
-            return DistributedClassBalancedSampler(
-                dataset_labels(dataset, label),
-                num_replicas=num_replicas,
-                rank=rank,
-                seed=seed,
-                **kwargs,
-            )
-        if spec == "progressive":
-            return ProgressiveClassBalancedSampler(
-                dataset_labels(dataset, label),
-                seed=seed,
-                num_replicas=num_replicas,
-                rank=rank,
-                **kwargs,
-            )
-        if spec == "weighted":
-            return DistributedWeightedRandomSampler(
-                graph_attribute(dataset, "weight"),
-                num_replicas=num_replicas,
-                rank=rank,
-                seed=seed,
-                **kwargs,
-            )
-        sampler = resolve(spec, key="training.sampler")(dataset, **kwargs)
-        return DistributedSamplerWrapper(
-            sampler, num_replicas=num_replicas, rank=rank, seed=seed, drop_last=training.drop_last
-        )
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"training.sampler_kwargs: {spec} rejected them: {e}") from None
+        sampler = make(dataset, **kwargs)
+    except QGError:
+        raise
+    except Exception as e:  # the user's sampler: what it raised, where
+        doing = f"in training.sampler {spec}(dataset, **{kwargs})"
+        raise in_user_code(e, doing) or ConfigError(f"{key}: {spec} rejected them: {e}") from e
+    return DistributedSamplerWrapper(
+        sampler, num_replicas=num_replicas, rank=rank, seed=seed, drop_last=training.drop_last
+    )

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import DataError, cause
 from .formats import described, format_of, suffixes
 
 # What a causal matrix or link matrix is called when data.relations / data.links are null.
@@ -143,13 +143,12 @@ class Samples:
             return self._read(index, name)
         except DataError:
             raise
-        except (OSError, ValueError, RuntimeError, KeyError, TypeError) as e:
-            # a truncated file or a damaged chunk: the read itself fails
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        except (OSError, ValueError, RuntimeError) as e:
+            # a truncated file or a damaged chunk: what h5py, zarr and numcodecs raise
             raise DataError(
-                f"{self.path}: {self.where(index)}: {name!r} cannot be read ({first}); the file "
-                "may be truncated or damaged"
-            ) from None
+                f"{self.path}: {self.where(index)}: {name!r} cannot be read ({cause(e)}); the "
+                "file may be truncated or damaged"
+            ) from e
 
     def _read(self, index: int, name: str) -> np.ndarray:
         if self.layout == "groups":

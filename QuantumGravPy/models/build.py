@@ -16,8 +16,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from ..config import ModelConfig, resolve
-from ..errors import ConfigError, QGError, cause
+from ..config import ModelConfig, check_kwargs, resolve
+from ..errors import ConfigError, QGError, cause, in_user_code
 from .gnn import GNNModel
 
 # What a task needs of the model: (number of outputs, "graph" or "node")
@@ -41,15 +41,16 @@ def build_model(
     cls = resolve(section.type, key="model.type")
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
         raise ConfigError(f"model.type: {section.type!r} is not an nn.Module class")
+    ours = ("in_channels", "outputs")
+    check_kwargs(cls, dict(section.kwargs), "model.kwargs", passed=ours, name=section.type)
     try:
         return cls(in_channels=in_channels, outputs=dict(outputs), **section.kwargs)
     except QGError:
         raise
-    except Exception as e:
-        raise ConfigError(
-            f"model.kwargs: {section.type}(in_channels=..., outputs=..., **model.kwargs) "
-            f"failed: {cause(e)}"
-        ) from None
+    except Exception as e:  # the user's model could not be built: what it raised, where
+        doing = f"{section.type}(in_channels=..., outputs=..., **model.kwargs)"
+        mistake = ConfigError(f"model.kwargs: {doing} failed: {cause(e)}")
+        raise in_user_code(e, f"building model.type {doing}") or mistake from e
 
 
 def forward_failure(section: ModelConfig, model: nn.Module, error: BaseException) -> str:

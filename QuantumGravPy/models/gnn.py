@@ -23,7 +23,7 @@ from torch_geometric.nn import (
 from torch_geometric.utils import degree
 
 from ..config import ModelConfig, resolve
-from ..errors import ConfigError, cause
+from ..errors import ConfigError, cause, in_user_code
 
 
 def size_normalised_add_pool(x: Tensor, batch: Tensor, size: int | None = None) -> Tensor:
@@ -250,10 +250,11 @@ def _make_activation(act: Any) -> nn.Module:
         try:
             return act()
         except Exception as e:
-            raise ConfigError(
+            mistake = ConfigError(
                 f"model.activation: {_name(act)}() cannot be built, so it is no activation "
                 f"function ({cause(e)}); name one such as torch.nn.ReLU or torch.nn.GELU"
-            ) from None
+            )
+            raise in_user_code(e, f"building model.activation {_name(act)}") or mistake from e
     if isinstance(act, type):
         raise ConfigError(
             f"model.activation: {_name(act)} is a class but not an nn.Module; name a module "
@@ -336,10 +337,9 @@ def _make_conv(
     except Exception as e:
         key = "model.conv_kwargs" if given else "model.conv"
         shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-        raise ConfigError(
-            f"{key}: {_name(conv_cls)}({channels}, {channels}{', ' if shown else ''}{shown}) "
-            f"cannot be built: {cause(e)}"
-        ) from None
+        built = f"{_name(conv_cls)}({channels}, {channels}{', ' if shown else ''}{shown})"
+        mistake = ConfigError(f"{key}: {built} cannot be built: {cause(e)}")
+        raise in_user_code(e, f"building model.conv {built}") or mistake from e
     return _check_width(conv, channels)
 
 

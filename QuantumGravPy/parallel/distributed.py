@@ -13,6 +13,7 @@ import gc
 import os
 import re
 import socket
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -144,7 +145,7 @@ def process_env(environ: Mapping[str, str] | None = None) -> ProcessEnv | None:
                 launcher="slurm",
             )
     except ValueError as e:
-        raise DistributedError(f"cannot read the launcher's environment variables: {e}") from None
+        raise DistributedError(f"cannot read the launcher's environment variables: {e}") from e
     return None
 
 
@@ -279,12 +280,12 @@ def initialize_ddp(
     except dist.DistNetworkError as e:
         if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
             raise PortInUseError(master_addr, port) from None
-        raise DistributedError(f"cannot reach rank 0 at {master_addr}:{port}: {e}") from None
+        raise DistributedError(f"cannot reach rank 0 at {master_addr}:{port}: {e}") from e
     except dist.DistStoreError as e:
         raise RankTimeoutError(
             f"not all {world_size} ranks met at {master_addr}:{port} within {timeout_s:g} s "
             f"(parallel.timeout_s): {str(e).splitlines()[0]}"
-        ) from None
+        ) from e
     _LOCAL_RANK, _LOCAL_WORLD_SIZE, _TIMEOUT_S = local_rank, local_world_size, timeout_s
     return device
 
@@ -350,20 +351,27 @@ def ddp_device_ids(device: torch.device) -> list[int] | None:
 
 
 def _collective(name: str, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, a collective: a rank that stopped answering, or whose connection
+    broke, is reported as such (with gloo's own error as the cause).
+
+    gloo raises both as plain RuntimeErrors, told apart here by how long the call waited: the
+    process group's whole timeout for a silent rank, less for a broken connection (which torch
+    types as DistNetworkError, or gloo's transport raises). Any other error is not relabelled.
+    """
+    start = time.monotonic()
     try:
         return fn(*args, **kwargs)
-    except RuntimeError as e:  # gloo and NCCL report timeouts and lost peers as RuntimeError
-        text = str(e)
-        if "timed out" in text.lower() or "timeout" in text.lower():
+    except RuntimeError as e:
+        if time.monotonic() - start >= 0.9 * _TIMEOUT_S:
             raise RankTimeoutError(
                 f"no answer from the other ranks within {_TIMEOUT_S:g} s "
                 f"(parallel.timeout_s) in {name}; a rank has stopped answering"
-            ) from None
-        if "connection" in text.lower() or "closed" in text.lower() or "reset" in text.lower():
+            ) from e
+        if isinstance(e, dist.DistNetworkError) or "gloo/transport" in str(e):
             raise RankFailedError(
                 f"lost contact with another rank in {name}; it has probably failed "
-                f"({text.splitlines()[0]})"
-            ) from None
+                f"({str(e).splitlines()[0]})"
+            ) from e
         raise
 
 

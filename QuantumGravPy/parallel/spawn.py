@@ -180,10 +180,10 @@ def _spawn_once(
             while not context.join(grace_period=_GRACE_S):
                 pass
         except ProcessRaisedException as e:
-            raise _failure(out, e.error_index, e.msg, context, timeout_s) from None
+            raise _failure(out, e.error_index, e.msg, context, timeout_s) from e
         except ProcessExitedException as e:
             how = f"signal {e.signal_name}" if e.signal_name else f"exit code {e.exit_code}"
-            raise _failure(out, e.error_index, f"it ended with {how}", context, timeout_s) from None
+            raise _failure(out, e.error_index, f"it ended with {how}", context, timeout_s) from e
         finally:
             _terminate(context)  # Ctrl-C, or anything else unexpected: no rank is left behind
         results = []

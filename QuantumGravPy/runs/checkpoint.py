@@ -68,7 +68,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             "checkpoints it writes"
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
-        raise CheckpointError(f"{path}: corrupt or truncated checkpoint ({cause(e)})") from None
+        raise CheckpointError(f"{path}: corrupt or truncated checkpoint ({cause(e)})") from e
     if (
         not isinstance(state, dict)
         or not isinstance(state.get("model"), dict)
@@ -136,11 +136,11 @@ def load_model_state(
     """
     try:
         (load or torch.nn.Module.load_state_dict)(model, weights)
-    except (RuntimeError, KeyError, ValueError):
+    except (RuntimeError, KeyError, ValueError) as e:
         raise CheckpointError(
             f"{path}: does not fit the configured model: "
             + "; ".join([*model_changes(trained, configured), _tensor_mismatch(model, weights)])
-        ) from None
+        ) from e
 
 
 def model_changes(

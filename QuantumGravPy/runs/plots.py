@@ -76,7 +76,7 @@ def read_run(path: str | Path) -> tuple[str, list[dict[str, float]]]:
     try:
         history = rd.read_history(path)
     except (ValueError, KeyError) as e:
-        raise QGError(f"{path / rd.HISTORY}: cannot be read ({e})") from None
+        raise QGError(f"{path / rd.HISTORY}: cannot be read ({e})") from e
     if not history:
         raise QGError(f"{path / rd.HISTORY}: holds no epochs")
     return path.resolve().name or str(path), history

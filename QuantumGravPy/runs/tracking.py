@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, require
 from ..logs import get_logger
 from .directory import (
     CHECKPOINTS,
@@ -60,13 +60,11 @@ class TensorBoardTracker:
     """Writes a run's epochs and results as TensorBoard events (call it on rank 0 only)."""
 
     def __init__(self, run_dir: Path, *, first_epoch: int):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            raise ConfigError(
-                "tracking.tensorboard needs the 'tracking' extra: "
-                "pip install 'QuantumGravPy[tracking]'"
-            ) from None
+        tensorboard = require(
+            "torch.utils.tensorboard", needed_for="tracking.tensorboard", extra="tracking",
+            names=("tensorboard",),
+        )  # fmt: skip
+        SummaryWriter = tensorboard.SummaryWriter
         # purge_step: a resumed run's first epoch; events of that step and later, written by
         # the run that was killed, are hidden, so no epoch is counted twice.
         self.writer = SummaryWriter(
@@ -107,12 +105,9 @@ class MLflowTracker:
         params: dict[str, Any],
         tags: dict[str, str],
     ):
-        try:
-            from mlflow.tracking import MlflowClient
-        except ImportError:
-            raise ConfigError(
-                "tracking.mlflow needs the 'mlflow' extra: pip install 'QuantumGravPy[mlflow]'"
-            ) from None
+        MlflowClient = require(
+            "mlflow.tracking", needed_for="tracking.mlflow", extra="mlflow", names=("mlflow",)
+        ).MlflowClient
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # its database set-up notices
         self.uri, self.run_dir, self.done = uri, run_dir, False
         record = run_dir / MLFLOW
@@ -145,7 +140,7 @@ class MLflowTracker:
             # MLflow's messages run to paragraphs: the first two sentences say what is wrong
             text = " ".join(str(e).split()) or type(e).__name__
             detail = ". ".join(text.split(". ")[:2]).rstrip(".")
-            raise ConfigError(f"tracking.mlflow: cannot log to {uri}: {detail}") from None
+            raise ConfigError(f"tracking.mlflow: cannot log to {uri}: {detail}") from e
         write_atomic(record, json.dumps({"tracking_uri": uri, "run_id": self.run_id}))
 
     def _safely(self, what: str, fn, *args, **kwargs) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, require
 from ..logs import get_logger
 from .directory import WANDB, WANDB_FILES, write_atomic
 from .tracking import log_safely
@@ -103,12 +103,7 @@ class WandbTracker:
         tags: dict[str, str],
         history: Sequence[dict[str, Any]] = (),
     ):
-        try:
-            import wandb
-        except ImportError:
-            raise ConfigError(
-                "tracking.wandb needs the 'wandb' extra: pip install 'QuantumGravPy[wandb]'"
-            ) from None
+        wandb = require("wandb", needed_for="tracking.wandb", extra="wandb")
         self.wandb, self.run_dir, self.done = wandb, run_dir, False
         record = run_dir / WANDB
         self.run_id = (
@@ -137,7 +132,7 @@ class WandbTracker:
             text = " ".join(str(e).split()) or type(e).__name__
             raise ConfigError(
                 f"tracking.wandb: cannot start a W&B run ({self.mode}): {text}"
-            ) from None
+            ) from e
         write_atomic(record, json.dumps({"run_id": self.run_id}))
         self.last_step = self._sent()
         for row in history:

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch
 
 from .. import logs
-from ..errors import ConfigError, QGError
+from ..errors import ConfigError, QGError, RunError, cause, in_user_code
 from ..logs import get_logger
 from ..models import forward_failure
 from ..parallel import distributed
@@ -295,6 +295,14 @@ class Evaluation:
         return self.on_main(on_main), kept.get("predictions")
 
 
+def out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is memory running out: on a GPU (torch's OutOfMemoryError), in Python,
+    or in torch's CPU allocator (a RuntimeError that only its message tells apart)."""
+    if isinstance(error, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(error, RuntimeError) and "can't allocate memory" in str(error)
+
+
 def check_forward(
     model: nn.Module,
     dataset: Any,
@@ -308,7 +316,10 @@ def check_forward(
 ) -> None:
     """One forward pass and the losses on the first two graphs of ``dataset``, in evaluation
     mode and without gradients, so no random number is drawn and no weight or statistic
-    changes. Any failure becomes a ConfigError naming the ``model`` key (``section``) to look at.
+    changes. A failure is reported as what it is: memory running out, or an exception in the
+    user's own code (a model.type, a conv of their own), as a RunError naming it and where it
+    was raised; any other (a built-in layer the config chose that cannot take this data) as a
+    ConfigError naming the ``model`` key (``section``) to look at.
     """
     graphs = [dataset[i] for i in range(min(2, len(dataset)))]
     if not graphs:
@@ -324,7 +335,10 @@ def check_forward(
     except QGError:
         raise
     except Exception as e:
-        raise ConfigError(forward_failure(section, model, e)) from None
+        doing = f"in the model's first forward pass, on 2 training graphs on {device}"
+        if out_of_memory(e):
+            raise RunError(f"out of memory {doing}: {cause(e)}") from e
+        raise in_user_code(e, doing) or ConfigError(forward_failure(section, model, e)) from e
     finally:
         model.train(was_training)
 

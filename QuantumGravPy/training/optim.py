@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from ..config import GradientClipConfig, OptimizerConfig, SchedulerConfig, resolve
-from ..errors import ConfigError
+from ..config import GradientClipConfig, OptimizerConfig, SchedulerConfig, check_kwargs, resolve
+from ..errors import ConfigError, in_user_code
 
 
 def build_optimizer(
@@ -21,12 +21,16 @@ def build_optimizer(
     cls = resolve(section.type, key="training.optimizer.type")
     if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
         raise ConfigError(f"training.optimizer.type: {section.type!r} is not a torch optimizer")
+    check_kwargs(cls, dict(section.kwargs), "training.optimizer.kwargs", given=1, name=section.type)
     try:
         if make is not None:
             return make(cls, parameters, dict(section.kwargs))
         return cls(parameters, **section.kwargs)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"training.optimizer.kwargs: {section.type} rejected them: {e}") from None
+    except ValueError as e:  # a value the optimizer refuses (a negative rate, ...)
+        doing = f"building training.optimizer {section.type}"
+        raise in_user_code(e, doing) or ConfigError(
+            f"training.optimizer.kwargs: {section.type} rejected them: {e}"
+        ) from e
 
 
 # Schedules whose length is the run's, and the keyword that sets it: left out of the kwargs,
@@ -92,12 +96,14 @@ def build_scheduler(
     key = length_key(cls)
     if key is not None and key not in kwargs and "epochs" not in kwargs:
         kwargs[key] = num_epochs
+    check_kwargs(cls, kwargs, "training.lr_scheduler.kwargs", given=1, name=section.type)
     try:
         return cls(optimizer, **kwargs)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(
+    except ValueError as e:  # a value the schedule refuses
+        doing = f"building training.lr_scheduler {section.type}"
+        raise in_user_code(e, doing) or ConfigError(
             f"training.lr_scheduler.kwargs: {section.type} rejected them: {e}"
-        ) from None
+        ) from e
 
 
 def step_groups(batches: Iterable, size: int) -> Iterator[list]:

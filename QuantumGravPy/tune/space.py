@@ -34,7 +34,7 @@ import yaml
 
 from ..config import Config, config_from_dict, config_to_dict, history_columns, improves_towards
 from ..config.loading import set_key
-from ..errors import ConfigError
+from ..errors import ConfigError, require
 
 RESERVED = ("objective", "pruner", "sampler")
 PARAM_FIELDS = {
@@ -69,12 +69,7 @@ def _samplers() -> dict[str, Any]:
 
 
 def require_optuna() -> None:
-    try:
-        import optuna  # noqa: F401
-    except ImportError:
-        raise ConfigError(
-            "qg tune needs the 'tune' extra (Optuna): pip install 'QuantumGravPy[tune]'"
-        ) from None
+    require("optuna", needed_for="qg tune", extra="tune", library="Optuna")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,5 +359,5 @@ def _section(section: Any, name: str, kinds: dict[str, Any], default: str) -> di
             warnings.simplefilter("ignore")  # experimental-feature notices
             cls(**kwargs)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"{name}: the {kind} {name} refuses {kwargs}: {e}") from None
+        raise ConfigError(f"{name}: the {kind} {name} refuses {kwargs}: {e}") from e
     return dict(section)

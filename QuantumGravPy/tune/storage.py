@@ -77,7 +77,7 @@ def open_storage(spec: str) -> Any:
         ) from None
     except Exception as e:  # SQLAlchemy, Redis and OS errors: the storage is not usable
         detail = " ".join(str(e).split("\n")[0].split()) or type(e).__name__
-        raise ConfigError(f"{shown}: cannot open the study storage: {detail}") from None
+        raise ConfigError(f"{shown}: cannot open the study storage: {detail}") from e
 
 
 # Drivers whose package on PyPI has another name than the module SQLAlchemy imports.

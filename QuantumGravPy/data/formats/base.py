@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ...errors import DataError
+from ...errors import DataError, require
 from ...registry import Registry
 
 FORMATS: Registry[FileFormat] = Registry("--format")
@@ -41,14 +41,8 @@ class FileFormat:
         return path.suffix in self.suffixes
 
     def library(self) -> Any:
-        """The library that reads the format; a DataError naming the extra if not installed."""
-        try:
-            return __import__(self.module)
-        except ImportError:
-            raise DataError(
-                f"reading {self.module} files needs the 'files' extra: pip install "
-                "'QuantumGravPy[files]'"
-            ) from None  # what the user does about it is all there is to say
+        """The library that reads the format; an error naming the extra if not installed."""
+        return require(self.module, needed_for=f"reading {self.title}s", extra="files")
 
     def open(self, path: Path) -> contextlib.AbstractContextManager:
         """The file at ``path`` opened read-only, as a context manager that closes it; a
