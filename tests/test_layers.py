@@ -31,12 +31,13 @@ LAYERS = [
 # Only the parallel layer talks to other processes through torch itself.
 PARALLEL_ONLY = ("torch.distributed", "torch.multiprocessing")
 
-# The public API before the package was split into layers: every name still works as qg.NAME.
+# The public API before the package was split into layers: every name still works as qg.NAME
+# (MetricSums, unused, was removed).
 PUBLIC_NAMES = """
     EMA AugmentationConfig AugmentedDataset CausalSet CausalSetDataset CheckpointError
     ClassBalancedSampler Config ConfigError DataError DistributedClassBalancedSampler
     DistributedError DistributedRangeSplitter DistributedSamplerWrapper
-    DistributedWeightedRandomSampler EarlyStopping GNNModel MetricSums PortInUseError
+    DistributedWeightedRandomSampler EarlyStopping GNNModel PortInUseError
     ProgressiveClassBalancedSampler QGError RankAwareSeedGenerator RankFailedError
     RankTimeoutError RunDirectoryError Tester Trainer TrainerDDP Validator WorkerError
     apply_augmentation cleanup_ddp gen_augmentation_params gen_distributed_augmentation_params
@@ -208,7 +209,8 @@ def test_the_check_allows_imports_downwards_and_within_a_layer(tmp_path):
 def test_the_public_names_of_the_flat_layout_still_work():
     missing = [name for name in PUBLIC_NAMES if not hasattr(qg, name)]
     assert not missing
-    assert set(PUBLIC_NAMES) <= set(qg.__all__)
+    # those no longer documented are resolved for earlier code, not listed in __all__
+    assert set(PUBLIC_NAMES) <= set(qg.__all__) | set(qg._EARLIER)
 
 
 def test_no_module_is_much_over_450_lines():

@@ -22,7 +22,6 @@ from .loading import (
     per_process,
 )
 from .schema import (
-    EARLY_STOPPING_METRICS,
     SAMPLER_NAMES,
     AugmentationSection,
     Config,
@@ -51,7 +50,6 @@ from .tasks import (
 )
 
 __all__ = [
-    "EARLY_STOPPING_METRICS",
     "IMPLICIT_TASK",
     "SAMPLER_NAMES",
     "AugmentationSection",

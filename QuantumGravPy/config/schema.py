@@ -327,20 +327,6 @@ class MonitorConfig:
     check_replicas_every: int = field(default=200, metadata=_NON_NEGATIVE)
 
 
-# The columns of history.csv that early stopping may watch in a config without tasks:
-# (config.tasks.history_columns gives any config's).
-EARLY_STOPPING_METRICS = (
-    "val_loss",
-    "val_accuracy",
-    "val_f1_macro",
-    "val_y_accuracy",
-    "val_y_f1_macro",
-    "train_loss",
-    "train_accuracy",
-    "train_y_accuracy",
-)
-
-
 # training.sampler's named samplers (built in data/samplers.py); anything else is a dotted path.
 SAMPLER_NAMES = ("class_balanced", "progressive", "weighted")
 

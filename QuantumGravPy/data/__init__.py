@@ -14,7 +14,7 @@
 - :mod:`.samplers`: samplers that stay correct under DDP (a wrapper for any sampler, and
   counter-based native ones);
 - :mod:`.augment`: deterministic augmentation keyed by sample and epoch, or by rank;
-- :mod:`.sharding`: contiguous ranges of work per rank, and the per-rank parameter streams.
+- :mod:`.ranges`: contiguous ranges of work per rank, and the per-rank parameter streams.
 
 Imports ``physics`` (to build causal sets), ``config``, ``parallel`` (to generate with several
 processes, and to agree on seeds) and the ground floor; nothing here trains.
@@ -34,7 +34,6 @@ from .datasets import (
     SHARED_BUILD_MIN,
     check_dataset,
     choose_storage,
-    dataset_dimensions,
     dataset_from_config,
     dataset_labels,
     graph_attribute,
@@ -51,6 +50,7 @@ from .loaders import (
     release_workers,
     split_dataset,
 )
+from .ranges import DistributedRangeSplitter, stream_distributed_augmentation_chain
 from .samplers import (
     ClassBalancedSampler,
     DistributedClassBalancedSampler,
@@ -59,7 +59,6 @@ from .samplers import (
     ProgressiveClassBalancedSampler,
     build_sampler,
 )
-from .sharding import DistributedRangeSplitter, stream_distributed_augmentation_chain
 from .targets import (
     check_target,
     label_notice,
@@ -92,7 +91,6 @@ __all__ = [
     "check_file_targets",
     "check_target",
     "choose_storage",
-    "dataset_dimensions",
     "dataset_from_config",
     "dataset_labels",
     "epoch_sampler",

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from torch_geometric.data import Data, InMemoryDataset
 
 from ..errors import DataError
-from .sharding import DistributedRangeSplitter, in_parallel
+from .ranges import DistributedRangeSplitter, in_parallel
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ from torch_geometric.data import Data, InMemoryDataset
 
 from ..config import resolve
 from ..errors import DataError
-from ..physics import NUM_FEATURES
 from .cache import GraphSource, cache_name
 from .causal_sets import CausalSetDataset, GeneratedSource
 from .disk import NUM_EDGES, NUM_NODES, DiskDataset, table_file_names
@@ -145,15 +144,6 @@ def check_dataset(dataset: Any, *, source: str) -> None:
     first = dataset[0]
     if not isinstance(first, Data) or first.x is None:
         raise DataError(f"{source}: items must be torch_geometric Data objects with x")
-
-
-def dataset_dimensions(dataset: Dataset | list[Data]) -> tuple[int, int]:
-    """(number of node features, number of classes) of a graph classification dataset."""
-    if isinstance(dataset, CausalSetDataset):
-        return NUM_FEATURES, len(dataset.dimensions)
-    if isinstance(dataset, InMemoryDataset):
-        return dataset.num_node_features, int(dataset._data.y.max()) + 1
-    return dataset[0].x.shape[1], max(int(g.y.max()) for g in dataset) + 1
 
 
 def graph_feature_width(dataset: Dataset | list[Data], names: Sequence[str]) -> int:

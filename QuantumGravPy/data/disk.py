@@ -32,8 +32,8 @@ from torch_geometric.data import Data, OnDiskDataset, SQLiteDatabase
 
 from ..errors import DataError
 from .cache import GraphSource, cache_name
+from .ranges import DistributedRangeSplitter, in_parallel
 from .rows import FORMAT, pack, unpack
-from .sharding import DistributedRangeSplitter, in_parallel
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ Imports every layer below it (``data``, ``models``, ``runs``, ``parallel``, ``co
 
 from .early_stopping import EarlyStopping
 from .ema import EMA
-from .evaluation import MetricSums, Tester, Validator
+from .evaluation import Tester, Validator
 from .fit import fit, make_trainer, opened
 from .launch import launch, prepare_run, train_worker
 from .monitor import (
@@ -35,7 +35,6 @@ from .trainer_ddp import TrainerDDP
 __all__ = [
     "EMA",
     "EarlyStopping",
-    "MetricSums",
     "Monitor",
     "NonFiniteGradientError",
     "ReplicaMismatchError",

@@ -36,7 +36,6 @@ from .tasks import Task, make_criterion
 __all__ = [
     "Accumulated",
     "Evaluation",
-    "MetricSums",
     "Tester",
     "Validator",
     "make_criterion",
@@ -45,41 +44,6 @@ __all__ = [
 
 # picks (and checks) each task's output of a model's forward pass
 Select = Callable[[Any, Any], dict[str, Tensor]]
-
-
-@dataclass
-class MetricSums:
-    """Summed loss, correct predictions and graph count; ``values`` is a float64 [3] tensor.
-
-    Optionally followed by a C x C confusion matrix (row: true class, column: predicted), so
-    that one all-reduce combines everything.
-    """
-
-    values: Tensor
-
-    @classmethod
-    def zeros(cls, device: torch.device | str = "cpu") -> MetricSums:
-        return cls(torch.zeros(3, dtype=torch.float64, device=device))
-
-    def __add__(self, other: MetricSums) -> MetricSums:
-        return MetricSums(self.values + other.values.to(self.values.device))
-
-    @property
-    def count(self) -> int:
-        return int(self.values[2])
-
-    def compute(self, prefix: str) -> dict[str, Any]:
-        """Loss and accuracy; with a confusion matrix when one was counted (``_confusion``)."""
-        loss_sum, correct, count = self.values[:3].tolist()
-        if count == 0:
-            result = {f"{prefix}_loss": float("nan"), f"{prefix}_accuracy": float("nan")}
-        else:
-            result = {f"{prefix}_loss": loss_sum / count, f"{prefix}_accuracy": correct / count}
-        cells = self.values.numel() - 3
-        if cells:
-            c = math.isqrt(cells)
-            result[f"{prefix}_confusion"] = self.values[3:].view(c, c).long().tolist()
-        return result
 
 
 @dataclass

@@ -59,12 +59,12 @@ def test_parameter_streams_of_all_ranks_cover_every_sample_once(
 
 
 def test_parameter_stream_computes_one_chunk_at_a_time(monkeypatch):
-    from QuantumGravPy.data import sharding
+    from QuantumGravPy.data import ranges
 
     calls = []
-    real = sharding.gen_distributed_augmentation_params
+    real = ranges.gen_distributed_augmentation_params
     monkeypatch.setattr(
-        sharding,
+        ranges,
         "gen_distributed_augmentation_params",
         lambda *a, **k: calls.append(a[0]) or real(*a, **k),
     )
