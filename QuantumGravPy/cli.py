@@ -54,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunError as e:
         if args.debug:
             traceback.print_exc()
+            if e.traceback:  # a rank's, from its own process
+                print(e.traceback.rstrip(), file=sys.stderr)
         print(f"error: {_rank_prefix()}{e}", file=sys.stderr)
         return EXIT_FAILED
     except OSError as e:
@@ -127,11 +129,12 @@ def _train(args: argparse.Namespace) -> int:
         if env is None or env.rank == 0:
             _report(result["test"], config)
         return 0
-    from .training import fit, prepare_run
+    from .training import fit
+    from .training.launch import preflight
 
     # An occupied run directory (or a checkpoint that does not fit) is refused before minutes
     # go on data and model, as for a distributed job.
-    prepare_run(config, **run)
+    preflight(config, **run)
     _report(fit(config, **run)["test"], config)
     return 0
 

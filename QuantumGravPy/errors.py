@@ -10,6 +10,7 @@ says where it is by setting :data:`COMMAND_LINE_ENV` (spawned ranks inherit it).
 """
 
 import os
+import site
 import sys
 import sysconfig
 import traceback
@@ -44,16 +45,25 @@ class RunError(Exception):
     the user's own code (a model, a ``data.reader``), memory running out, a library failing.
     Its message says what happened and where, in one line, which the command line prints
     (exit status 1); the original exception is its ``__cause__``, whose traceback ``--debug``
-    shows."""
+    shows (``traceback``: that of a rank that failed in another process, as text)."""
+
+    def __init__(self, message: str, *, traceback: str | None = None):
+        super().__init__(message)
+        self.traceback = traceback
 
 
-# Where the code that is not the user's lives: this package, the standard library and the
-# installed packages (torch, torch_geometric, ...).
+# Where the code that is not the user's lives: this package, the standard library and every
+# folder packages are installed into (the environment's, the user's own site with pip --user,
+# a distribution's dist-packages). A package of the user's own that is installed there counts
+# as a library.
 _NOT_USERS = tuple(
     Path(p).resolve()
     for p in {
         str(Path(__file__).parent),
         *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
+        *site.getsitepackages(),
+        site.getusersitepackages(),
+        *(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))),
     }
 )
 

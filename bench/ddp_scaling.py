@@ -72,7 +72,7 @@ def ours(rank, world_size, config, epochs, exchange=True):
     def epoch():
         trainer.on_epoch_start(loader)
         trainer.train_epoch(loader)
-        trainer.epoch += 1
+        trainer.state.epoch += 1
 
     seconds = _median_epoch(epoch, epochs)
     trainer.close()

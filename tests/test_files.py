@@ -12,6 +12,7 @@ import torch
 import yaml
 import zarr
 from conftest import assert_refused, light_cone_order, run_main, run_ranks, undirected_edges
+from torch_geometric.data import Data
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import config_to_dict
@@ -485,3 +486,17 @@ def test_a_target_that_data_targets_does_not_read_is_named_before_any_file_is_re
         path.write_text(yaml.safe_dump(config_to_dict(make_config(*overrides))))
         assert_refused(run_main(capsys, "train", path), expected)
         assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
+
+
+def test_a_users_function_travels_to_fresh_processes_by_name():
+    """data.transform goes to loader workers with the dataset: started afresh (spawn,
+    forkserver), they get the function by its dotted name, and its errors stay what they are."""
+    import pickle
+
+    from QuantumGravPy.config import UserFunction
+
+    hook = pickle.loads(pickle.dumps(UserFunction("user_data.fail_on_19_elements", "data.x")))
+    graph = Data(x=torch.zeros(19, 1))
+    with pytest.raises(qg.errors.RunError, match=r"a causal set of 19 elements \(user_data.py:"):
+        hook(graph)
+    assert hook(Data(x=torch.zeros(3, 1))).num_nodes == 3

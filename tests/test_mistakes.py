@@ -73,6 +73,10 @@ def test_a_bug_in_the_users_code_or_memory_running_out_is_reported_as_what_it_is
     assert "error: RuntimeError: mat1 and mat2 shapes cannot be multiplied" in line
     assert "(user_models.py:" in line and "in FailsOnEveryBatch.forward)" in line
     assert "in the model's first forward pass" in line and "model.type" not in line
+    # the same in the ranks of a job: one line too, naming a rank
+    ranks = ("model.type=user_models.FailsOnEveryBatch", "parallel.world_size=2")
+    line = failed(run_main(capsys, "train", cfg, *ranks))
+    assert line.startswith("error: rank ") and "in FailsOnEveryBatch.forward)" in line, line
     # memory running out inside the built-in model's conv: not blamed on model.conv
     oom = ("model.conv=user_models.OutOfMemoryConv",)
     line = failed(run_main(capsys, "train", cfg, *oom))

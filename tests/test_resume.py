@@ -174,6 +174,12 @@ def test_history_rows_after_the_checkpoint_are_discarded(make_config):
     assert [row["epoch"] for row in rd.read_history(cfg.run_dir)] == [1, 2]
     assert trainer.epoch == 2
     trainer.close()
+    # the same, asked of a trainer built to start: resume() continues the directory's run
+    later = qg.Trainer(cfg)
+    assert later.resume() and later.epoch == 2
+    later.open_run()  # the directory is continued, not refused as one that holds a run
+    assert [row["epoch"] for row in rd.read_history(cfg.run_dir)] == [1, 2]
+    later.close()
 
 
 def test_resume_starts_a_run_that_saved_nothing_yet_and_refuses_lost_checkpoints(make_config):

@@ -12,7 +12,7 @@
 Imports only the ground floor (``errors``) and the task kinds.
 """
 
-from .dotted import DottedPath, check_kwargs, resolve
+from .dotted import DottedPath, UserFunction, check_kwargs, resolve
 from .loading import (
     apply_overrides,
     config_from_dict,
@@ -67,6 +67,7 @@ __all__ = [
     "TaskConfig",
     "TrackingConfig",
     "TrainingConfig",
+    "UserFunction",
     "ValidationConfig",
     "apply_overrides",
     "balanced_task",

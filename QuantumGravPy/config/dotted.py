@@ -9,7 +9,7 @@ import importlib
 import inspect
 from typing import Annotated, Any
 
-from ..errors import ConfigError, in_user_code
+from ..errors import ConfigError, QGError, RunError, cause, in_user_code
 
 # A string naming an importable object, such as "torch.nn.CrossEntropyLoss".
 DottedPath = Annotated[str, "dotted-path"]
@@ -78,3 +78,33 @@ def check_kwargs(
         raise ConfigError(
             f"{key}: {name} {e} (it takes {', '.join(named) or 'no keyword'})"
         ) from None  # the mismatch is all there is to say
+
+
+class UserFunction:
+    """The user's function ``dotted`` (the value of config key ``key``), called as the function
+    itself; an exception it raises is reported as what it is, a RunError naming the function,
+    its arguments and the line of the user's code it came from (the original exception is its
+    cause, for ``--debug``). Pickled as its name: a process started afresh (a loader's worker)
+    resolves it again."""
+
+    def __init__(self, dotted: str, key: str):
+        self.dotted, self.key = dotted, key
+        self.fn = resolve(dotted, key=key)
+
+    def __getstate__(self) -> dict[str, str]:
+        return {"dotted": self.dotted, "key": self.key}
+
+    def __setstate__(self, state: dict[str, str]) -> None:
+        self.__init__(state["dotted"], state["key"])
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            return self.fn(*args)
+        except (QGError, RunError):
+            raise
+        except Exception as e:
+            shown = ", ".join(
+                repr(a) if isinstance(a, (str, int, float)) else type(a).__name__ for a in args
+            )
+            doing = f"in {self.key} {self.dotted}({shown})"
+            raise in_user_code(e, doing) or RunError(f"{cause(e)} {doing}") from e

@@ -35,8 +35,8 @@ import torch
 from torch_geometric.data import Data
 
 from .. import logs
-from ..config import resolve, task_list
-from ..errors import ConfigError, DataError, QGError, RunError, cause, in_user_code
+from ..config import UserFunction, task_list
+from ..errors import ConfigError, DataError
 from ..physics import (
     NotAnOrder,
     OrderStructure,
@@ -388,24 +388,7 @@ def _file_orientation(samples: Samples, data_cfg: Any) -> bool:
 
 
 def _hook(dotted: str | None, key: str) -> Callable | None:
-    """The user's function ``key`` names; an exception it raises is reported as what it is, a
-    RunError naming the function, its arguments and the line of the user's code it came
-    from (its traceback kept for ``--debug``)."""
-    if dotted is None:
-        return None
-    fn = resolve(dotted, key=key)
-
-    def call(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except QGError:
-            raise
-        except Exception as e:
-            shown = ", ".join("graph" if isinstance(a, Data) else repr(a) for a in args)
-            doing = f"in {key} {dotted}({shown})"
-            raise in_user_code(e, doing) or RunError(f"{cause(e)} {doing}") from e
-
-    return call
+    return None if dotted is None else UserFunction(dotted, key)
 
 
 def cache_params(data_cfg: Any) -> dict[str, Any]:

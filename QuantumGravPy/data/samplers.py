@@ -31,7 +31,7 @@ from torch.utils.data import Sampler
 from torch.utils.data.distributed import DistributedSampler
 
 from ..config import TrainingConfig, check_kwargs, resolve
-from ..errors import ConfigError, QGError, in_user_code
+from ..errors import ConfigError, QGError, RunError, in_user_code
 from ..parallel import distributed
 from .datasets import dataset_labels, graph_attribute
 
@@ -343,7 +343,7 @@ def build_sampler(
     check_kwargs(make, kwargs, key, given=1, name=spec)
     try:
         sampler = make(dataset, **kwargs)
-    except QGError:
+    except (QGError, RunError):
         raise
     except Exception as e:  # the user's sampler: what it raised, where
         doing = f"in training.sampler {spec}(dataset, **{kwargs})"

@@ -17,7 +17,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..config import ModelConfig, check_kwargs, resolve
-from ..errors import ConfigError, QGError, cause, in_user_code
+from ..errors import ConfigError, QGError, RunError, cause, in_user_code
 from .gnn import GNNModel
 
 # What a task needs of the model: (number of outputs, "graph" or "node")
@@ -45,7 +45,7 @@ def build_model(
     check_kwargs(cls, dict(section.kwargs), "model.kwargs", passed=ours, name=section.type)
     try:
         return cls(in_channels=in_channels, outputs=dict(outputs), **section.kwargs)
-    except QGError:
+    except (QGError, RunError):
         raise
     except Exception as e:  # the user's model could not be built: what it raised, where
         doing = f"{section.type}(in_channels=..., outputs=..., **model.kwargs)"

@@ -23,7 +23,7 @@ from torch_geometric.nn import (
 from torch_geometric.utils import degree
 
 from ..config import ModelConfig, resolve
-from ..errors import ConfigError, cause, in_user_code
+from ..errors import ConfigError, RunError, cause, in_user_code
 
 
 def size_normalised_add_pool(x: Tensor, batch: Tensor, size: int | None = None) -> Tensor:
@@ -322,22 +322,21 @@ def _make_conv(
             "not take (x, edge_index); name one such as torch_geometric.nn.GraphConv"
         )
     params = inspect.signature(conv_cls.__init__).parameters
+    args: tuple = (channels, channels)
+    ours: dict[str, Any] = {}
+    if "nn" in params and "in_channels" not in params:
+        # GIN-style layers take the network that transforms the aggregated features
+        args, ours["nn"] = (), nn.Sequential(
+            nn.Linear(channels, channels), _make_activation(act_cls), nn.Linear(channels, channels)
+        )  # fmt: skip
     try:
-        if "nn" in params and "in_channels" not in params:
-            # GIN-style layers take the network that transforms the aggregated features.
-            mlp = nn.Sequential(
-                nn.Linear(channels, channels),
-                _make_activation(act_cls),
-                nn.Linear(channels, channels),
-            )
-            return conv_cls(nn=mlp, **kwargs)
-        conv = conv_cls(channels, channels, **kwargs)
-    except ConfigError:
+        conv = conv_cls(*args, **ours, **kwargs)
+    except (ConfigError, RunError):
         raise
     except Exception as e:
         key = "model.conv_kwargs" if given else "model.conv"
-        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-        built = f"{_name(conv_cls)}({channels}, {channels}{', ' if shown else ''}{shown})"
+        shown = ", ".join([*map(str, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+        built = f"{_name(conv_cls)}({shown})"
         mistake = ConfigError(f"{key}: {built} cannot be built: {cause(e)}")
         raise in_user_code(e, f"building model.conv {built}") or mistake from e
     return _check_width(conv, channels)

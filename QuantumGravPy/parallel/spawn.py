@@ -30,7 +30,7 @@ import tqdm
 from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 
 from ..config import Config
-from ..errors import COMMAND_LINE_ENV, QGError, on_command_line
+from ..errors import COMMAND_LINE_ENV, QGError, RunError, on_command_line
 from . import distributed
 from .distributed import PortInUseError
 
@@ -204,6 +204,9 @@ def _failure(out: Path, rank: int, detail: str, context, timeout_s: float) -> Ex
     user_error = out / f"user_error{rank}"
     if user_error.exists():
         return WorkerError(f"rank {rank}: {user_error.read_text()}", rank=rank)
+    run_error = out / f"run_error{rank}"
+    if run_error.exists():  # the original traceback (the rank's), for --debug
+        return RunError(f"rank {rank}: {run_error.read_text()}", traceback=detail)
     lines = [line for line in detail.strip().splitlines() if line.strip()]
     # the error's own line: the last one naming an exception (an error inside a callback, such
     # as a communication hook's, is followed by the place it was raised)
@@ -248,6 +251,9 @@ def _entry(
         raise
     except QGError as e:
         (out / f"user_error{rank}").write_text(str(e))
+        raise
+    except RunError as e:  # told as it is, in one line; its traceback goes with it
+        (out / f"run_error{rank}").write_text(str(e))
         raise
     (out / f"result{rank}.pkl").write_bytes(pickle.dumps(result))
     distributed.cleanup_ddp()

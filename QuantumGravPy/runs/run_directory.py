@@ -26,8 +26,8 @@ from .wandb_run import WandbTracker
 class RunDirectory:
     """The directory ``path`` of one run, as process ``main`` (the one that writes) sees it.
 
-    ``overwrite``: replace a run found there; ``resuming``: continue it (its files are kept).
-    ``tags`` label the run in MLflow and W&B (a tuning trial's study and number).
+    ``overwrite``: replace a run found there. ``tags`` label the run in MLflow and W&B (a
+    tuning trial's study and number).
     """
 
     def __init__(
@@ -39,15 +39,13 @@ class RunDirectory:
         logger: logging.Logger,
         log_prefix: str = "",
         overwrite: bool = False,
-        resuming: bool = False,
         tags: dict[str, str] | None = None,
     ):
         self.path = Path(path)
         self.config = config
         self.main, self.logger, self.log_prefix = main, logger, log_prefix
-        self.overwrite, self.resuming = overwrite, resuming
+        self.overwrite = overwrite
         self.tags = dict(tags or {})
-        self.opened = False  # on every rank, once open() has run
         self.trackers: list[Any] = []  # the main process's TensorBoard, MLflow, W&B writers
         self.rank_history: list[dict[str, Any]] = []  # ranks.csv's rows (the main process's)
         self._handler: logging.Handler | None = None
@@ -56,24 +54,25 @@ class RunDirectory:
         self,
         *,
         environment: dict[str, Any],
+        resuming: bool,
         history: list[dict[str, Any]],
         epoch: int,
         step: int = 0,
         resumed: str | None = None,
         notices: list[tuple[int, str]] = (),
     ) -> None:
-        """Create the directory (config.yaml, train.log, environment.json) on first use.
+        """Create the directory (config.yaml, train.log, environment.json), on the main
+        process (its records open them once).
 
-        Resuming (``resumed`` names the checkpoint, after ``epoch`` and optimizer step
-        ``step``), the log is appended to,
+        ``resuming``: the run continues what the directory holds, if anything (its files are
+        kept); resumed from a checkpoint (``resumed`` names it, after ``epoch`` and optimizer
+        step ``step``), the log is appended to,
         history.csv and ranks.csv are rewritten from ``history`` (rows of later epochs are
         dropped), temporary files of a checkpoint write that was killed are removed, and the
         checkpoint's ``notices`` are logged.
         """
-        if self.opened:
-            return
         if self.main:
-            if self.resuming:
+            if resuming:
                 (self.path / rd.CHECKPOINTS).mkdir(parents=True, exist_ok=True)
                 rd.remove_partial_writes(self.path)
             else:
@@ -81,7 +80,7 @@ class RunDirectory:
             try:
                 self._open_trackers(epoch, history)
             except Exception:
-                if not self.resuming:  # a run that could not start leaves no run behind
+                if not resuming:  # a run that could not start leaves no run behind
                     rd.remove_run_files(self.path)
                 raise
             (self.path / rd.CONFIG).write_text(dump_config(self.config), encoding="utf-8")
@@ -95,7 +94,6 @@ class RunDirectory:
                 self.logger.info("resumed from %s after epoch %d (step %d)", resumed, epoch, step)
                 for level, notice in notices:
                     self.logger.log(level, "%s", notice)
-        self.opened = True
 
     def _open_trackers(self, epoch: int, history: list[dict[str, Any]]) -> None:
         tracking = self.config.tracking

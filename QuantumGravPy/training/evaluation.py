@@ -291,20 +291,32 @@ def check_forward(
     batch = to_device(Batch.from_data_list(graphs), device, float_dtype)
     was_training = model.training
     model.eval()
+    doing = f"in the model's first forward pass, on 2 training graphs on {device}"
     try:
         with torch.no_grad(), autocast():
-            outputs = select(model(batch), batch)
-            for task in tasks:
-                task.loss(outputs[task.name], batch)
-    except QGError:
+            outputs = model(batch)
+    except (QGError, RunError):
         raise
     except Exception as e:
-        doing = f"in the model's first forward pass, on 2 training graphs on {device}"
         if out_of_memory(e):
             raise RunError(f"out of memory {doing}: {cause(e)}") from e
         raise in_user_code(e, doing) or ConfigError(forward_failure(section, model, e)) from e
     finally:
         model.train(was_training)
+    outputs = select(outputs, batch)  # outputs of the wrong shape: a ConfigError of its own
+    for i, task in enumerate(tasks):
+        key = "criterion" if task.loss_takes_batch else f"tasks[{i}].loss"
+        try:
+            with torch.no_grad(), autocast():
+                task.loss(outputs[task.name], batch)
+        except (QGError, RunError):
+            raise
+        except Exception as e:
+            mistake = ConfigError(
+                f"{key}: {task.config.loss_name} fails on task {task.name!r}'s outputs for the "
+                f"first training graphs: {cause(e)}"
+            )
+            raise in_user_code(e, f"in {key} of the first training graphs") or mistake from e
 
 
 def checkpoint_model(

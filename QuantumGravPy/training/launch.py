@@ -77,19 +77,30 @@ def prepare_run(
     force: bool = False,
     world_size: int = 1,
 ) -> None:
-    """What the launching process does once, before any rank starts.
+    """What the launching process does once, before any rank starts: :func:`preflight`, then
+    the causal-set cache built, so that the ranks only read it."""
+    preflight(config, overwrite=overwrite, resume=resume, force=force, world_size=world_size)
+    build_cache(config, world_size)
 
-    Refuses an occupied run directory (or, resuming, a checkpoint the config does not fit)
-    before minutes are spent, and builds the causal-set cache so that the ranks only read it.
-    """
+
+def preflight(
+    config: Config,
+    *,
+    overwrite: bool,
+    resume: bool = False,
+    force: bool = False,
+    world_size: int = 1,
+) -> None:
+    """Refuse, before minutes are spent, what cannot run: flags that exclude each other, what
+    the strategy refuses, a batch that does not divide over ``world_size`` processes, an
+    occupied run directory or (resuming) a checkpoint the config does not fit."""
     check_flags(overwrite=overwrite, resume=resume)
-    strategy_class(config, world_size)  # what the strategy refuses: before any work
-    per_process(config, world_size)  # a batch that does not divide
+    strategy_class(config, world_size)
+    per_process(config, world_size)
     if resume:
         check_resumable(config, world_size=world_size, force=force)
     else:
         check_run_dir(config.run_dir, overwrite=overwrite)
-    build_cache(config, world_size)
 
 
 def build_cache(config: Config, world_size: int = 1) -> None:

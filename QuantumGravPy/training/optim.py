@@ -21,16 +21,16 @@ def build_optimizer(
     cls = resolve(section.type, key="training.optimizer.type")
     if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
         raise ConfigError(f"training.optimizer.type: {section.type!r} is not a torch optimizer")
-    check_kwargs(cls, dict(section.kwargs), "training.optimizer.kwargs", given=1, name=section.type)
-    try:
-        if make is not None:
-            return make(cls, parameters, dict(section.kwargs))
-        return cls(parameters, **section.kwargs)
-    except ValueError as e:  # a value the optimizer refuses (a negative rate, ...)
+    kwargs = dict(section.kwargs)
+    check_kwargs(cls, kwargs, "training.optimizer.kwargs", given=1, name=section.type)
+    try:  # the values, on a parameter of its own: what the optimizer refuses is the config's
+        cls([torch.zeros(1, requires_grad=True)], **kwargs)
+    except ValueError as e:  # a negative rate, ...
         doing = f"building training.optimizer {section.type}"
         raise in_user_code(e, doing) or ConfigError(
             f"training.optimizer.kwargs: {section.type} rejected them: {e}"
         ) from e
+    return make(cls, parameters, kwargs) if make is not None else cls(parameters, **kwargs)
 
 
 # Schedules whose length is the run's, and the keyword that sets it: left out of the kwargs,

@@ -52,14 +52,15 @@ class RunRecords:
         self.world_size, self.judged, self.share = world_size, judged, share
         self.opened = False  # on every process, once open() has run
 
-    def open(self, environment: dict[str, Any]) -> None:
-        """Open the run directory (config.yaml, train.log; resuming, the records cut back to
-        the checkpoint), recording ``environment``; once."""
+    def open(self, environment: dict[str, Any], *, resuming: bool) -> None:
+        """Open the run directory (config.yaml, train.log; ``resuming``, the directory's run
+        continued, its records cut back to the checkpoint), recording ``environment``; once."""
         if self.opened:
             return
         state = self.state
         resumed = None if state.resumed_from is None else str(state.resumed_from)
         opening = dict(history=state.history, epoch=state.epoch, step=state.global_step)
+        opening["resuming"] = resuming
         notices = state.resume_notices
         self.share(
             lambda: self.directory.open(

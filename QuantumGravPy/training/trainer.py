@@ -97,6 +97,7 @@ class Trainer:
         self.strategy_class = strategy_class(config, self.world_size)
         self.config = config = per_process(config, self.world_size)  # its batch
         self.state = RunState()
+        self._resuming = resume  # the run in the directory is continued, not replaced
         self.judge = judge
         self.run_dir = config.run_dir
         self.logger = self.setup_logging()
@@ -160,7 +161,7 @@ class Trainer:
         )  # fmt: skip
         directory = RunDirectory(
             config.run_dir, config, main=self.is_main, logger=self.logger,
-            log_prefix=self.log_prefix, overwrite=overwrite, resuming=resume, tags=tags,
+            log_prefix=self.log_prefix, overwrite=overwrite, tags=tags,
         )  # fmt: skip
         self.records = RunRecords(
             config=config, directory=directory, checkpoints=self.checkpoints,
@@ -207,8 +208,7 @@ class Trainer:
 
     log_prefix = ""  # DDP: "[RANK r] " on every line, on the terminal and in train.log
     batch_device: torch.device | None = None  # batches assembled on the GPU (data.device)
-    # (rank, world size) of the graphs evaluated here: every one (DDP: every W-th, sharded)
-    eval_shard = (0, 1)
+    eval_shard = (0, 1)  # (rank, W) of the graphs evaluated here; DDP, sharded: every W-th
 
     def setup_logging(self) -> logging.Logger:  # hook
         return configure_logging(self.config.log_level, prefix=self.log_prefix)
@@ -331,7 +331,7 @@ class Trainer:
     def open_run(self) -> None:
         """Open the run directory (config.yaml, train.log; resuming, the records cut back)."""
         strategy = self.strategy.name if self.world_size > 1 else None
-        self.records.open({**self._environment, "strategy": strategy})
+        self.records.open({**self._environment, "strategy": strategy}, resuming=self._resuming)
 
     def check_model(self, train: Dataset) -> None:
         """Fit the targets' scaling on ``train`` and run the model once on two of its graphs:
@@ -439,6 +439,7 @@ class Trainer:
         """
         # Read and checked on the main process; every process gets the same state (and any
         # refusal), so the run directory need not be on a filesystem the others see.
+        self._resuming = True
         state = self.on_main(
             lambda: read_resume_state(self.config, world_size=self.world_size, force=force)
         )

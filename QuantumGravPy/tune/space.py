@@ -143,12 +143,17 @@ def _split(section: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def trial_config(base: Config, values: Mapping[str, Any], run_dir: str | Path) -> Config:
-    """``base`` with the trial's values, trained in ``run_dir``; ConfigError if impossible."""
+    """``base`` with the trial's values, trained in ``run_dir``; ConfigError if impossible (its
+    strategy's refusals included, which the config cannot check as it loads)."""
     raw = config_to_dict(base)
     for key, value in values.items():
         set_key(raw, key, value)
     set_key(raw, "training.path", str(run_dir))
-    return config_from_dict(raw)
+    config = config_from_dict(raw)
+    from ..parallel.strategies import strategy_class  # torch: not to answer a config mistake
+
+    strategy_class(config, config.parallel.world_size)
+    return config
 
 
 def load_space(source: str | Path | Mapping[str, Any], base: Config) -> SearchSpace:

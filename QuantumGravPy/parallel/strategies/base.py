@@ -249,7 +249,7 @@ def strategy_class(config: Config, world_size: int) -> type[Strategy]:
 
 def reference_markdown() -> str:
     """The table of strategies for the documentation, from the registered classes' docstrings
-    (the site's build puts it into docs/distributed.md: docs/scripts/strategies.py)."""
+    (the site's build puts it into docs/distributed.md: docs/scripts/tables.py)."""
     lines = [
         "| `parallel.strategy` | what each rank holds and does | what it refuses |",
         "|---|---|---|",

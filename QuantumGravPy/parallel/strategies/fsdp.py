@@ -21,7 +21,8 @@ class FSDPStrategy(Strategy):
     gathered from the shards.
 
     Refuses `parallel.find_unused_parameters` (a DDP option: fsdp reduces every gradient it
-    has) and `training.compile`.
+    has), `training.compile`, and `parallel.fsdp_modules` with the built-in model (which is
+    sharded per block and per head).
 
     ``units(module)``: the submodules (or groups of them) sharded as units of their own, each
     gathered whole only while it runs; the rest of the model is the root unit. ``param_dtype``:
@@ -47,6 +48,11 @@ class FSDPStrategy(Strategy):
     @classmethod
     def refusals(cls, config: Any, world_size: int) -> Iterator[str]:
         # (fsdp_modules are its own: the base refusal does not apply)
+        if config.parallel.fsdp_modules and config.model.type is None:
+            yield (
+                "parallel.fsdp_modules: only for your own model.type; the built-in model is "
+                f"sharded per block and per head (found {list(config.parallel.fsdp_modules)})"
+            )
         if config.parallel.find_unused_parameters:
             yield (
                 "parallel.find_unused_parameters: a DDP option; fsdp reduces every gradient it "
