@@ -12,7 +12,9 @@
   destroyed sprinklings: causal sets that are not manifold-like;
 - :mod:`.observables`: counts (ordering fraction, links, interval abundances), chains, the
   Benincasa-Dowker action, dimension estimators, per-element features (from the matrices, or
-  from an order's links and sizes of pasts and futures).
+  from an order's links and sizes of pasts and futures);
+- :mod:`.curvature`: the Benincasa-Dowker estimate of the scalar curvature at each element
+  (unsmeared or smeared), and its exact mean in a flat 2D diamond.
 
 It knows nothing of training and imports nothing else of the package: the lowest floor above
 ``errors`` and ``logs``, usable on its own (``from QuantumGravPy.physics import sprinkle``).
@@ -20,6 +22,7 @@ It knows nothing of training and imports nothing else of the package: the lowest
 
 from . import observables
 from .causal_set import CausalSet
+from .curvature import diamond_volume, flat_expectation, local_action, ricci_estimate
 from .curved import (
     SPACETIMES,
     conformal_motion,
@@ -88,11 +91,14 @@ __all__ = [
     "curvature_radius",
     "destroyed_sprinkling",
     "diamond_coordinates",
+    "diamond_volume",
+    "flat_expectation",
     "h_for_proper_height",
     "interval_abundances",
     "is_naturally_labelled",
     "kleitman_rothschild_order",
     "link_count",
+    "local_action",
     "longest_chain",
     "longest_chains",
     "midpoint_dimension",
@@ -108,6 +114,7 @@ __all__ = [
     "percolation_like",
     "proper_height",
     "random_order",
+    "ricci_estimate",
     "sprinkle",
     "structure_features",
     "transitive_closure",

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from . import curvature
 from . import observables as obs
 from .observables import node_features
 
@@ -24,6 +25,7 @@ class CausalSet:
     links: Tensor  # [N, N] bool, the relations not implied by transitivity
     coordinates: Tensor | None = None  # [N, d] float64, column 0 is time
     ricci: Tensor | None = None  # [N] float64
+    volume: float | None = None  # the spacetime volume sprinkled into, where it is known
 
     @property
     def num_points(self) -> int:
@@ -51,6 +53,18 @@ class CausalSet:
 
     def benincasa_dowker_action(self, dimension: int) -> float:
         return float(obs.benincasa_dowker_action(self.relations, dimension))
+
+    def ricci_estimate(self, *, epsilon: float = 1.0) -> Tensor:
+        """The Benincasa-Dowker estimate of the Ricci scalar at each element (float64, [N]),
+        smeared with ``epsilon`` (:mod:`.curvature`), at the density ``N / volume``."""
+        if self.volume is None or self.dimension not in (2, 4):
+            raise ValueError(
+                "the estimate needs a sprinkling's volume (for its density) in 2 or 4 "
+                f"dimensions; this causal set has volume {self.volume} and dimension "
+                f"{self.dimension}"
+            )
+        density = self.num_points / self.volume
+        return curvature.ricci_estimate(self.relations, density, self.dimension, epsilon=epsilon)
 
     def node_features(self) -> Tensor:
         return node_features(self.relations[None], self.links[None])[0]

@@ -16,10 +16,12 @@ import torch
 from torch import Tensor
 
 from .causal_set import CausalSet
+from .curvature import diamond_volume
 from .curved import (
     PolynomialFactor,
     check_h,
     conformal_coordinates,
+    curved_volume,
     log_conformal_factor,
     ricci_scalar,
 )
@@ -62,7 +64,10 @@ def sprinkle(
         log_omega = log_conformal_factor(spacetime, h)
         coords = conformal_coordinates(num_points, dimension, rng, log_omega, 0.0, uniform_diamond)
     ricci = torch.full((num_points,), ricci_scalar(spacetime, h, dimension), dtype=torch.float64)
-    return _causal_set(coords, ricci)
+    volume = diamond_volume(dimension) if h == 0 else None
+    if h != 0 and dimension == 2:
+        volume = curved_volume(log_conformal_factor(spacetime, h))
+    return _causal_set(coords, ricci, volume)
 
 
 def conformal_sprinkling(
@@ -84,13 +89,16 @@ def conformal_sprinkling(
     coords = conformal_coordinates(
         num_points, 2, rng, factor.log_omega, factor.upper_bound(), uniform_diamond
     )
-    return _causal_set(coords, torch.from_numpy(factor.ricci(coords)))
+    ricci = torch.from_numpy(factor.ricci(coords))
+    return _causal_set(coords, ricci, curved_volume(factor.log_omega))
 
 
-def _causal_set(coords: np.ndarray, ricci: Tensor) -> CausalSet:
+def _causal_set(coords: np.ndarray, ricci: Tensor, volume: float | None) -> CausalSet:
     points = torch.from_numpy(coords)
     relations, links = causal_structure(points[None])
-    return CausalSet(relations=relations[0], links=links[0], coordinates=points, ricci=ricci)
+    return CausalSet(
+        relations=relations[0], links=links[0], coordinates=points, ricci=ricci, volume=volume
+    )
 
 
 def diamond_coordinates(num_points: int, dimension: int, rng: np.random.Generator) -> np.ndarray:
