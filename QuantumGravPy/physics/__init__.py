@@ -14,7 +14,7 @@
   Benincasa-Dowker action, dimension estimators, per-element features (from the matrices, or
   from an order's links and sizes of pasts and futures);
 - :mod:`.curvature`: the Benincasa-Dowker estimate of the scalar curvature at each element
-  (unsmeared or smeared), and its exact mean in a flat 2D diamond.
+  (unsmeared or smeared), and its exact mean in a flat or conformally flat 2D diamond.
 
 It knows nothing of training and imports nothing else of the package: the lowest floor above
 ``errors`` and ``logs``, usable on its own (``from QuantumGravPy.physics import sprinkle``).
@@ -22,11 +22,18 @@ It knows nothing of training and imports nothing else of the package: the lowest
 
 from . import observables
 from .causal_set import CausalSet
-from .curvature import diamond_volume, flat_expectation, local_action, ricci_estimate
+from .curvature import (
+    conformal_expectation,
+    diamond_volume,
+    flat_expectation,
+    local_action,
+    ricci_estimate,
+)
 from .curved import (
     SPACETIMES,
     conformal_motion,
     curvature_radius,
+    de_sitter_interval_volume,
     h_for_proper_height,
     motion_density,
     proper_height,
@@ -86,9 +93,11 @@ __all__ = [
     "benincasa_dowker_action",
     "causal_structure",
     "check_sprinkle_arguments",
+    "conformal_expectation",
     "conformal_motion",
     "conformal_sprinkling",
     "curvature_radius",
+    "de_sitter_interval_volume",
     "destroyed_sprinkling",
     "diamond_coordinates",
     "diamond_volume",

@@ -72,6 +72,34 @@ def log_conformal_factor(spacetime: str, h: float) -> Callable[[np.ndarray], np.
     return lambda x: np.zeros(len(x))
 
 
+def de_sitter_interval_volume(h: float) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The volume of the interval between y [.., 2] and x [2] (points (t, x) of the 2D de
+    Sitter diamond, y before x), in closed form: in the light-cone coordinates ``a = (1 + t +
+    x) / 2``, ``b = (1 + t - x) / 2`` it is ``2 (1 - h)**2 / h**2 ln(1 + h**2 da db / (A(x)
+    A(y)))`` with ``A = 1 + h - h (a + b)`` and da, db the interval's sides (flat: ``2 da
+    db``)."""
+    if h == 0:
+        return lambda y, x: 2.0 * _sides(y, x)[0] * _sides(y, x)[1]
+
+    def volume(y: np.ndarray, x: np.ndarray) -> np.ndarray:
+        (da, db), (ay, by), (ax, bx) = _sides(y, x), _light_cone(y), _light_cone(x)
+        corners = (1 + h - h * (ax + bx)) * (1 + h - h * (ay + by))
+        return 2.0 * (1.0 - h) ** 2 / h**2 * np.log1p(h * h * da * db / corners)
+
+    return volume
+
+
+def _light_cone(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    points = np.asarray(points)
+    t, x = points[..., 0], points[..., 1]
+    return (1 + t + x) / 2, (1 + t - x) / 2
+
+
+def _sides(y: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    (ay, by), (ax, bx) = _light_cone(y), _light_cone(x)
+    return ax - ay, bx - by
+
+
 @dataclass(frozen=True)
 class PolynomialFactor:
     """``ln Omega(t, x) = sum c[j, k] t**j x**k`` over 1 <= j + k <= degree (2D)."""
