@@ -24,6 +24,7 @@ BLOCKS = {  # marker name: what it holds
     "benchmarks": "the headline benchmark table",
     "baselines": "the GNN against the best classical method on each embedded kind",
     "world-size": "how far weights on 2 and 4 processes drift from 1 process's, per epoch",
+    "ricci": "each element's Ricci scalar: R^2 against the number of elements, with the bound",
 }
 TARGETS = ("README.md", "docs/benchmarks.md", "docs/physics.md", "docs/reproducibility.md")
 
@@ -234,8 +235,12 @@ def baselines_row(s: dict[str, str]) -> Row:
         name = f"{kind} ({n})" if sum(r[0] == kind for r in rows) > 1 else kind
         (ahead if lead > 0.02 else behind if lead < -0.02 else level).append(name)
     shown = [r for r in rows if r[0] in ("manifold_like", "cset_type", "ricci")]
-    ours = ", ".join(f"{kind} **{gnn}**" for kind, _, _, _, gnn in shown)
-    peers = "; ".join(f"{kind}: {method} {best}" for kind, _, method, best, _ in shown)
+
+    def named(kind: str, n: str) -> str:
+        return f"{kind} ({n})" if sum(r[0] == kind for r in rows) > 1 else kind
+
+    ours = ", ".join(f"{named(kind, n)} **{gnn}**" for kind, n, _, _, gnn in shown)
+    peers = "; ".join(f"{named(kind, n)}: {method} {best}" for kind, n, method, best, _ in shown)
     verdict = "; ".join(
         f"{word} on {', '.join(kinds)}"
         for word, kinds in (("ahead", ahead), ("level", level), ("behind", behind))
@@ -326,12 +331,52 @@ def world_size_block(text: str) -> str:
     return "\n".join(lines)
 
 
+def ricci_block(text: str) -> str:
+    """The ricci curve: the bound, the GNN and each baseline, one column per size."""
+    s = sections(text)
+    rows = [row for table in tables(section(s, "baselines.py")) for row in table
+            if row.get("kind") == "ricci"]  # fmt: skip
+    bound = {row["elements"]: row for table in tables(section(s, "ricci_bound.py"))
+             for row in table if "elements" in row}  # fmt: skip
+    sizes = list(dict.fromkeys(r["elements"] for r in rows))
+    if not rows or not bound:
+        raise BenchmarksError("bench/baselines.py or bench/ricci_bound.py: no ricci curve")
+
+    smeared = "smeared Benincasa-Dowker estimate (smearing and scale chosen on validation)"
+
+    def method(row: dict[str, str]) -> str:
+        name = row["method"].strip("*")
+        if name.startswith("smeared"):
+            return smeared
+        if name.startswith("the GNN"):
+            return "the shipped GNN (`configs/ricci.yaml`; `ricci_large.yaml` from 1,024)"
+        return name
+
+    def r2(row: dict[str, str]) -> str:
+        value = row["test score"].split(" ")[-1]
+        chosen = re.search(r"epsilon ([0-9.]+)", row["method"])
+        return f"{value} (epsilon {chosen.group(1)})" if chosen else value
+
+    key = next(k for k in next(iter(bound.values())) if k.startswith("R^2"))
+    lines = ["| elements | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
+    lines.append("| the most any model can reach (`bench/ricci_bound.py`) | " + " | ".join(
+        bound[n][key].split(" ")[0] if n in bound else "" for n in sizes) + " |")  # fmt: skip
+    for name in dict.fromkeys(method(r) for r in rows):
+        cells = {r["elements"]: r2(r) for r in rows if method(r) == name}
+        cells = [cells.get(n, "") for n in sizes]
+        shown = [f"**{c}**" for c in cells] if name.startswith("the GNN") else cells
+        lines.append(f"| {name} | " + " | ".join(shown) + " |")
+    return "\n".join(lines)
+
+
 def block(name: str, path: str, text: str) -> str:
     """The generated block ``name`` as it stands in ``path`` (links relative to that file)."""
     if name == "benchmarks":
         body = benchmarks_block(text, in_docs=path.startswith("docs/"))
     elif name == "baselines":
         body = baselines_block(text)
+    elif name == "ricci":
+        body = ricci_block(text)
     else:
         body = world_size_block(text)
     stamp = re.search(r"on (\d{4}-\d\d-\d\d)", text)

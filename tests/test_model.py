@@ -142,3 +142,29 @@ def test_the_std_read_out_is_each_graphs_spread(graphs):
     spread = POOLING["std"](batch.x, batch.batch, batch.num_graphs)
     for g, row in zip(graphs, spread, strict=True):
         assert torch.allclose(row, (g.x.var(0, unbiased=False) + 1e-6).sqrt(), atol=1e-6)
+
+
+def test_node_context_lets_a_node_see_its_whole_graph_and_nothing_else(make_config):
+    """Two paths in one graph, and one message-passing block: without node_context a node's
+    output is a function of its one-hop neighbourhood, so changing the other path's features
+    changes nothing; with it, the graph's read-out joins each node's embedding, so it does.
+    Either way, the other graphs of the batch change nothing."""
+    from torch_geometric.data import Data
+
+    def two_paths(shift: float) -> Data:
+        x = torch.rand(8, 3, generator=torch.Generator().manual_seed(0))
+        x[4:] += shift  # the second path
+        edges = torch.tensor([[0, 1, 2, 4, 5, 6], [1, 2, 3, 5, 6, 7]])
+        return Data(x=x, edge_index=torch.cat([edges, edges.flip(0)], dim=1))
+
+    other = Data(x=torch.rand(5, 3), edge_index=torch.tensor([[0, 1], [1, 0]]))
+    for context in (False, True):
+        torch.manual_seed(1)
+        model = qg.GNNModel(3, outputs={"r": (1, "node")}, hidden_channels=8, num_layers=1,
+                            norm="none", node_context=context).eval()  # fmt: skip
+        before, after = model(two_paths(0.0))["r"], model(two_paths(1.0))["r"]
+        assert torch.equal(before[:2], after[:2]) is not context  # nodes 0, 1: two hops away
+        batched = model(Batch.from_data_list([two_paths(0.0), other]))["r"][:8]
+        assert torch.allclose(batched, before, atol=1e-6)
+    with pytest.raises(qg.ConfigError, match="model.node_context: only for the built-in"):
+        make_config("model.type=torch.nn.Linear", "model.node_context=true")

@@ -155,6 +155,9 @@ class ModelConfig:
     # graph-level Data attributes (a number or a vector per graph) concatenated to the pooled
     # node embeddings before the head, e.g. [num_elements]; built-in model only
     graph_features: tuple[str, ...] = ()
+    # node-level heads see each node's embedding and its graph's read-out (pooling and
+    # graph_features): a quantity smooth over a large graph is seen by the whole graph
+    node_context: bool = False
     # recompute each message-passing block's activations in the backward pass instead of
     # keeping them (torch.utils.checkpoint): less memory for large graphs, one more forward
     activation_checkpointing: bool = False
@@ -166,6 +169,11 @@ class ModelConfig:
             raise ConfigError(
                 "model.graph_features: only for the built-in model; your own model.type reads "
                 f"any attribute of the batch itself (found {list(self.graph_features)})"
+            )
+        if self.node_context and self.type is not None:
+            raise ConfigError(
+                "model.node_context: only for the built-in model; your own model.type builds "
+                "its node-level heads itself"
             )
         if self.activation_checkpointing and self.type is not None:
             raise ConfigError(

@@ -89,6 +89,12 @@ class GNNModel(nn.Module):
     first loss, are near chance at any size. ``max``, ``add`` (the sum) and ``scaled_add`` (the
     sum over the square root of the number of nodes) grow with it.
 
+    ``node_context``: a node-level head sees its node's embedding and its graph's read-out
+    (the pooled embeddings and ``graph_features``), not the node's neighbourhood alone. A
+    quantity that varies smoothly over a large graph, as curvature does over a causal set of
+    thousands of elements, is pinned down by the whole graph far better than by the few hops a
+    node's embedding reaches.
+
     ``activation_checkpointing``: in training, each block's activations are recomputed in the
     backward pass rather than kept (``torch.utils.checkpoint``, non-reentrant): the memory of
     one block's input per block instead of all its intermediates, for one more forward pass.
@@ -112,6 +118,7 @@ class GNNModel(nn.Module):
         head_channels: Sequence[int] = (64,),
         graph_features: Sequence[str] = (),
         graph_feature_channels: int = 0,
+        node_context: bool = False,
         activation_checkpointing: bool = False,
     ):
         super().__init__()
@@ -126,6 +133,7 @@ class GNNModel(nn.Module):
         self.pooling = tuple(pooling)
         self.graph_features = tuple(graph_features)
         self.residual = residual
+        self.node_context = node_context
         self.norm_kind = norm
         self.activation_checkpointing = activation_checkpointing
         self.encoder = nn.Linear(in_channels, hidden_channels)
@@ -144,6 +152,7 @@ class GNNModel(nn.Module):
         self.norms = nn.ModuleList(_make_norm(norm, hidden_channels) for _ in range(num_layers))
         self.dropout = nn.Dropout(dropout)
         pooled = hidden_channels * len(self.pooling) + graph_feature_channels
+        node_width = hidden_channels + (pooled if node_context else 0)
 
         def head(width: int, num_outputs: int) -> nn.Sequential:
             return _mlp(width, head_channels, num_outputs, act_cls, dropout)
@@ -153,7 +162,7 @@ class GNNModel(nn.Module):
         self.levels = {name: level for name, (_, level) in (outputs or {}).items()}
         self.heads = nn.ModuleDict(
             {
-                name: head(pooled if level == "graph" else hidden_channels, k)
+                name: head(pooled if level == "graph" else node_width, k)
                 for name, (k, level) in (outputs or {}).items()
             }
         )
@@ -184,6 +193,7 @@ class GNNModel(nn.Module):
             head_channels=config.head_channels,
             graph_features=config.graph_features,
             graph_feature_channels=graph_feature_channels,
+            node_context=config.node_context,
             activation_checkpointing=config.activation_checkpointing,
         )
 
@@ -203,7 +213,8 @@ class GNNModel(nn.Module):
                                use_reentrant=False)  # fmt: skip
             else:
                 x = self._block(conv, norm, x, edge_index, index, num_graphs)
-        if self.head is None and "graph" not in self.levels.values():
+        pooled_needed = self.head is not None or "graph" in self.levels.values()
+        if not (pooled_needed or self.node_context):
             return {name: head(x) for name, head in self.heads.items()}
         pooled = [POOLING[p](x, index, num_graphs) for p in self.pooling]
         # graph-level inputs join after pooling: one row of numbers per graph
@@ -211,8 +222,9 @@ class GNNModel(nn.Module):
         graph = torch.cat(pooled, dim=-1)
         if self.head is not None:
             return self.head(graph)
+        nodes = torch.cat([x, graph[index]], dim=-1) if self.node_context else x
         return {
-            name: head(graph if self.levels[name] == "graph" else x)
+            name: head(graph if self.levels[name] == "graph" else nodes)
             for name, head in self.heads.items()
         }
 
