@@ -233,13 +233,13 @@ def main() -> None:
                 overrides.append(f"data.num_graphs={RICCI_CURVE[size[0]]}")
             elif size and (kind, size[0]) in EXTRA_GRAPHS:
                 overrides.append(f"data.num_graphs={EXTRA_GRAPHS[kind, size[0]]}")
-            name = CONFIGS[kind]
+            shipped = CONFIGS[kind]
             if kind == "ricci" and size and size[0] == size[1] and size[0] in RICCI_CONFIG:
-                name = RICCI_CONFIG[size[0]]
-            measure(kind, qg.load_config(ROOT / "configs" / name, overrides), args, name)
+                shipped = RICCI_CONFIG[size[0]]
+            measure(kind, qg.load_config(ROOT / "configs" / shipped, overrides), args, shipped)
 
 
-def measure(kind: str, config, args, name: str) -> None:
+def measure(kind: str, config, args, shipped: str) -> None:
     """The baselines of one kind at one size, and the GNN of its config unless --no-train."""
     low, high = config.data.num_points
     size = str(low) if low == high else f"{low}-{high}"
@@ -262,7 +262,7 @@ def measure(kind: str, config, args, name: str) -> None:
         trainer.close()
         best = max(v for _, v in rows)
         print(
-            f"| {kind} | {size} | **the GNN of configs/{name}** | {metric} {value:.4f} | "
+            f"| {kind} | {size} | **the GNN of configs/{shipped}** | {metric} {value:.4f} | "
             f"{value - best:+.4f} against the best baseline |",
             flush=True,
         )

@@ -359,12 +359,13 @@ def ricci_block(text: str) -> str:
 
     key = next(k for k in next(iter(bound.values())) if k.startswith("R^2"))
     lines = ["| elements | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
-    lines.append("| the most any model can reach (`bench/ricci_bound.py`) | " + " | ".join(
-        bound[n][key].split(" ")[0] if n in bound else "" for n in sizes) + " |")  # fmt: skip
+    ceiling = [bound[n][key].split(" ")[0].strip("*") if n in bound else "" for n in sizes]
+    lines.append("| the most any model can reach (`bench/ricci_bound.py`) | "
+                 + " | ".join(ceiling) + " |")  # fmt: skip
     for name in dict.fromkeys(method(r) for r in rows):
         cells = {r["elements"]: r2(r) for r in rows if method(r) == name}
         cells = [cells.get(n, "") for n in sizes]
-        shown = [f"**{c}**" for c in cells] if name.startswith("the GNN") else cells
+        shown = [f"**{c}**" for c in cells] if "GNN" in name else cells
         lines.append(f"| {name} | " + " | ".join(shown) + " |")
     return "\n".join(lines)
 
