@@ -168,12 +168,12 @@ def benincasa_dowker_baseline(val, test) -> tuple[str, float]:
 
     y_val = np.concatenate([g.ricci.numpy() for g in val])
     y_test = np.concatenate([g.ricci.numpy() for g in test])
+    on_val = {epsilon: estimates(val_relations, epsilon) for epsilon in BD_EPSILONS}
     chosen = max(
-        (r2_score(y_val, LinearRegression().fit(x, y_val).predict(x)), epsilon)
-        for epsilon in BD_EPSILONS
-        for x in [estimates(val_relations, epsilon)]
-    )[1]
-    scale = LinearRegression().fit(estimates(val_relations, chosen), y_val)
+        on_val,
+        key=lambda e: r2_score(y_val, LinearRegression().fit(on_val[e], y_val).predict(on_val[e])),
+    )
+    scale = LinearRegression().fit(on_val[chosen], y_val)
     r2 = r2_score(y_test, scale.predict(estimates(test_relations, chosen)))
     return f"smeared Benincasa-Dowker estimate (epsilon {chosen} chosen on validation)", r2
 

@@ -79,7 +79,7 @@ def de_sitter_interval_volume(h: float) -> Callable[[np.ndarray, np.ndarray], np
     A(y)))`` with ``A = 1 + h - h (a + b)`` and da, db the interval's sides (flat: ``2 da
     db``)."""
     if h == 0:
-        return lambda y, x: 2.0 * _sides(y, x)[0] * _sides(y, x)[1]
+        return lambda y, x: 2.0 * np.prod(_sides(y, x), axis=0)
 
     def volume(y: np.ndarray, x: np.ndarray) -> np.ndarray:
         (da, db), (ay, by), (ax, bx) = _sides(y, x), _light_cone(y), _light_cone(x)
