@@ -343,7 +343,7 @@ def test_on_a_gpu_batches_are_gathered_there_as_pytorch_geometric_collates(tmp_p
 
 @pytest.mark.gpu
 @NEEDS_CUDA
-def test_on_a_gpu_data_device_cuda_trains_with_batches_made_there(make_config):
+def test_on_a_gpu_data_device_cuda_trains_with_batches_made_there(make_config, tmp_path):
     trainer, history, _ = train(
         make_config("training.device=cuda", "data.device=cuda", "training.num_epochs=2")
     )
@@ -351,9 +351,8 @@ def test_on_a_gpu_data_device_cuda_trains_with_batches_made_there(make_config):
     for loader in trainer.loaders:
         batch = next(iter(loader))
         assert batch.x.is_cuda and batch.edge_index.is_cuda and batch.batch.is_cuda
-    reference, expected, _ = train(
-        make_config("training.device=cuda", "data.device=cpu", "training.num_epochs=2")
-    )
+    on_host = ("training.device=cuda", "data.device=cpu", "training.num_epochs=2")
+    reference, expected, _ = train(make_config(*on_host, f"training.path={tmp_path / 'host'}"))
     assert reference.batch_device is None
     for ours, theirs in zip(history, expected, strict=True):
         assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-5)
