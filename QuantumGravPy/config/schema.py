@@ -61,6 +61,11 @@ class DataConfig:
     # null: the features of the embedded causal sets, computed from the causal structure; or
     # a list of per-element arrays
     node_features: tuple[str, ...] | None = None
+    # true: two more node features, each element's rank (over N) in the two linear orders
+    # whose intersection a 2D causal set is: its place in the diamond in light-cone
+    # coordinates, found from the order (physics.light_cone_ranks). 2D causal sets only: the
+    # ricci kind, the dimension and curvature kinds with dimensions [2], or data.files
+    light_cone_ranks: bool = False
     # auto: transpose a file's matrices when they are lower triangular (Julia writes arrays
     # column-major); true or false: always, never
     transpose: Literal["auto", "true", "false"] = "auto"
@@ -100,6 +105,21 @@ class DataConfig:
             raise ConfigError(
                 "data.storage: disk is for the generated causal sets and data.files; "
                 f"data.dataset ({self.dataset}) returns its own dataset"
+            )
+        generated = not self.files and self.dataset is None
+        two_d = self.kind == "ricci" or (
+            self.kind in ("dimension", "curvature") and tuple(self.dimensions) == (2,)
+        )
+        if self.light_cone_ranks and self.dataset is not None:
+            raise ConfigError(
+                f"data.light_cone_ranks: data.dataset ({self.dataset}) returns its own graphs "
+                "and features; add the ranks there (physics.light_cone_ranks)"
+            )
+        if self.light_cone_ranks and generated and not two_d:
+            raise ConfigError(
+                "data.light_cone_ranks: only 2D causal sets have them: the ricci kind, or the "
+                f"dimension and curvature kinds with dimensions [2] (found kind {self.kind} "
+                f"with dimensions {list(self.dimensions)})"
             )
         file_keys = ("reader", "pre_filter", "pre_transform", "transform", "targets")
         unused = [k for k in file_keys if getattr(self, k) and not self.files]

@@ -58,8 +58,10 @@ def generate_causal_set_graphs(
     progress: bool = True,
     kind: str = "dimension",
     h: Sequence[float] = (0.0, 0.0),
+    light_cone_ranks: bool = False,
 ) -> list[Data]:
-    """Graphs ``start`` to ``end - 1`` of the causal-set dataset with these parameters."""
+    """Graphs ``start`` to ``end - 1`` of the causal-set dataset with these parameters (with
+    ``light_cone_ranks``, two more node features: :func:`.kinds.with_light_cone_ranks`)."""
     max_dim = max(dimensions)
     if kind != "dimension":
         # The drawn sets' matrices are turned into graphs, and freed, every _CHUNK_ENTRIES
@@ -69,11 +71,11 @@ def generate_causal_set_graphs(
         for i in logs.progress(range(start, end), desc=kind, unit="set", enabled=progress):
             rng, n, _ = graph_parameters(i, num_points, dimensions, seed)
             if drawn and entries + n * n > _CHUNK_ENTRIES:
-                out += kinds.graphs_of(kind, drawn, max_dim)
+                out += kinds.graphs_of(kind, drawn, max_dim, ranks=light_cone_ranks)
                 drawn, entries = [], 0
             drawn.append(kinds.draw(kind, rng, n, dimensions, h))
             entries += n * n
-        return out + kinds.graphs_of(kind, drawn, max_dim)
+        return out + kinds.graphs_of(kind, drawn, max_dim, ranks=light_cone_ranks)
     by_size: dict[int, list[tuple[int, int, np.ndarray]]] = {}
     for i in range(start, end):
         rng, n, label = graph_parameters(i, num_points, dimensions, seed)
@@ -95,8 +97,11 @@ def generate_causal_set_graphs(
         features = node_features(relations, links)
         for b, (i, label, _) in enumerate(chunk):
             labels = {**kinds.flat_sprinkling_labels(dimensions[label]), "y": label}
+            x = features[b]
+            if light_cone_ranks:
+                x = kinds.with_light_cone_ranks(x, relations[b])
             graphs[i] = kinds.to_graph(
-                features[b], links[b], labels, coordinates=coords[b], max_dimension=max_dim
+                x, links[b], labels, coordinates=coords[b], max_dimension=max_dim
             )
     return [graphs[i] for i in range(start, end)]
 
@@ -118,6 +123,7 @@ class GeneratedSource:
         seed: int = 0,
         kind: str = "dimension",
         h: float | Sequence[float] = 0.6,
+        light_cone_ranks: bool = False,
     ):
         if kind not in kinds.KINDS:
             raise ValueError(f"kind must be one of {', '.join(kinds.KINDS)}, got {kind!r}")
@@ -143,6 +149,16 @@ class GeneratedSource:
         }
         if kind == "curvature":
             self.params["h"] = [low, high]
+        if light_cone_ranks:  # (absent otherwise: the caches made before it stay valid)
+            if kind != "ricci" and (
+                kind not in ("dimension", "curvature") or list(dimensions) != [2]
+            ):
+                raise ValueError(
+                    "light_cone_ranks: only 2D causal sets have them (the ricci kind, or the "
+                    f"dimension and curvature kinds with dimensions [2]); got kind {kind!r} "
+                    f"with dimensions {list(dimensions)}"
+                )
+            self.params["light_cone_ranks"] = True
         self.total = int(num_graphs)
 
     def graphs(self, start: int, end: int, *, progress: bool = True) -> Iterator[Data]:
@@ -163,6 +179,7 @@ class GeneratedSource:
                 progress=progress and end - start <= _BLOCK,
                 kind=p["kind"],
                 h=p.get("h", (0.0, 0.0)),
+                light_cone_ranks=p.get("light_cone_ranks", False),
             )
 
     def num_classes_of(self, name: str) -> int | None:
@@ -200,6 +217,7 @@ class CausalSetDataset(DigestCachedDataset):
         seed: int = 0,
         kind: str = "dimension",
         h: float | Sequence[float] = 0.6,
+        light_cone_ranks: bool = False,
         transform: Callable | None = None,
         progress: bool = True,
         world_size: int = 1,
@@ -211,6 +229,7 @@ class CausalSetDataset(DigestCachedDataset):
             seed=seed,
             kind=kind,
             h=h,
+            light_cone_ranks=light_cone_ranks,
         )
         super().__init__(
             root, source, transform=transform, progress=progress, world_size=world_size

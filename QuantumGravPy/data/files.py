@@ -39,8 +39,10 @@ from ..config import UserFunction, task_list
 from ..errors import ConfigError, DataError
 from ..physics import (
     NotAnOrder,
+    NotTwoDimensional,
     OrderStructure,
     is_naturally_labelled,
+    light_cone_ranks,
     order_structure,
     structure_features,
     transitive_closure,
@@ -91,6 +93,7 @@ class _Sample(NamedTuple):
     structure: OrderStructure | None  # None when data.node_features gives x
     x: torch.Tensor | None
     attributes: dict[str, torch.Tensor]
+    ranks: torch.Tensor | None = None  # data.light_cone_ranks: [n, 2], over n
 
 
 def read_sample(
@@ -124,15 +127,24 @@ def read_sample(
         if samples.is_links:
             links = m.bool().t() if transpose else m.bool()
             try:
-                structure = order_structure(transitive_closure(links))
+                related = transitive_closure(links)
+                structure = order_structure(related)
             except NotAnOrder as e:
                 raise NotAnOrder(f"the links close to a cycle ({e})") from None
         else:
+            related = m.t() if transpose else m
             structure = order_structure(m, transposed=transpose)
     except NotAnOrder as e:
         raise DataError(f"{where}: {samples.matrix!r} is not a strict partial order: {e}") from None
     structure = OrderStructure(*(None if t is None else t.cpu() for t in structure))
     order = structure.labelling
+    ranks = None
+    if cfg.light_cone_ranks:
+        try:
+            ranks = (light_cone_ranks(related).float() + 0.5) / n
+        except NotTwoDimensional as e:
+            raise DataError(f"{where}: data.light_cone_ranks: {e}") from None
+        ranks = ranks if order is None else ranks[order]
     attributes: dict[str, torch.Tensor] = {}
     for attribute, name in cfg.targets.items():
         value = _values(read(name), f"{where}: {name!r}").reshape(-1)
@@ -163,7 +175,7 @@ def read_sample(
     if provenance:
         attributes["source_element"] = torch.arange(n) if order is None else order
     attributes["edge_index"] = torch.cat([structure.links, structure.links.flip(0)], dim=1)
-    return _Sample(structure if x is None else None, x, attributes)
+    return _Sample(structure if x is None else None, x, attributes, ranks)
 
 
 def build_graphs(block: list[_Sample]) -> list[Data]:
@@ -171,7 +183,11 @@ def build_graphs(block: list[_Sample]) -> list[Data]:
     from the causal structure (the longest chains of all of them in one sweep) unless read."""
     computing = [s.structure for s in block if s.x is None]
     features = iter(structure_features(computing) if computing else [])
-    return [Data(x=next(features) if s.x is None else s.x, **s.attributes) for s in block]
+    xs = [next(features) if s.x is None else s.x for s in block]
+    xs = [
+        x if s.ranks is None else torch.cat([x, s.ranks], 1) for x, s in zip(xs, block, strict=True)
+    ]
+    return [Data(x=x, **s.attributes) for x, s in zip(xs, block, strict=True)]
 
 
 def file_counts(data_cfg: Any) -> list[int]:
@@ -402,6 +418,7 @@ def cache_params(data_cfg: Any) -> dict[str, Any]:
         "size": data_cfg.size,
         "targets": dict(sorted(data_cfg.targets.items())),
         "node_features": list(data_cfg.node_features) if data_cfg.node_features else None,
+        **({"light_cone_ranks": True} if data_cfg.light_cone_ranks else {}),
         "transpose": data_cfg.transpose,
         "hooks": [data_cfg.reader, data_cfg.pre_filter, data_cfg.pre_transform],
         "version": FORMAT_VERSION,

@@ -32,6 +32,7 @@ from ..physics import (
     conformal_sprinkling,
     destroyed_sprinkling,
     kleitman_rothschild_order,
+    light_cone_ranks,
     node_features,
     percolation_like,
     random_order,
@@ -147,10 +148,25 @@ def draw(
     raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
+def with_light_cone_ranks(x: torch.Tensor, relations: torch.Tensor) -> torch.Tensor:
+    """Node features ``x`` and two more columns: each element's ranks in the two linear orders
+    of its 2D causal set (:func:`~QuantumGravPy.physics.light_cone_ranks`), over N, in (0, 1).
+    Which order comes first is a choice the order cannot make; it is made for each set alone,
+    so a model learns what does not depend on it (as a reflection x -> -x leaves R)."""
+    n = relations.shape[-1]
+    ranks = light_cone_ranks(relations).to(x.dtype)
+    return torch.cat([x, (ranks + 0.5) / n], dim=1)
+
+
 def graphs_of(
-    kind: str, drawn: list[tuple[CausalSet, dict[str, Any]]], max_dimension: int
+    kind: str,
+    drawn: list[tuple[CausalSet, dict[str, Any]]],
+    max_dimension: int,
+    *,
+    ranks: bool = False,
 ) -> list[Data]:
-    """The graphs of drawn causal sets (node features computed per size, in batches)."""
+    """The graphs of drawn causal sets (node features computed per size, in batches; with
+    ``ranks``, :func:`with_light_cone_ranks`)."""
     by_size: dict[int, list[int]] = {}
     for i, (cset, _) in enumerate(drawn):
         by_size.setdefault(cset.num_points, []).append(i)
@@ -159,7 +175,7 @@ def graphs_of(
         relations = torch.stack([drawn[i][0].relations for i in members])
         links = torch.stack([drawn[i][0].links for i in members])
         for i, x in zip(members, node_features(relations, links), strict=True):
-            features[i] = x
+            features[i] = with_light_cone_ranks(x, drawn[i][0].relations) if ranks else x
     return [
         to_graph(
             features[i],

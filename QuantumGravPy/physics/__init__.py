@@ -13,6 +13,8 @@
 - :mod:`.observables`: counts (ordering fraction, links, interval abundances), chains, the
   Benincasa-Dowker action, dimension estimators, per-element features (from the matrices, or
   from an order's links and sizes of pasts and futures);
+- :mod:`.realisers`: each element's ranks in the two linear orders of a 2D causal set (its
+  place in the diamond in light-cone coordinates), found from the order alone;
 - :mod:`.curvature`: the Benincasa-Dowker estimate of the scalar curvature at each element
   (unsmeared or smeared), and its exact mean in a flat or conformally flat 2D diamond.
 
@@ -68,6 +70,7 @@ from .random_orders import (
     random_order,
     transitive_percolation,
 )
+from .realisers import NotTwoDimensional, light_cone_ranks
 from .sprinkling import (
     MAX_DIMENSION,
     MIN_DIMENSION,
@@ -89,6 +92,7 @@ __all__ = [
     "SPACETIMES",
     "CausalSet",
     "NotAnOrder",
+    "NotTwoDimensional",
     "OrderStructure",
     "benincasa_dowker_action",
     "causal_structure",
@@ -106,6 +110,7 @@ __all__ = [
     "interval_abundances",
     "is_naturally_labelled",
     "kleitman_rothschild_order",
+    "light_cone_ranks",
     "link_count",
     "local_action",
     "longest_chain",
