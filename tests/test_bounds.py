@@ -58,3 +58,19 @@ def test_the_ricci_posterior_finds_the_spacetime_the_points_were_drawn_from(seed
     assert 1 - np.mean((mean - truth) ** 2) / np.var(truth) > 0.95
     small = conformal_sprinkling(64, seed)  # the generator draws the same spacetime
     assert np.allclose(small.ricci.numpy(), factor.ricci(small.coordinates.numpy()))
+
+
+def test_the_order_models_coordinates_are_the_light_cone_ranks_of_the_graph(tmp_path):
+    """bench/ricci_bound.py's model of the order reads each graph's links alone and places
+    each element at its light-cone ranks: those of its true coordinates, up to the reflection
+    x -> -x (which leaves the posterior of R alone) and the order of twins."""
+    from QuantumGravPy.data import CausalSetDataset
+
+    graph = CausalSetDataset(str(tmp_path), kind="ricci", num_graphs=1, num_points=(300, 300))[0]
+    found = ricci_bound.rank_coordinates(graph)
+    n, t, x = graph.num_nodes, graph.pos[:, 0].numpy(), graph.pos[:, 1].numpy()
+    u, v = (np.argsort(np.argsort(t + x)) + 0.5) / n, (np.argsort(np.argsort(t - x)) + 0.5) / n
+    true = np.stack([u + v - 1, u - v], axis=1)
+    mirrored = true * [1, -1]
+    error = min(np.abs(found - true).max(), np.abs(found - mirrored).max())
+    assert error <= 2 / n  # a twin's rank differs by one in each direction at most
