@@ -44,15 +44,15 @@ def light_cone_ranks(relations: Tensor, links: Tensor | None = None) -> Tensor:
     apart = ~(related | related.T)
     apart.fill_diagonal_(False)
     linked = _links(related) if links is None else links.bool().cpu()
-    right, left = _orient(linked, apart)
+    right = _orient(linked, apart)
     past = related.sum(0)
-    ranks = torch.stack([past + left.sum(1), past + right.sum(1)], dim=1)
+    ranks = torch.stack([past + right.sum(0), past + right.sum(1)], dim=1)  # left, right of x
     _check(ranks, related)
     return ranks
 
 
-def _orient(linked: Tensor, apart: Tensor) -> tuple[Tensor, Tensor]:
-    """``(right, left)``: ``right[x, z]`` when z is right of x, ``left[x, z]`` when left. Not
+def _orient(linked: Tensor, apart: Tensor) -> Tensor:
+    """``right[x, z]``: z is right of x (so x is left of z: "left of" is ``right.T``). Not
     checked here: an order that is not 2D gets an orientation that :func:`_check` refuses."""
     n = linked.shape[0]
     first, second = torch.nonzero(linked, as_tuple=True)
@@ -60,49 +60,41 @@ def _orient(linked: Tensor, apart: Tensor) -> tuple[Tensor, Tensor]:
     with torch.sparse.check_sparse_tensor_invariants(False):
         links = torch.sparse_coo_tensor(index, torch.ones(index.shape[1]), (n, n)).coalesce()
     right = torch.zeros(n, n, dtype=torch.bool)
-    left = torch.zeros(n, n, dtype=torch.bool)
-    unknown = apart.clone()
+    unknown = apart.clone()  # the pairs neither way round yet
     seeds = 0
     while True:
         pair = int(unknown.view(-1).to(torch.uint8).argmax())
         if not unknown.view(-1)[pair]:
-            return right, left
+            return right
         if seeds == 1:
             # What the first seed leaves are pairs of elements that everything else sees alike
             # (twins): ordering them by label is a realiser unless they nest; the check says.
-            trial = _upper(unknown)
-            if _transitive(right | trial, left | trial.T, apart):
-                return right | trial, left | trial.T
+            trial = right | torch.triu(unknown, diagonal=1)
+            if _transitive(trial, apart):
+                return trial
         seeds += 1
-        fresh_right = torch.zeros_like(right)
-        fresh_left = torch.zeros_like(left)
-        fresh_right[pair // n, pair % n] = fresh_left[pair % n, pair // n] = True
+        fresh = torch.zeros(n, n)
+        fresh[pair // n, pair % n] = 1.0
         while True:
-            right |= fresh_right
-            left |= fresh_left
-            unknown &= ~(fresh_right | fresh_left)
-            # z is right (left) of y if it is of an element linked to y: from what is new
-            to_right = torch.sparse.mm(links, fresh_right.float()) > 0
-            to_left = torch.sparse.mm(links, fresh_left.float()) > 0
-            fresh_right, fresh_left = to_right & unknown, to_left & unknown
-            # z right of x is x left of z
-            swapped_right = fresh_left.t().contiguous()
-            fresh_left |= fresh_right.t().contiguous()
-            fresh_right |= swapped_right
-            if not bool(fresh_right.any()):  # (fresh_left is its transpose)
+            found = fresh > 0
+            right |= found
+            unknown &= ~(found | found.T)
+            # z right of x and x linked to y: z right of y (a row of the product); x right
+            # of z and x linked to y: y right of z (a column, from the transposed product)
+            rows = torch.sparse.mm(links, fresh) > 0
+            columns = torch.sparse.mm(links, fresh.T.contiguous()) > 0
+            found = (rows | columns.T) & unknown
+            if not bool(found.any()):
                 break
+            fresh = found.float()
 
 
-def _upper(mask: Tensor) -> Tensor:
-    return torch.triu(mask, diagonal=1)
-
-
-def _transitive(right: Tensor, left: Tensor, apart: Tensor) -> bool:
+def _transitive(right: Tensor, apart: Tensor) -> bool:
     """Whether every incomparable pair is oriented once and "right of" is transitive on them:
     each element's count of elements left of it then grows along "right of"."""
-    if bool((right & left).any()) or not torch.equal(right | left, apart):
+    if bool((right & right.T).any()) or not torch.equal(right | right.T, apart):
         return False
-    count = left.sum(1)
+    count = right.sum(0)
     return bool((count[None, :] > count[:, None])[right].all())
 
 
