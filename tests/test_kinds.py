@@ -43,9 +43,9 @@ def test_large_sets_are_turned_into_graphs_a_bounded_batch_at_a_time(monkeypatch
     whole = make("cset_type", end=40)
     batches, graphs_of = [], kinds.graphs_of
 
-    def recording(kind, drawn, max_dimension):
+    def recording(kind, drawn, max_dimension, **options):
         batches.append(sum(cset.num_points**2 for cset, _ in drawn))
-        return graphs_of(kind, drawn, max_dimension)
+        return graphs_of(kind, drawn, max_dimension, **options)
 
     # 1,500 entries: two or three sets of 16-24 elements at a time
     monkeypatch.setattr(causal_sets, "_CHUNK_ENTRIES", 1500)

@@ -3,10 +3,13 @@ linear orders and on sprinklings (the light-cone coordinates' orders), refused f
 higher dimension; and data.light_cone_ranks, the two node features, from the embedded kinds and
 from files, with a clear error for sets that are not 2D."""
 
+import json
+import math
+
 import h5py
 import pytest
 import torch
-from conftest import assert_refused, run_main
+from conftest import ROOT, assert_refused, run_main
 
 from QuantumGravPy.data import CausalSetDataset, dataset_from_config
 from QuantumGravPy.data.writing import write_embedded
@@ -129,3 +132,21 @@ def test_files_get_the_ranks_and_a_set_that_is_not_2d_is_named(tmp_path, capsys,
     with pytest.raises(DataError, match="cset_4.*data.light_cone_ranks: the order"):
         dataset_from_config(config.data, progress=False)
     assert not list((tmp_path / "again").rglob("*.pt"))
+
+
+def test_the_shipped_large_ricci_config_trains_with_the_ranks(tmp_path, capsys):
+    """configs/ricci_large.yaml (ranks, node context, a cosine schedule), end to end from the
+    command line at a small size: eight features per element, and a test R^2 in the summary."""
+    result = run_main(
+        capsys, "train", ROOT / "configs" / "ricci_large.yaml", "data.num_points=[48,64]",
+        "data.num_graphs=40", "training.num_epochs=2", f"data.root={tmp_path / 'data'}",
+        f"training.path={tmp_path / 'run'}", "log_level=WARNING",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert math.isfinite(summary["test_ricci_r2"])
+    graph = CausalSetDataset(
+        str(tmp_path / "data"), kind="ricci", num_graphs=40, num_points=(48, 64),
+        light_cone_ranks=True,
+    )[0]  # fmt: skip
+    assert graph.x.shape[1] == 8
