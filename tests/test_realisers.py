@@ -69,7 +69,7 @@ def test_an_intersection_of_two_random_linear_orders_is_given_back(seed):
     assert difference.abs().max() <= 1 and (difference != 0).float().mean() < 0.02
 
 
-@pytest.mark.parametrize("n, seed", [(1024, 1), (1024, 2), (2048, 3)])
+@pytest.mark.parametrize("n, seed", [(1024, 2), (2048, 3)])
 def test_a_sprinkling_at_the_fields_sizes_gives_its_light_cone_coordinates_order(n, seed):
     """Flat (even seed) and with a random conformal factor (odd): each element's ranks in
     u = t + x and v = t - x, from the order alone."""
