@@ -57,6 +57,27 @@ def test_a_chain_and_an_antichain():
     assert realises(antichain, torch.zeros(5, 5, dtype=torch.bool))
 
 
+def test_orders_of_parts_free_to_face_either_way_are_realised_in_any_labelling():
+    """Orders whose incomparable pairs fall into several classes (parts that can each be
+    mirrored alone), in labellings that are not time orders: every small random 2-order and
+    small sprinkling, and an element alone beside two chains of two."""
+    alone = torch.zeros(5, 5, dtype=torch.bool)
+    alone[1, 4] = alone[2, 3] = True
+    assert realises(light_cone_ranks(alone), alone)
+    generator = torch.Generator().manual_seed(0)
+    for n in range(1, 10):
+        for seed in range(60):
+            relations = random_order(n, 2, seed).relations
+            shuffle = torch.randperm(n, generator=generator)
+            mixed = relations[shuffle][:, shuffle]
+            assert realises(light_cone_ranks(mixed), mixed), (n, seed)
+    for seed in range(60):
+        relations = sprinkle(6, 2, seed).relations
+        assert realises(light_cone_ranks(relations), relations), seed
+    assert light_cone_ranks(torch.zeros(0, 0, dtype=torch.bool)).shape == (0, 2)
+    assert light_cone_ranks(torch.zeros(1, 1, dtype=torch.bool)).tolist() == [[0, 0]]
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_an_intersection_of_two_random_linear_orders_is_given_back(seed):
     order = random_order(200, 2, seed)
