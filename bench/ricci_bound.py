@@ -111,7 +111,8 @@ def rank_coordinates(graph) -> np.ndarray:
     forward = graph.edge_index[:, graph.edge_index[0] < graph.edge_index[1]]  # time-ordered
     links = torch.zeros(n, n, dtype=torch.bool)
     links[forward[0], forward[1]] = True
-    u, v = ((light_cone_ranks(transitive_closure(links)).double() + 0.5) / n).T.numpy()
+    ranks = light_cone_ranks(transitive_closure(links), links)
+    u, v = ((ranks.double() + 0.5) / n).T.numpy()
     return np.stack([u + v - 1, u - v], axis=1)
 
 

@@ -171,3 +171,25 @@ def test_the_shipped_large_ricci_config_trains_with_the_ranks(tmp_path, capsys):
         light_cone_ranks=True,
     )[0]  # fmt: skip
     assert graph.x.shape[1] == 8
+
+
+def test_a_file_in_no_time_order_gets_ranks_of_its_relabelled_elements(tmp_path, make_config):
+    """Elements stored in a shuffled labelling are put in a natural one; the ranks follow
+    them: they realise the order the graph's links close to."""
+    from QuantumGravPy.physics import transitive_closure
+
+    sets = [sprinkle(50, 2, seed).relations for seed in (1, 2)]
+    shuffled = [r[p][:, p] for r, p in zip(sets, (torch.randperm(50), torch.randperm(50)))]  # noqa: B905
+    with h5py.File(tmp_path / "mixed.h5", "w") as f:
+        f["adjacency_matrix"] = torch.stack(shuffled).numpy().astype("uint8")
+        f["cset_size"] = [50, 50]
+        f["y"] = [0, 0]
+    config = make_config(f"data.files=[{tmp_path / 'mixed.h5'}]", "data.transpose=false",
+                         "data.targets={y: y}", "data.light_cone_ranks=true",
+                         f"data.root={tmp_path / 'cache'}")  # fmt: skip
+    for graph in dataset_from_config(config.data, progress=False):
+        links = torch.zeros(50, 50, dtype=torch.bool)
+        forward = graph.edge_index[:, graph.edge_index[0] < graph.edge_index[1]]
+        links[forward[0], forward[1]] = True
+        ranks = (graph.x[:, -2:] * 50 - 0.5).round().long()
+        assert realises(ranks, transitive_closure(links))

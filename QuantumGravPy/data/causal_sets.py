@@ -99,7 +99,7 @@ def generate_causal_set_graphs(
             labels = {**kinds.flat_sprinkling_labels(dimensions[label]), "y": label}
             x = features[b]
             if light_cone_ranks:
-                x = kinds.with_light_cone_ranks(x, relations[b])
+                x = kinds.with_light_cone_ranks(x, relations[b], links[b])
             graphs[i] = kinds.to_graph(
                 x, links[b], labels, coordinates=coords[b], max_dimension=max_dim
             )

@@ -139,12 +139,14 @@ def read_sample(
     structure = OrderStructure(*(None if t is None else t.cpu() for t in structure))
     order = structure.labelling
     ranks = None
-    if cfg.light_cone_ranks:
+    if cfg.light_cone_ranks:  # in the natural labelling, from the links already found
+        related = related.cpu() if order is None else related.cpu()[order][:, order]
+        linked = torch.zeros(n, n, dtype=torch.bool)
+        linked[structure.links[0], structure.links[1]] = True
         try:
-            ranks = (light_cone_ranks(related).float() + 0.5) / n
+            ranks = (light_cone_ranks(related, linked).float() + 0.5) / n
         except NotTwoDimensional as e:
             raise DataError(f"{where}: data.light_cone_ranks: {e}") from None
-        ranks = ranks if order is None else ranks[order]
     attributes: dict[str, torch.Tensor] = {}
     for attribute, name in cfg.targets.items():
         value = _values(read(name), f"{where}: {name!r}").reshape(-1)
@@ -184,9 +186,7 @@ def build_graphs(block: list[_Sample]) -> list[Data]:
     computing = [s.structure for s in block if s.x is None]
     features = iter(structure_features(computing) if computing else [])
     xs = [next(features) if s.x is None else s.x for s in block]
-    xs = [
-        x if s.ranks is None else torch.cat([x, s.ranks], 1) for x, s in zip(xs, block, strict=True)
-    ]
+    xs = [torch.cat([x, s.ranks], 1) if s.ranks is not None else x for x, s in zip(xs, block)]  # noqa: B905
     return [Data(x=x, **s.attributes) for x, s in zip(xs, block, strict=True)]
 
 

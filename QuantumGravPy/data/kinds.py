@@ -148,13 +148,15 @@ def draw(
     raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-def with_light_cone_ranks(x: torch.Tensor, relations: torch.Tensor) -> torch.Tensor:
+def with_light_cone_ranks(
+    x: torch.Tensor, relations: torch.Tensor, links: torch.Tensor
+) -> torch.Tensor:
     """Node features ``x`` and two more columns: each element's ranks in the two linear orders
     of its 2D causal set (:func:`~QuantumGravPy.physics.light_cone_ranks`), over N, in (0, 1).
     Which order comes first is a choice the order cannot make; it is made for each set alone,
     so a model learns what does not depend on it (as a reflection x -> -x leaves R)."""
     n = relations.shape[-1]
-    ranks = light_cone_ranks(relations).to(x.dtype)
+    ranks = light_cone_ranks(relations, links).to(x.dtype)
     return torch.cat([x, (ranks + 0.5) / n], dim=1)
 
 
@@ -175,7 +177,8 @@ def graphs_of(
         relations = torch.stack([drawn[i][0].relations for i in members])
         links = torch.stack([drawn[i][0].links for i in members])
         for i, x in zip(members, node_features(relations, links), strict=True):
-            features[i] = with_light_cone_ranks(x, drawn[i][0].relations) if ranks else x
+            cset = drawn[i][0]
+            features[i] = with_light_cone_ranks(x, cset.relations, cset.links) if ranks else x
     return [
         to_graph(
             features[i],
