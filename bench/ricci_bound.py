@@ -1,7 +1,7 @@
 """The most any model of the causal order can reach on the ricci kind: R^2 of the best estimate
 of each element's Ricci scalar, even given the elements' coordinates.
 
-python bench/ricci_bound.py [--sizes N ...] [--samples S]
+python bench/ricci_bound.py [--sizes N ...] [--samples S] [--order-samples S]
 
 A causal set is its order, a function of its elements' coordinates, so no model of the order
 estimates a quantity better (in mean squared error) than the posterior mean given the
@@ -13,13 +13,19 @@ and a Laplace approximation, then sampled by importance sampling from that Gauss
 widened by 1.5), and the posterior mean of R at every element is the weighted mean of the
 sampled spacetimes' R there. Its R^2 on the test split of the curve's data (bench/baselines.py,
 the same graphs) is the bound, with its standard error over the test graphs (a bootstrap of
-200 resamplings of the graphs); the effective number of samples is printed with it.
+200 resamplings of the graphs); the effective number of samples is printed with it. Beside it
+are two models of the order alone (below): the best model of the order lies between the
+better of the two and the bound.
 
-Beside it, a model of the order that follows the same recipe: each element's ranks in the two
-light-cone orders, found from the order alone (physics.light_cone_ranks), taken for its
-coordinates ((rank + 1/2) / N in each light-cone direction) and given to the same posterior.
-It is a function of the causal set, so what it reaches, any model of the order can: the best
-model of the order lies between it and the bound.
+Beside it, two models of the order. Both start from each element's ranks in the two
+light-cone orders, found from the order alone (physics.light_cone_ranks). The first takes the
+ranks for coordinates ((rank + 1/2) / N in each light-cone direction) and gives them to the
+same posterior. The second is the order's own posterior, up to one approximation: the ranks'
+likelihood given the coefficients is the copula density of Omega**2 at each element's
+quantiles (the pseudo-likelihood of rank statistics), each sampled spacetime places the
+elements by its own inverse marginal distributions, and R is averaged over the spacetimes as
+above. Both are functions of the causal set, so what they reach, a model of the order can: the
+best model of the order lies between the better of them and the bound.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.optimize import minimize
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -69,12 +76,11 @@ def diamond_nodes(count: int = 48) -> tuple[np.ndarray, np.ndarray]:
     return monomials(t, x), 2.0 * np.outer(w, w).ravel() / 4
 
 
-def posterior_mean_ricci(pos: np.ndarray, rng: np.random.Generator, samples: int):
-    """The posterior mean of R at each point, given the points; and the effective sample size."""
+def coordinate_mode(pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, object]:
+    """The posterior's mode and Hessian given the points, and its log density."""
     nodes, weights = diamond_nodes()
-    m = monomials(pos[:, 0], pos[:, 1])
     n, prior = len(pos), 1.0 / CONFORMAL_AMPLITUDE**2
-    total = m.sum(axis=0)
+    total = monomials(pos[:, 0], pos[:, 1]).sum(axis=0)
 
     def log_post(c: np.ndarray) -> np.ndarray:  # c: [S, 9]
         log_z = np.log(np.exp(2 * c @ nodes.T) @ weights)
@@ -92,17 +98,115 @@ def posterior_mean_ricci(pos: np.ndarray, rng: np.random.Generator, samples: int
         c = c - step
         if np.abs(step).max() < 1e-10:
             break
+    return c, hess, log_post
+
+
+def laplace_draws(mode: np.ndarray, hess: np.ndarray, rng: np.random.Generator, samples: int):
+    """Draws from the Laplace approximation, its covariance widened by 1.5, and the log of
+    their proposal density (up to a constant): for importance sampling."""
     proposal = np.linalg.inv(-hess) * 1.5
-    draws = rng.multivariate_normal(c, proposal, size=samples)
-    diff = draws - c
-    log_q = -0.5 * np.einsum("si,ij,sj->s", diff, np.linalg.inv(proposal), diff)
-    log_w = log_post(draws) - log_q
+    draws = rng.multivariate_normal(mode, proposal, size=samples)
+    diff = draws - mode
+    return draws, -0.5 * np.einsum("si,ij,sj->s", diff, np.linalg.inv(proposal), diff)
+
+
+def weights(log_w: np.ndarray) -> np.ndarray:
     w = np.exp(log_w - log_w.max())
-    w /= w.sum()
-    phi = draws @ m.T  # [S, N]
+    return w / w.sum()
+
+
+def posterior_mean_ricci(pos: np.ndarray, rng: np.random.Generator, samples: int):
+    """The posterior mean of R at each point, given the points; and the effective sample size."""
+    mode, hess, log_post = coordinate_mode(pos)
+    draws, log_q = laplace_draws(mode, hess, rng, samples)
+    w = weights(log_post(draws) - log_q)
+    phi = draws @ monomials(pos[:, 0], pos[:, 1]).T  # [S, N]
     wave = draws @ wave_monomials(pos[:, 0], pos[:, 1]).T
     ricci = 2 * np.exp(-2 * phi) * wave
     return w @ ricci, 1.0 / np.sum(w * w)
+
+
+CELLS = 128  # cells of each light-cone marginal, two Gauss-Legendre nodes apiece
+_ACROSS = np.polynomial.legendre.leggauss(20)
+ACROSS, ACROSS_W = (_ACROSS[0] + 1) / 2, _ACROSS[1] / 2  # nodes and weights on [0, 1]
+EDGES = np.arange(CELLS + 1) / CELLS
+_PAIR = np.polynomial.legendre.leggauss(2)
+ALONG = (EDGES[:-1, None] + (_PAIR[0] + 1) / (2 * CELLS)).ravel()
+ALONG_W = np.tile(_PAIR[1] / (2 * CELLS), CELLS)
+
+
+def log_omega(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ln Omega of each draw c [S, 9] at light-cone coordinates a, b in [0, 1] ([S, ...])."""
+    t, x = a + b - 1, a - b
+    shape = (slice(None),) + (None,) * (a.ndim - 1)
+    return sum(c[(*shape, i)] * t**j * x**k for i, (j, k) in enumerate(POWERS))
+
+
+def _marginal(c: np.ndarray, s: np.ndarray, first: bool) -> np.ndarray:
+    """Each draw's density integrated across the diamond, at s [S, M] along a (first) or b."""
+    s = np.broadcast_to(s[..., None], (*s.shape, len(ACROSS)))
+    across = np.broadcast_to(ACROSS, s.shape)
+    a, b = (s, across) if first else (across, s)
+    return np.exp(2 * log_omega(c, a, b)) @ ACROSS_W
+
+
+def placed(c: np.ndarray, p: np.ndarray, q: np.ndarray):
+    """Where each draw c [S, 9] puts the elements of light-cone quantiles p, q (its inverse
+    marginal distributions), and the log of its copula density there: the density of the ranks.
+    """
+    out = []
+    for first, quantile in ((True, p), (False, q)):
+        density = _marginal(c, np.broadcast_to(ALONG, (len(c), len(ALONG))), first)
+        cells = (density * ALONG_W).reshape(len(c), CELLS, 2).sum(-1)
+        cdf = np.concatenate([np.zeros((len(c), 1)), np.cumsum(cells, axis=1)], axis=1)
+        at = np.stack([np.interp(quantile * f[-1], f, EDGES) for f in cdf])
+        there = np.stack([np.interp(s, ALONG, d) for s, d in zip(at, density, strict=True)])
+        out.append((at, there, cdf[:, -1]))
+    (a, f, total), (b, g, _) = out
+    phi = log_omega(c, a, b)
+    return a, b, phi, 2 * phi + np.log(total)[:, None] - np.log(f) - np.log(g)
+
+
+def order_posterior_ricci(coords: np.ndarray, rng: np.random.Generator, samples: int):
+    """The posterior mean of R at each element given its light-cone ranks alone (coords as
+    rank_coordinates gives them), and the effective sample size.
+
+    Given the coefficients c, the elements' ranks along u and v are those of N points drawn
+    from Omega**2; their likelihood is taken as the product of the copula density at each
+    element's quantiles (the rank, or pseudo-, likelihood of copula models): the density of
+    the points after each light-cone coordinate is mapped through its own marginal
+    distribution, which no relabelling of u or v alone can change. Each draw of c places the
+    elements by its inverse marginals and gives R there. The same Laplace approximation and
+    importance sampling as the bound's, the mode found by BFGS and the Hessian by finite
+    differences."""
+    p, q = (1 + coords[:, 0] + coords[:, 1]) / 2, (1 + coords[:, 0] - coords[:, 1]) / 2
+    prior, dim = 1.0 / CONFORMAL_AMPLITUDE**2, len(POWERS)
+
+    def log_post(c: np.ndarray) -> np.ndarray:
+        c = np.atleast_2d(c)
+        return placed(c, p, q)[3].sum(-1) - 0.5 * prior * (c * c).sum(-1)
+
+    h, eye = 1e-4, np.eye(dim)
+
+    def gradient(c: np.ndarray) -> np.ndarray:  # central differences, in one batch
+        return -(log_post(c + h * eye) - log_post(c - h * eye)) / (2 * h)
+
+    start = coordinate_mode(coords)[0]  # the ranks taken for coordinates: near
+    mode = minimize(lambda c: -log_post(c)[0], start, method="BFGS", jac=gradient).x
+    h = 1e-2  # wider: the likelihood's interpolation is smooth at this scale, not below
+    pairs = [(i, j) for i in range(dim) for j in range(i, dim)]
+    steps = np.array([[si * eye[i] + sj * eye[j] for si, sj in ((1, 1), (1, -1), (-1, 1), (-1, -1))]
+                      for i, j in pairs])  # fmt: skip
+    values = log_post((mode + h * steps).reshape(-1, dim)).reshape(len(pairs), 4)
+    hess = np.zeros((dim, dim))
+    for (i, j), (pp, pm, mp, mm) in zip(pairs, values, strict=True):
+        hess[i, j] = hess[j, i] = (pp - pm - mp + mm) / (4 * h * h)
+    draws, log_q = laplace_draws(mode, hess, rng, samples)
+    a, b, phi, log_copula = placed(draws, p, q)
+    w = weights(log_copula.sum(-1) - 0.5 * prior * (draws * draws).sum(-1) - log_q)
+    t, x = a + b - 1, a - b
+    wave = np.einsum("si,sni->sn", draws, wave_monomials(t, x))
+    return w @ (2 * np.exp(-2 * phi) * wave), 1.0 / np.sum(w * w)
 
 
 def rank_coordinates(graph) -> np.ndarray:
@@ -130,11 +234,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="*", type=int, default=list(RICCI_CURVE))
     parser.add_argument("--samples", type=int, default=4000)
+    parser.add_argument("--order-samples", type=int, default=1000)
     args = parser.parse_args()
     print("| elements | test elements | R^2 of the posterior mean given the coordinates "
           "(the bound) | a model of the order: the same posterior, light-cone ranks for "
-          "coordinates | smallest effective sample of a graph |")  # fmt: skip
-    print("|---|---|---|---|---|")
+          "coordinates | a model of the order: the posterior given the ranks' likelihood | "
+          "smallest effective sample of a graph |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
     for size in args.sizes:
         start = time.perf_counter()
         overrides = [f"data.num_points=[{size},{size}]", f"data.num_graphs={RICCI_CURVE[size]}"]
@@ -142,20 +248,25 @@ def main() -> None:
         dataset = dataset_from_config(config.data, progress=False)
         _, _, test = qg.split_dataset(dataset, config.data.split, config.data.seed)
         rng = np.random.default_rng(0)
-        truth, guess, ranked, effective = [], [], [], []
-        for g in test:
+        truth, guesses, effective = [], ([], [], []), ([], [])
+        for i, g in enumerate(test):
             mean, ess = posterior_mean_ricci(g.pos.double().numpy(), rng, args.samples)
+            ranks = rank_coordinates(g)
+            likelihood, order_ess = order_posterior_ricci(ranks, rng, args.order_samples)
             truth.append(g.ricci.numpy())
-            guess.append(mean)
-            ranked.append(posterior_mean_ricci(rank_coordinates(g), rng, args.samples)[0])
-            effective.append(ess)
-        (r2, spread), (order, order_spread) = (
-            r2_with_error(truth, guess, rng),
-            r2_with_error(truth, ranked, rng),
-        )
-        print(f"| {size} | {sum(map(len, truth))} | **{r2:.3f}** (standard error {spread:.3f}) | "
-              f"{order:.3f} (standard error {order_spread:.3f}) | "
-              f"{min(effective):.0f} of {args.samples} |", flush=True)  # fmt: skip
+            same = posterior_mean_ricci(ranks, rng, args.samples)[0]
+            for guess, value in zip(guesses, (mean, same, likelihood), strict=True):
+                guess.append(value)
+            effective[0].append(ess)
+            effective[1].append(order_ess)
+            if (i + 1) % 20 == 0:
+                took = time.perf_counter() - start
+                print(f"{size}: {i + 1} of {len(test)} graphs, {took:.0f} s", file=sys.stderr)
+        cells = [f"{r2:.3f} (standard error {se:.3f})"
+                 for r2, se in (r2_with_error(truth, guess, rng) for guess in guesses)]  # fmt: skip
+        print(f"| {size} | {sum(map(len, truth))} | **{cells[0]}** | {cells[1]} | {cells[2]} | "
+              f"{min(effective[0]):.0f} of {args.samples}; ranks' likelihood "
+              f"{min(effective[1]):.0f} of {args.order_samples} |", flush=True)  # fmt: skip
         print(f"{size}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
