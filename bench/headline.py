@@ -362,11 +362,17 @@ def ricci_block(text: str) -> str:
     ceiling = [bound[n][key].split(" ")[0].strip("*") if n in bound else "" for n in sizes]
     lines.append("| the most any model can reach (`bench/ricci_bound.py`) | "
                  + " | ".join(ceiling) + " |")  # fmt: skip
-    order = next((k for k in next(iter(bound.values())) if k.startswith("a model of")), None)
-    if order:  # reports before it had no such column
-        reached = [bound[n][order].split(" ")[0] if n in bound else "" for n in sizes]
-        lines.append("| the same posterior given the order alone (its light-cone ranks for "
-                     "coordinates) | " + " | ".join(reached) + " |")  # fmt: skip
+    models = {  # reports before them had neither or only the first column
+        "a model of the order: the same": "the same posterior given the order alone (its "
+        "light-cone ranks for coordinates)",
+        "a model of the order: the posterior given": "the order's own posterior (the "
+        "likelihood of its light-cone ranks)",
+    }
+    for start, row in models.items():
+        column = next((k for k in next(iter(bound.values())) if k.startswith(start)), None)
+        if column:
+            reached = [bound[n][column].split(" ")[0] if n in bound else "" for n in sizes]
+            lines.append(f"| {row} | " + " | ".join(reached) + " |")
     for name in dict.fromkeys(method(r) for r in rows):
         cells = {r["elements"]: r2(r) for r in rows if method(r) == name}
         cells = [cells.get(n, "") for n in sizes]
