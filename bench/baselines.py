@@ -224,7 +224,8 @@ def main() -> None:
         if kind == "ricci" and not args.num_points:
             sizes = [(n, n) for n in RICCI_CURVE]
         for size in sizes:
-            overrides = ["log_level=WARNING", f"training.path=runs/baselines/{kind}"]
+            run = f"runs/baselines/{kind}" + (f"-{size[0]}-{size[1]}" if size else "")
+            overrides = ["log_level=WARNING", f"training.path={run}"]  # sizes run side by side
             if size:
                 overrides.append(f"data.num_points=[{size[0]},{size[1]}]")
             if args.graphs:
