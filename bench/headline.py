@@ -368,10 +368,11 @@ def ricci_block(text: str) -> str:
         "a model of the order: the posterior given": "the order's own posterior (the "
         "likelihood of its light-cone ranks)",
     }
+    columns = {k for row in bound.values() for k in row}  # tables of either age, side by side
     for start, row in models.items():
-        column = next((k for k in next(iter(bound.values())) if k.startswith(start)), None)
+        column = next((k for k in sorted(columns) if k.startswith(start)), None)
         if column:
-            reached = [bound[n][column].split(" ")[0] if n in bound else "" for n in sizes]
+            reached = [bound.get(n, {}).get(column, "").split(" ")[0] for n in sizes]
             lines.append(f"| {row} | " + " | ".join(reached) + " |")
     for name in dict.fromkeys(method(r) for r in rows):
         cells = {r["elements"]: r2(r) for r in rows if method(r) == name}

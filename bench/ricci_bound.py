@@ -186,9 +186,9 @@ def order_posterior_ricci(coords: np.ndarray, rng: np.random.Generator, samples:
         c = np.atleast_2d(c)
         return placed(c, p, q)[3].sum(-1) - 0.5 * prior * (c * c).sum(-1)
 
-    h, eye = 1e-4, np.eye(dim)
+    eye = np.eye(dim)
 
-    def gradient(c: np.ndarray) -> np.ndarray:  # central differences, in one batch
+    def gradient(c: np.ndarray, h: float = 1e-4) -> np.ndarray:  # central differences, batched
         return -(log_post(c + h * eye) - log_post(c - h * eye)) / (2 * h)
 
     start = coordinate_mode(coords)[0]  # the ranks taken for coordinates: near
@@ -201,6 +201,9 @@ def order_posterior_ricci(coords: np.ndarray, rng: np.random.Generator, samples:
     hess = np.zeros((dim, dim))
     for (i, j), (pp, pm, mp, mm) in zip(pairs, values, strict=True):
         hess[i, j] = hess[j, i] = (pp - pm - mp + mm) / (4 * h * h)
+    values, vectors = np.linalg.eigh(-hess)
+    if values.min() <= 0:  # the likelihood is not concave everywhere: lean on the prior there
+        hess = -(vectors * np.maximum(values, prior)) @ vectors.T
     draws, log_q = laplace_draws(mode, hess, rng, samples)
     a, b, phi, log_copula = placed(draws, p, q)
     w = weights(log_copula.sum(-1) - 0.5 * prior * (draws * draws).sum(-1) - log_q)

@@ -81,6 +81,27 @@ def test_the_orders_posterior_finds_the_spacetime_from_the_ranks_alone():
     assert 1 - np.mean((mean - truth) ** 2) / np.var(truth) > 0.85
 
 
+def test_the_ranks_likelihood_is_a_copula_that_puts_each_point_back_where_it_was():
+    """The order's posterior rests on two exact facts, checked here for a spacetime we know:
+    its ranks' density (the copula) integrates to 1 over the square of quantiles, and the
+    spacetime's own inverse marginals put each point, given only its ranks, back within the
+    ranks' own spread (a few 1/sqrt(N)) of its true light-cone coordinates."""
+    rng = np.random.default_rng(2)
+    factor = PolynomialFactor.random(rng, 0.3, 3)
+    c = np.array([[factor.coefficients[j, k] for j, k in ricci_bound.POWERS]])
+    grid = (np.arange(200) + 0.5) / 200
+    p, q = (g.ravel() for g in np.meshgrid(grid, grid, indexing="ij"))
+    assert abs(np.exp(ricci_bound.placed(c, p, q)[3]).mean() - 1) < 1e-3
+    n = 2048
+    points = conformal_coordinates(
+        n, 2, rng, factor.log_omega, factor.upper_bound(), uniform_diamond
+    )
+    a, b = (1 + points[:, 0] + points[:, 1]) / 2, (1 + points[:, 0] - points[:, 1]) / 2
+    quantiles = [(np.argsort(np.argsort(s)) + 0.5) / n for s in (a, b)]
+    found_a, found_b = ricci_bound.placed(c, *quantiles)[:2]
+    assert max(np.abs(found_a - a).max(), np.abs(found_b - b).max()) < 3 / np.sqrt(n)
+
+
 def test_the_order_models_coordinates_are_the_light_cone_ranks_of_the_graph(tmp_path):
     """bench/ricci_bound.py's model of the order reads each graph's links alone and places
     each element at its light-cone ranks: those of its true coordinates, up to the reflection
