@@ -137,9 +137,7 @@ ALONG_W = np.tile(_PAIR[1] / (2 * CELLS), CELLS)
 
 def log_omega(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """ln Omega of each draw c [S, 9] at light-cone coordinates a, b in [0, 1] ([S, ...])."""
-    t, x = a + b - 1, a - b
-    shape = (slice(None),) + (None,) * (a.ndim - 1)
-    return sum(c[(*shape, i)] * t**j * x**k for i, (j, k) in enumerate(POWERS))
+    return np.einsum("s...i,si->s...", monomials(a + b - 1, a - b), c)
 
 
 def _marginal(c: np.ndarray, s: np.ndarray, first: bool) -> np.ndarray:
