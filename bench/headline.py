@@ -230,7 +230,7 @@ def baselines_row(s: dict[str, str]) -> Row:
     rows = baseline_rows(s)
     ahead, level, behind = [], [], []
     for kind, n, _, best, gnn in rows:
-        # test splits of 600 graphs: about 2 points of noise
+        # test splits of 90 to 1,800 graphs (600 for most): 2 points of noise is the margin
         lead = number(gnn) - number(best)
         name = f"{kind} ({n})" if sum(r[0] == kind for r in rows) > 1 else kind
         (ahead if lead > 0.02 else behind if lead < -0.02 else level).append(name)
