@@ -89,7 +89,7 @@ def _continuing(args: argparse.Namespace, argv: Sequence[str] | None) -> str:
 def run() -> None:
     """The ``qg`` program (and ``python -m QuantumGravPy``): :func:`main`, then a quick exit:
     freezing the objects spares the interpreter's final garbage collections a walk over all
-    torch created (``parallel/forkserver_preload.py``), a second or more per process."""
+    torch created (``QuantumGravPy/forkserver.py``), a second or more per process."""
     code = main()
     gc.freeze()
     sys.exit(code)
@@ -125,6 +125,8 @@ def _train(args: argparse.Namespace) -> int:
         # srun, be one of theirs.
         from .training import launch
 
+        if env is not None:  # a rank of torchrun's or srun's: as a spawned rank (parallel/spawn)
+            gc.freeze()
         result = launch(config, **run)
         if env is None or env.rank == 0:
             _report(result["test"], config)

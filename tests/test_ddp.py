@@ -369,6 +369,20 @@ def test_a_fixed_port_in_use_is_named_and_a_chosen_one_is_avoided(make_config, m
         ) == [[]]
 
 
+def objects_a_collection_walks(rank, world_size):
+    import gc
+
+    return len(gc.get_objects()), gc.get_freeze_count()
+
+
+def test_a_ranks_garbage_collections_skip_the_libraries_it_started_with():
+    """A rank's full collections (one as it leaves its process group, others as it trains) walk
+    only what the rank made: the half a million objects of torch and its kin, which it
+    inherited, are frozen (each walk over them took 0.3 s)."""
+    ((walked, frozen),) = run_ranks(1, objects_a_collection_walks)
+    assert frozen > 100_000 and walked < frozen / 10, (walked, frozen)
+
+
 def test_an_unknown_start_method_is_refused_before_any_process_starts():
     with pytest.raises(
         qg.QGError, match="start_method must be one of spawn, forkserver, got 'fork'"

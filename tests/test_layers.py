@@ -26,7 +26,7 @@ LAYERS = [
     {"data"},
     {"training"},
     {"tune", "predict"},
-    {"cli", "arguments", "__init__", "__main__"},
+    {"cli", "arguments", "forkserver", "__init__", "__main__"},
 ]
 # Only the parallel layer talks to other processes through torch itself.
 PARALLEL_ONLY = ("torch.distributed", "torch.multiprocessing")

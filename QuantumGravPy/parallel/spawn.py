@@ -133,7 +133,7 @@ def spawn(
         )
     if start_method == "forkserver":
         # Imported once, in the server; it has no effect once the server runs.
-        preload = [f"{__package__}.forkserver_preload"]
+        preload = [f"{__package__.split('.')[0]}.forkserver"]
         if fn.__module__ != "__main__":  # a script's own module is not importable by name
             preload.append(fn.__module__)
         multiprocessing.set_forkserver_preload(preload)
@@ -239,6 +239,11 @@ def _terminate(context) -> None:
 def _entry(
     rank, world_size, fn, args, master_addr, port, backend, timeout_s, out, command_line=False
 ) -> None:
+    # The objects the rank starts with (the libraries it inherited from the forkserver or
+    # imported while it started) leave the collector's sight: every full collection in the rank
+    # (cleanup_ddp's among them) then walks what the rank made, not the half a million objects
+    # of torch and its kin (0.3 s a collection, and pages copied from the server's).
+    gc.freeze()
     out = Path(out)
     _thread_lock_for_bars()
     if command_line:  # errors name options as the user passed them
@@ -257,4 +262,4 @@ def _entry(
         raise
     (out / f"result{rank}.pkl").write_bytes(pickle.dumps(result))
     distributed.cleanup_ddp()
-    gc.freeze()  # a quick exit: see forkserver_preload
+    gc.freeze()  # a quick exit: see QuantumGravPy/forkserver.py

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .curved import gauss_legendre
 from .observables import BD_COEFFICIENTS, between_counts
 
 
@@ -110,9 +111,11 @@ def past_fraction(coordinates: Tensor) -> Tensor:
 
 # Gauss-Legendre nodes and weights for int_0^40 f(u) du: the integrands below are smooth in u
 # (bumps of width about 1 where r = q e^-u meets the binomials' mass) and fall as u e^-u beyond
-# them, so 400 nodes give about 12 digits (checked against 800).
-_NODES, _WEIGHTS = np.polynomial.legendre.leggauss(400)
-_U, _W = 20.0 * (_NODES + 1.0), 20.0 * _WEIGHTS
+# them, so 400 nodes give about 12 digits (checked against 800). Made at first use, not at
+# import: an eigenvalue problem of 400 that a process importing the package need not solve.
+def _u_nodes() -> tuple[np.ndarray, np.ndarray]:
+    nodes, weights = gauss_legendre(400)
+    return 20.0 * (nodes + 1.0), 20.0 * weights
 
 
 def flat_expectation(
@@ -130,10 +133,11 @@ def flat_expectation(
     """
     prefactor, c, ck = _check(2, epsilon)
     q = np.atleast_1d(np.asarray(fraction, dtype=np.float64))
-    r = epsilon * q[:, None] * np.exp(-_U)[None, :]  # [elements, nodes]: epsilon r
+    u, w = _u_nodes()
+    r = epsilon * q[:, None] * np.exp(-u)[None, :]  # [elements, nodes]: epsilon r
     total = _layers(r, num_points - 2, ck)
     # int_0^q ln(q/r) h(r) dr with r = q e^-u: q int_0^inf u e^-u h(q e^-u) du
-    integral = q * (total * (_U * np.exp(-_U) * _W)[None, :]).sum(axis=1)
+    integral = q * (total * (u * np.exp(-u) * w)[None, :]).sum(axis=1)
     values = prefactor * (c + epsilon * (num_points - 1) * integral)
     return values if np.ndim(fraction) else values[0]
 
@@ -177,7 +181,7 @@ def conformal_expectation(
     Gauss-Legendre in p and q on [0, 40]: the integrand is smooth there, with its mass where
     the interval holds about one element (p + q near ln N), and falls as e^-p, e^-q beyond."""
     prefactor, c, ck = _check(2, epsilon)
-    z, w = np.polynomial.legendre.leggauss(nodes)
+    z, w = gauss_legendre(nodes)
     p, wp = 20.0 * (z + 1.0), 20.0 * w
     shrink = np.exp(-p)
     out = np.empty(len(points))

@@ -22,6 +22,7 @@ minus that for anti-de Sitter (signature -+++).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -143,11 +144,20 @@ class PolynomialFactor:
         return float(top + slope * step)
 
 
+@functools.cache
+def gauss_legendre(nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes and weights on [-1, 1], made once per number of nodes (an
+    eigenvalue problem of that size) and read-only, as they are shared."""
+    points, weights = np.polynomial.legendre.leggauss(nodes)
+    points.flags.writeable = weights.flags.writeable = False
+    return points, weights
+
+
 def curved_volume(log_omega: Callable[[np.ndarray], np.ndarray], nodes: int = 200) -> float:
     """The volume ``int Omega**2`` of the 2D diamond ``|t| + |x| <= 1`` (Gauss-Legendre in the
     light-cone coordinates ``a = (1 + t + x) / 2``, ``b = (1 + t - x) / 2``, which make the diamond
     the unit square and ``dt dx = 2 da db``): 12 digits or more for the smooth factors here."""
-    points, weights = np.polynomial.legendre.leggauss(nodes)
+    points, weights = gauss_legendre(nodes)
     a, b = np.meshgrid((points + 1) / 2, (points + 1) / 2, indexing="ij")
     t, x = a + b - 1, a - b
     omega2 = np.exp(2.0 * log_omega(np.stack([t.ravel(), x.ravel()], axis=1)))
