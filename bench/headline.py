@@ -357,12 +357,14 @@ def ricci_block(text: str) -> str:
         chosen = re.search(r"epsilon ([0-9.]+)", row["method"])
         return f"{value} (epsilon {chosen.group(1)})" if chosen else value
 
-    key = next(k for k in next(iter(bound.values())) if k.startswith("R^2"))
+    key = next(k for k in next(iter(bound.values())) if k.endswith("(the bound)"))
     lines = ["| elements | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
     ceiling = [bound[n][key].split(" ")[0].strip("*") if n in bound else "" for n in sizes]
-    lines.append("| the most any model can reach (`bench/ricci_bound.py`) | "
+    lines.append("| the most any model of the order can reach (`bench/ricci_bound.py`) | "
                  + " | ".join(ceiling) + " |")  # fmt: skip
-    models = {  # reports before them had neither or only the first column
+    models = {  # reports before them had none, or not all, of these columns
+        "R^2 of the posterior mean given the coordinates (a bound)": "a looser bound: the "
+        "posterior given the coordinates",
         "a model of the order: the same": "the same posterior given the order alone (its "
         "light-cone ranks for coordinates)",
         "a model of the order: the posterior given": "the order's own posterior (the "

@@ -1,31 +1,35 @@
 """The most any model of the causal order can reach on the ricci kind: R^2 of the best estimate
-of each element's Ricci scalar, even given the elements' coordinates.
+of each element's Ricci scalar, given more than the order holds.
 
 python bench/ricci_bound.py [--sizes N ...] [--samples S] [--order-samples S]
 
-A causal set is its order, a function of its elements' coordinates, so no model of the order
-estimates a quantity better (in mean squared error) than the posterior mean given the
-coordinates. The ricci kind's spacetimes are known in form: ln Omega a cubic polynomial in t and
-x with 9 normal coefficients of standard deviation 0.3 (``data/kinds.py``), and the N points are
-independent with density proportional to Omega**2 on the diamond. So the posterior of the
-coefficients given the points is exact up to a normalisation; it is found by Newton's method
-and a Laplace approximation, then sampled by importance sampling from that Gaussian (covariance
-widened by 1.5), and the posterior mean of R at every element is the weighted mean of the
+No model of the causal order estimates a quantity better (in mean squared error) than the
+posterior mean given anything the order is a function of. Two such things are scored here: the
+elements' coordinates, and each element's quantiles in its spacetime's two light-cone marginal
+distributions (the order is the quantiles' ranks). The ricci kind's spacetimes are known in
+form: ln Omega a cubic polynomial in t and x with 9 normal coefficients of standard deviation
+0.3 (``data/kinds.py``), and the N points are independent with density proportional to
+Omega**2 on the diamond. Given the coordinates, the coefficients' posterior is exact up to a
+normalisation: found by Newton's method and a Laplace approximation, then sampled by importance
+sampling from that Gaussian (covariance widened by 1.5). Given the quantiles (of each test
+graph's own spacetime, drawn again from its seed), their likelihood is exact too: the copula
+density of Omega**2 at each element's quantiles, since the quantiles of independent points are
+independent with that density; each sampled spacetime places the elements by its own inverse
+marginal distributions (the mode found by BFGS, the Hessian by finite differences, the same
+importance sampling). The posterior mean of R at every element is the weighted mean of the
 sampled spacetimes' R there. Its R^2 on the test split of the curve's data (bench/baselines.py,
-the same graphs) is the bound, with its standard error over the test graphs (a bootstrap of
-200 resamplings of the graphs); the effective number of samples is printed with it. Beside it
-are two models of the order alone (below): the best model of the order lies between the
-better of the two and the bound.
+the same graphs), with its standard error over the test graphs (a bootstrap of 200 resamplings
+of the graphs), is a bound; the quantiles' is the tighter for models of the order, and it is
+the bound. The effective numbers of samples are printed with them. Beside them are two models
+of the order alone (below): the best model of the order lies between the better of the two
+and the bound.
 
-Beside it, two models of the order. Both start from each element's ranks in the two
-light-cone orders, found from the order alone (physics.light_cone_ranks). The first takes the
-ranks for coordinates ((rank + 1/2) / N in each light-cone direction) and gives them to the
-same posterior. The second is the order's own posterior, up to one approximation: the ranks'
-likelihood given the coefficients is the copula density of Omega**2 at each element's
-quantiles (the pseudo-likelihood of rank statistics), each sampled spacetime places the
-elements by its own inverse marginal distributions, and R is averaged over the spacetimes as
-above. Both are functions of the causal set, so what they reach, a model of the order can: the
-best model of the order lies between the better of them and the bound.
+The two models of the order start from each element's ranks in the two light-cone orders,
+found from the order alone (physics.light_cone_ranks). The first takes the ranks for
+coordinates ((rank + 1/2) / N in each light-cone direction) and gives them to the coordinates'
+posterior. The second is the quantiles' posterior with the ranks in place of the quantiles (the
+pseudo-likelihood of rank statistics). Both are functions of the causal set, so what they
+reach, a model of the order can.
 """
 
 from __future__ import annotations
@@ -44,8 +48,10 @@ sys.path.insert(0, str(ROOT))
 
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.data import dataset_from_config  # noqa: E402
+from QuantumGravPy.data.causal_sets import graph_parameters  # noqa: E402
 from QuantumGravPy.data.kinds import CONFORMAL_AMPLITUDE, CONFORMAL_DEGREE  # noqa: E402
 from QuantumGravPy.physics import light_cone_ranks, transitive_closure  # noqa: E402
+from QuantumGravPy.physics.curved import PolynomialFactor  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "bench"))
 from baselines import RICCI_CONFIG, RICCI_CURVE  # noqa: E402
@@ -140,12 +146,31 @@ def log_omega(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.einsum("s...i,si->s...", monomials(a + b - 1, a - b), c)
 
 
-def _marginal(c: np.ndarray, s: np.ndarray, first: bool) -> np.ndarray:
-    """Each draw's density integrated across the diamond, at s [S, M] along a (first) or b."""
-    s = np.broadcast_to(s[..., None], (*s.shape, len(ACROSS)))
-    across = np.broadcast_to(ACROSS, s.shape)
-    a, b = (s, across) if first else (across, s)
-    return np.exp(2 * log_omega(c, a, b)) @ ACROSS_W
+def _grid(first: bool) -> np.ndarray:
+    """The monomials at the marginal's nodes [M, K, 9]: ALONG a (first) or b, ACROSS the other."""
+    along, across = np.meshgrid(ALONG, ACROSS, indexing="ij")
+    a, b = (along, across) if first else (across, along)
+    return monomials(a + b - 1, a - b)
+
+
+GRID = {first: _grid(first) for first in (True, False)}  # the same for every draw: made once
+
+
+def _cdf(c: np.ndarray, first: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Each draw's [S, 9] marginal density, integrated across the diamond, at ALONG (along a if
+    ``first``, else b), and its unnormalised distribution function at EDGES."""
+    density = np.exp(2 * np.einsum("mki,si->smk", GRID[first], c)) @ ACROSS_W
+    cells = (density * ALONG_W).reshape(len(c), CELLS, 2).sum(-1)
+    return density, np.concatenate([np.zeros((len(c), 1)), np.cumsum(cells, axis=1)], axis=1)
+
+
+def quantiles(c: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Each point's quantiles in spacetime c's [9] two light-cone marginals, as (t, x) the way
+    rank_coordinates gives ranks: the map that placed() inverts, through the same tables."""
+    a, b = (1 + pos[:, 0] + pos[:, 1]) / 2, (1 + pos[:, 0] - pos[:, 1]) / 2
+    p, q = (np.interp(s, EDGES, f[0]) / f[0, -1]
+            for s, f in ((a, _cdf(c[None], True)[1]), (b, _cdf(c[None], False)[1])))  # fmt: skip
+    return np.stack([p + q - 1, p - q], axis=1)
 
 
 def placed(c: np.ndarray, p: np.ndarray, q: np.ndarray):
@@ -154,9 +179,7 @@ def placed(c: np.ndarray, p: np.ndarray, q: np.ndarray):
     """
     out = []
     for first, quantile in ((True, p), (False, q)):
-        density = _marginal(c, np.broadcast_to(ALONG, (len(c), len(ALONG))), first)
-        cells = (density * ALONG_W).reshape(len(c), CELLS, 2).sum(-1)
-        cdf = np.concatenate([np.zeros((len(c), 1)), np.cumsum(cells, axis=1)], axis=1)
+        density, cdf = _cdf(c, first)
         at = np.stack([np.interp(quantile * f[-1], f, EDGES) for f in cdf])
         there = np.stack([np.interp(s, ALONG, d) for s, d in zip(at, density, strict=True)])
         out.append((at, there, cdf[:, -1]))
@@ -166,17 +189,17 @@ def placed(c: np.ndarray, p: np.ndarray, q: np.ndarray):
 
 
 def order_posterior_ricci(coords: np.ndarray, rng: np.random.Generator, samples: int):
-    """The posterior mean of R at each element given its light-cone ranks alone (coords as
-    rank_coordinates gives them), and the effective sample size.
+    """The posterior mean of R at each element given its light-cone quantiles (coords as
+    quantiles() gives them), or its ranks in their place (as rank_coordinates gives them), and
+    the effective sample size.
 
-    Given the coefficients c, the elements' ranks along u and v are those of N points drawn
-    from Omega**2; their likelihood is taken as the product of the copula density at each
-    element's quantiles (the rank, or pseudo-, likelihood of copula models): the density of
-    the points after each light-cone coordinate is mapped through its own marginal
-    distribution, which no relabelling of u or v alone can change. Each draw of c places the
-    elements by its inverse marginals and gives R there. The same Laplace approximation and
-    importance sampling as the bound's, the mode found by BFGS and the Hessian by finite
-    differences."""
+    Given the coefficients c, the elements' quantiles are independent with the copula density
+    of Omega**2: the density of the points after each light-cone coordinate is mapped through
+    its own marginal distribution, which no relabelling of u or v alone can change. Given the
+    quantiles, that is the likelihood; given the ranks, it is the rank (or pseudo-) likelihood
+    of copula models. Each draw of c places the elements by its inverse marginals and gives R
+    there. The same Laplace approximation and importance sampling as the coordinates'
+    posterior, the mode found by BFGS and the Hessian by finite differences."""
     p, q = (1 + coords[:, 0] + coords[:, 1]) / 2, (1 + coords[:, 0] - coords[:, 1]) / 2
     prior, dim = 1.0 / CONFORMAL_AMPLITUDE**2, len(POWERS)
 
@@ -221,6 +244,19 @@ def rank_coordinates(graph) -> np.ndarray:
     return np.stack([u + v - 1, u - v], axis=1)
 
 
+def true_spacetime(data, index: int, graph) -> np.ndarray:
+    """The coefficients [9] of graph ``index``'s ln Omega, drawn again as data/kinds.py drew
+    them (graph i depends only on the seed and i), and checked against the graph's own R."""
+    rng = graph_parameters(index, data.num_points, data.dimensions, data.seed)[0]
+    seed = int(rng.integers(2**62))  # kinds.draw's first draw: physics.conformal_sprinkling's
+    factor = PolynomialFactor.random(np.random.default_rng(seed), CONFORMAL_AMPLITUDE,
+                                     CONFORMAL_DEGREE)  # fmt: skip
+    ricci = graph.ricci.double().numpy()
+    if not np.allclose(factor.ricci(graph.pos.double().numpy()), ricci, rtol=1e-5, atol=1e-5):
+        raise RuntimeError(f"graph {index}: its spacetime is not the one drawn for it again")
+    return np.array([factor.coefficients[j, k] for j, k in POWERS])
+
+
 def r2_with_error(truth, guess, rng) -> tuple[float, float]:
     """R^2 over all the elements, and its bootstrap standard error over the graphs."""
     from sklearn.metrics import r2_score
@@ -238,10 +274,11 @@ def main() -> None:
     parser.add_argument("--order-samples", type=int, default=1000)
     args = parser.parse_args()
     print("| elements | test elements | R^2 of the posterior mean given the coordinates "
-          "(the bound) | a model of the order: the same posterior, light-cone ranks for "
+          "(a bound) | a model of the order: the same posterior, light-cone ranks for "
           "coordinates | a model of the order: the posterior given the ranks' likelihood | "
+          "R^2 of the posterior mean given each element's light-cone quantiles (the bound) | "
           "smallest effective sample of a graph |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for size in args.sizes:
         start = time.perf_counter()
         overrides = [f"data.num_points=[{size},{size}]", f"data.num_graphs={RICCI_CURVE[size]}"]
@@ -249,26 +286,30 @@ def main() -> None:
         dataset = dataset_from_config(config.data, progress=False)
         _, _, test = qg.split_dataset(dataset, config.data.split, config.data.seed)
         rng = np.random.default_rng(0)
-        truth, guesses, effective = [], ([], [], []), ([], [])
-        for i, g in enumerate(test):
-            mean, ess = posterior_mean_ricci(g.pos.double().numpy(), rng, args.samples)
+        truth, guesses, effective = [], ([], [], [], []), ([], [], [])
+        for i, (index, g) in enumerate(zip(test.indices, test, strict=True)):
+            pos = g.pos.double().numpy()
+            mean, ess = posterior_mean_ricci(pos, rng, args.samples)
             ranks = rank_coordinates(g)
             likelihood, order_ess = order_posterior_ricci(ranks, rng, args.order_samples)
+            quantile = quantiles(true_spacetime(config.data, index, g), pos)
+            oracle, oracle_ess = order_posterior_ricci(quantile, rng, args.order_samples)
             truth.append(g.ricci.numpy())
             same = posterior_mean_ricci(ranks, rng, args.samples)[0]
-            for guess, value in zip(guesses, (mean, same, likelihood), strict=True):
+            for guess, value in zip(guesses, (mean, same, likelihood, oracle), strict=True):
                 guess.append(value)
-            effective[0].append(ess)
-            effective[1].append(order_ess)
+            for kept, value in zip(effective, (ess, order_ess, oracle_ess), strict=True):
+                kept.append(value)
             if (i + 1) % 20 == 0:
                 took = time.perf_counter() - start
                 print(f"{size}: {i + 1} of {len(test)} graphs, {took:.0f} s", file=sys.stderr)
         scores = [r2_with_error(truth, guess, rng) for guess in guesses]
         cells = [f"{r2:.3f} (standard error {se:.3f})" for r2, se in scores]
-        cells[0] = f"**{scores[0][0]:.3f}** (standard error {scores[0][1]:.3f})"  # the bound
-        print(f"| {size} | {sum(map(len, truth))} | {cells[0]} | {cells[1]} | {cells[2]} | "
+        cells[3] = f"**{scores[3][0]:.3f}** (standard error {scores[3][1]:.3f})"  # the bound
+        print(f"| {size} | {sum(map(len, truth))} | {' | '.join(cells)} | "
               f"{min(effective[0]):.0f} of {args.samples}; ranks' likelihood "
-              f"{min(effective[1]):.0f} of {args.order_samples} |", flush=True)  # fmt: skip
+              f"{min(effective[1]):.0f}, quantiles' {min(effective[2]):.0f} of "
+              f"{args.order_samples} |", flush=True)  # fmt: skip
         print(f"{size}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 

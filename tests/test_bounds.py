@@ -116,3 +116,42 @@ def test_the_order_models_coordinates_are_the_light_cone_ranks_of_the_graph(tmp_
     mirrored = true * [1, -1]
     error = min(np.abs(found - true).max(), np.abs(found - mirrored).max())
     assert error <= 2 / n  # a twin's rank differs by one in each direction at most
+
+
+def test_the_quantile_bound_is_given_the_order_and_true_quantiles_of_the_right_spacetime():
+    """bench/ricci_bound.py's bound for models of the order gives its posterior each element's
+    quantiles in the true spacetime's two light-cone marginals. That it bounds every model of
+    the order rests on two exact facts, checked here: the quantiles' ranks are the elements'
+    light-cone ranks (the order is a function of them), and they are uniform on [0, 1] in each
+    direction (the probability integral transform; Kolmogorov-Smirnov distance under
+    1.63/sqrt(N), a 1% test)."""
+    seed, n = 3, 4096
+    factor = PolynomialFactor.random(np.random.default_rng(seed), 0.3, 3)
+    c = np.array([factor.coefficients[j, k] for j, k in ricci_bound.POWERS])
+    points = conformal_sprinkling(n, seed, amplitude=0.3, degree=3).coordinates.numpy()
+    found = ricci_bound.quantiles(c, points)
+    t, x = points[:, 0], points[:, 1]
+    grid = (np.arange(n) + 0.5) / n
+    for exact, quantile in ((t + x, found[:, 0] + found[:, 1]), (t - x, found[:, 0] - found[:, 1])):
+        assert np.array_equal(np.argsort(exact), np.argsort(quantile))
+        assert np.abs(np.sort((1 + quantile) / 2) - grid).max() < 1.63 / np.sqrt(n)
+
+
+def test_the_quantile_bound_draws_each_test_graphs_spacetime_again(tmp_path):
+    """The bound needs each test graph's true spacetime, which the dataset does not store: it
+    draws it again from the graph's index and seed, and refuses a graph it does not match."""
+    from types import SimpleNamespace
+
+    from QuantumGravPy.data import CausalSetDataset
+
+    data = SimpleNamespace(num_points=(40, 60), dimensions=(2,), seed=7)
+    dataset = CausalSetDataset(str(tmp_path), kind="ricci", num_graphs=3, **vars(data))
+    for index in range(3):
+        c = ricci_bound.true_spacetime(data, index, dataset[index])
+        factor = PolynomialFactor(np.zeros((4, 4)))
+        for (j, k), value in zip(ricci_bound.POWERS, c, strict=True):
+            factor.coefficients[j, k] = value
+        assert np.allclose(factor.ricci(dataset[index].pos.double().numpy()),
+                           dataset[index].ricci.double().numpy(), atol=1e-5)  # fmt: skip
+    with pytest.raises(RuntimeError, match="graph 1"):
+        ricci_bound.true_spacetime(data, 1, dataset[0])
