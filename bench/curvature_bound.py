@@ -20,6 +20,13 @@ Flat against curved directly, the densities are far apart; after the motion that
 curved one best (found by Nelder-Mead), only the second-order part of the curvature is left,
 and the bound is what the table prints. Compare it with the best baseline of bench/baselines.py
 at the same size.
+
+--invariant N: whether the bound gives anything away by fixing the motion. The order is a
+function of what no shift and no boost changes, the n points' orbit under that (abelian) group,
+whose density under each class is, up to a factor the classes share, the class's likelihood
+integrated over the group (Wijsman's representation). The exact three-class Bayes accuracy of
+that orbit is estimated at N points (each class's likelihood integrated on a grid of shifts and
+boosts around its peak), beside the same accuracy with the motions fixed, on the same sets.
 """
 
 from __future__ import annotations
@@ -37,7 +44,11 @@ sys.path.insert(0, str(ROOT))
 
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.physics import proper_height, uniform_diamond  # noqa: E402
-from QuantumGravPy.physics.curved import log_conformal_factor, motion_density  # noqa: E402
+from QuantumGravPy.physics.curved import (  # noqa: E402
+    conformal_motion,
+    log_conformal_factor,
+    motion_density,
+)
 
 SIZES = (32, 48, 64, 96, 128, 160, 192, 224, 256, 512, 1024, 2048)
 START = {"de_sitter": (1.0, 0.0), "anti_de_sitter": (0.0, -1.0)}  # first-order motion, times h
@@ -104,6 +115,94 @@ def _on_axis(c: np.ndarray, d: int, axis: int) -> np.ndarray:
     return points
 
 
+def pulled_back(points: np.ndarray, shifts: np.ndarray, boosts: np.ndarray):
+    """The points moved by every (shift, boost) of a grid: their time, radius and x_1, and the
+    log of the motion's volume change at each point (shapes [S, B, n]); the densities of the
+    classes pulled back by a motion are their densities there times the volume change.
+    :func:`conformal_motion` for a grid of motions at once."""
+    t, space = points[:, 0], points[:, 1:]
+    r = np.linalg.norm(space, axis=1)
+    a, b = np.arctanh(t - r), np.arctanh(t + r)
+    tau, rho, cos1 = a + b, b - a, space[:, 0] / r
+    log_factor = 0.5 * np.log((1.0 - (t - r) ** 2) * (1.0 - (t + r) ** 2))
+    sinh_b, cosh_b = np.sinh(boosts)[:, None], np.cosh(boosts)[:, None]
+    y1 = sinh_b * np.cosh(rho) + cosh_b * np.sinh(rho) * cos1  # [B, n]
+    moved_rho = np.arccosh(cosh_b * np.cosh(rho) + sinh_b * np.sinh(rho) * cos1)
+    moved_cos1 = y1 / np.sinh(moved_rho)
+    moved_tau = tau + shifts[:, None, None]
+    u, v = np.tanh((moved_tau - moved_rho) / 2.0), np.tanh((moved_tau + moved_rho) / 2.0)
+    radius = (v - u) / 2.0
+    log_jacobian = points.shape[1] * (0.5 * np.log((1.0 - u**2) * (1.0 - v**2)) - log_factor)
+    return (u + v) / 2.0, radius, moved_cos1 * radius, log_jacobian
+
+
+def orbit_log_likelihoods(points: np.ndarray, log_densities) -> np.ndarray:
+    """Each class's log-likelihood of the points integrated over all shifts and boosts
+    (``log_densities(t, r, x_1)``: [classes, ...], relative to the uniform density): a coarse
+    grid finds each class's peak, a fine one around it integrates (its edges checked)."""
+    n = len(points)
+    coarse = np.linspace(-3.0, 3.0, 41)
+    t, r, x1, log_j = pulled_back(points, coarse, coarse)
+    peaks = (log_densities(t, r, x1) + log_j).sum(-1)
+    half, steps = min(1.5, 8.0 / math.sqrt(n)), 41
+    out = []
+    for k, peak in enumerate(peaks):
+        i, j = np.unravel_index(np.argmax(peak), peak.shape)
+        shifts = coarse[i] + np.linspace(-half, half, steps)
+        boosts = coarse[j] + np.linspace(-half, half, steps)
+        t, r, x1, log_j = pulled_back(points, shifts, boosts)
+        grid = (log_densities(t, r, x1)[k] + log_j).sum(-1)
+        top = grid.max()
+        edge = max(grid[[0, -1]].max(), grid[:, [0, -1]].max()) - top
+        if edge > math.log(1e-6):
+            raise RuntimeError(f"class {k}'s likelihood is not inside its grid (edge {edge:.1f})")
+        step = 2.0 * half / (steps - 1)
+        out.append(top + math.log(np.exp(grid - top).sum() * step**2))
+    return np.array(out)
+
+
+def class_log_densities(d: int, h: float):
+    """The three classes' log densities at (t, r, x_1), relative to the uniform one."""
+    factors = [log_conformal_factor(s, h) for s in ("de_sitter", "anti_de_sitter")]
+    norms = [
+        math.log(marginal_mean(lambda c, f=f, a=a: np.exp(d * f(_on_axis(c, d, a))), d, a))
+        for f, a in zip(factors, (0, 1), strict=True)
+    ]
+
+    def log_densities(t, r, x1):
+        flat = np.stack([t.ravel(), x1.ravel()], axis=1)  # what the factors read
+        curved = [d * f(flat).reshape(t.shape) - c for f, c in zip(factors, norms, strict=True)]
+        return np.stack([np.zeros_like(t), *curved])
+
+    return log_densities
+
+
+def invariant_accuracy(n: int, sets: int, d: int, h: float, motions: dict, rng) -> dict:
+    """The three classes' Bayes accuracy on n points: with each curved class compared through
+    its fixed best motion (``fixed``), and of the points' orbit under shifts and boosts
+    (``orbit``), on the same sets; per class, as fractions of ``sets``."""
+    log_densities = class_log_densities(d, h)
+    spacetimes = (None, "de_sitter", "anti_de_sitter")
+    right = {"fixed": np.zeros(3), "orbit": np.zeros(3)}
+    for _ in range(sets):
+        for c, spacetime in enumerate(spacetimes):
+            if spacetime is None:
+                x = uniform_diamond(n, d, rng)
+            else:
+                x = curved_points(n, d, log_conformal_factor(spacetime, h), rng)
+            orbit = orbit_log_likelihoods(x, log_densities)
+            right["orbit"][c] += np.argmax(orbit) == c
+            # fixed: flat as it is, each curved class through its best motion, in the frame
+            # where the points of class c were moved back by theirs
+            y = x if c == 0 else conformal_motion(x, *(-m for m in motions[spacetime]))
+            fixed = [0.0]
+            for k in (1, 2):
+                t, r, x1, log_j = pulled_back(y, *(np.array([m]) for m in motions[spacetimes[k]]))
+                fixed.append(float((log_densities(t, r, x1)[k] + log_j).sum()))
+            right["fixed"][c] += np.argmax(fixed) == c
+    return {key: value / sets for key, value in right.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     config = qg.load_config(ROOT / "configs" / "curvature.yaml")
@@ -111,6 +210,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=2_000_000, help="Monte Carlo points")
     parser.add_argument("--sets", type=int, default=4000, help="Monte Carlo sets of n points")
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
+    parser.add_argument(
+        "--invariant", type=int, nargs="*", default=[256], metavar="N",
+        help="sizes at which the Bayes accuracy of the orbit is estimated (none: skip it)",
+    )  # fmt: skip
+    parser.add_argument("--invariant-sets", type=int, default=1500, help="sets of each class")
     args = parser.parse_args()
     d = config.data.dimensions[0]
     rng = np.random.default_rng(0)
@@ -166,6 +270,29 @@ def main() -> None:
     for label, sizes in zip(labels, [*([n] for n in args.sizes), config_sizes], strict=True):
         ds, ads, three, loose = row(sizes)
         print(f"| {label} | {ds:.3f} | {ads:.3f} | **{three:.3f}** | {loose:.3f} |", flush=True)
+    if not args.invariant:
+        return
+    print(
+        "\nDoes fixing the motion give anything away? The order is a function of what no shift "
+        "and no boost changes: the orbit of the n points under those motions (an abelian group). "
+        "The density of the orbit under each class is, up to a factor the classes share, the "
+        "class's likelihood of the points integrated over the group (Wijsman's representation; "
+        "here on a grid of shifts and boosts around each class's peak). The three classes' exact "
+        "Bayes accuracy, on the same sets of n points of each class "
+        f"({args.invariant_sets:,} each), with the motions fixed and of the orbit:\n"
+    )
+    print("| elements | motions fixed | the orbit | orbit - fixed |")
+    print("|---|---|---|---|")
+    for n in args.invariant:
+        right = invariant_accuracy(n, args.invariant_sets, d, args.h, motions, rng)
+        fixed, orbit = right["fixed"].mean(), right["orbit"].mean()
+        # each class's fraction is binomial over its sets; the mean of three averages them
+        error = math.sqrt(sum(p * (1 - p) for p in right["orbit"]) / args.invariant_sets) / 3
+        print(
+            f"| {n} | {fixed:.3f} | {orbit:.3f} (standard error {error:.3f}) | "
+            f"{orbit - fixed:+.3f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from QuantumGravPy.physics import uniform_diamond
 from QuantumGravPy.physics.curved import (
     PolynomialFactor,
     conformal_coordinates,
+    conformal_motion,
     log_conformal_factor,
     motion_density,
 )
@@ -39,6 +40,50 @@ def test_the_total_variation_of_one_point_is_half_the_l1_distance(spacetime, mot
     direct, direct_error = terms.mean(), terms.std() / np.sqrt(len(terms))
     assert abs(value - direct) < 4 * np.hypot(error, direct_error)
     assert 0.05 < value < 0.6  # the densities differ, and not completely
+
+
+def test_a_grid_of_motions_moves_the_points_as_each_motion_does_alone():
+    rng = np.random.default_rng(4)
+    points = uniform_diamond(50, 4, rng)
+    shifts, boosts = np.array([0.3, -0.7]), np.array([0.5, -0.2, 1.1])
+    t, r, x1, log_jacobian = curvature_bound.pulled_back(points, shifts, boosts)
+    for i, shift in enumerate(shifts):
+        for j, boost in enumerate(boosts):
+            moved = conformal_motion(points, shift, boost)
+            np.testing.assert_allclose(t[i, j], moved[:, 0], atol=1e-10)
+            np.testing.assert_allclose(r[i, j], np.linalg.norm(moved[:, 1:], axis=1), atol=1e-10)
+            np.testing.assert_allclose(x1[i, j], moved[:, 1], atol=1e-10)
+            # the volume change is the inverse of the moved uniform density at the image
+            inverse = -np.log(motion_density(moved, shift, boost))
+            np.testing.assert_allclose(log_jacobian[i, j], inverse, atol=1e-10)
+
+
+def _with_moved_flat(log_densities, motion):
+    """The three classes and a fourth: flat points moved by ``motion``."""
+
+    def out(t, r, x1):
+        points = np.stack([t, x1, np.sqrt(np.maximum(r**2 - x1**2, 0.0)), 0 * t], axis=-1)
+        moved = np.log(motion_density(points.reshape(-1, 4), *motion)).reshape(t.shape)
+        return np.concatenate([log_densities(t, r, x1), moved[None]])
+
+    return out
+
+
+def test_the_orbit_sees_no_motion_and_only_what_no_motion_imitates():
+    """Wijsman's orbit likelihoods: flat points moved by a shift and a boost have the same
+    orbit likelihood as flat ones (their orders are alike in distribution, so no test of the
+    orbit tells them apart), and moving the points changes every class's by the same amount
+    (what the orbit of the points is does not depend on where they are on it)."""
+    rng = np.random.default_rng(5)
+    log_densities = _with_moved_flat(curvature_bound.class_log_densities(4, 0.6), (0.4, -0.3))
+    for _ in range(3):
+        points = uniform_diamond(64, 4, rng)
+        before = curvature_bound.orbit_log_likelihoods(points, log_densities)
+        assert abs(before[3] - before[0]) < 1e-6
+        assert abs(before[1] - before[0]) > 1e-3  # the curved classes differ
+        after = curvature_bound.orbit_log_likelihoods(conformal_motion(points, 0.2, 0.5),
+                                                      log_densities)  # fmt: skip
+        np.testing.assert_allclose(after - after[0], before - before[0], atol=1e-6)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
