@@ -96,15 +96,24 @@ def curved_points(n: int, d: int, log_omega, rng: np.random.Generator) -> np.nda
     return np.concatenate(out)[:n]
 
 
+def log_norm(spacetime: str, d: int, h: float) -> float:
+    """ln of the mean of Omega**d over the uniform diamond: the curved density relative to the
+    uniform one is Omega**d over it (de Sitter's Omega varies with time, anti-de Sitter's with
+    x_1, so one coordinate's marginal is integrated)."""
+    log_omega = log_conformal_factor(spacetime, h)
+    axis = 0 if spacetime == "de_sitter" else 1
+    return math.log(marginal_mean(lambda c: np.exp(d * log_omega(_on_axis(c, d, axis))), d, axis))
+
+
 def total_variation(n: int, sets: int, d: int, spacetime: str, h: float, motion, rng):
     """The total variation between n points of the curved density and n moved flat points,
     by Monte Carlo of its definition: ``E_curved[max(0, 1 - exp(-L))]``, L the n points'
     log-likelihood ratio (both densities exact). Its value and standard error."""
     log_omega = log_conformal_factor(spacetime, h)
-    axis = 0 if spacetime == "de_sitter" else 1
-    norm = marginal_mean(lambda c: np.exp(d * log_omega(_on_axis(c, d, axis))), d, axis)
     points = curved_points(n * sets, d, log_omega, rng)
-    ratio = d * log_omega(points) - math.log(norm) - np.log(motion_density(points, *motion))
+    ratio = (
+        d * log_omega(points) - log_norm(spacetime, d, h) - np.log(motion_density(points, *motion))
+    )
     terms = np.maximum(0.0, 1.0 - np.exp(-ratio.reshape(sets, n).sum(axis=1)))
     return terms.mean(), terms.std() / math.sqrt(sets)
 
@@ -163,11 +172,9 @@ def orbit_log_likelihoods(points: np.ndarray, log_densities) -> np.ndarray:
 
 def class_log_densities(d: int, h: float):
     """The three classes' log densities at (t, r, x_1), relative to the uniform one."""
-    factors = [log_conformal_factor(s, h) for s in ("de_sitter", "anti_de_sitter")]
-    norms = [
-        math.log(marginal_mean(lambda c, f=f, a=a: np.exp(d * f(_on_axis(c, d, a))), d, a))
-        for f, a in zip(factors, (0, 1), strict=True)
-    ]
+    curved = ("de_sitter", "anti_de_sitter")
+    factors = [log_conformal_factor(s, h) for s in curved]
+    norms = [log_norm(s, d, h) for s in curved]
 
     def log_densities(t, r, x1):
         flat = np.stack([t.ravel(), x1.ravel()], axis=1)  # what the factors read
