@@ -106,11 +106,14 @@ def main() -> int:
             )
         elif "|---" not in output:
             output = f"```\n{output}\n```"
+        when = f"{minutes:.1f} min"
+        if args.only:  # the header names the run the other sections are from
+            when += f"; rerun {datetime.now(timezone.utc):%Y-%m-%d} on {cpu_name()}"
         sections.append(
-            f"## {title}\n\n`python bench/{script}` ({minutes:.1f} min). {docstring_lead(path)}"
-            f"\n\n{output}\n"
+            f"## {title}\n\n`python bench/{script}` ({when}). {docstring_lead(path)}\n\n{output}\n"
         )
-    header = (
+    header = previous_header(output_path) if args.only else None
+    header = header or (
         "# Benchmarks\n\n"
         f"Measured by `make bench` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on "
         f"{cpu_name()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
@@ -124,6 +127,13 @@ def main() -> int:
         # the README's and the site's headline tables, from what was just measured
         return headline.main(["--write"])
     return 0
+
+
+def previous_header(path: Path) -> str | None:
+    """The header of an existing report: under --only it still names the run that measured the
+    sections left as they were (the rerun ones say when and on what beside their time)."""
+    text = path.read_text(encoding="utf-8")
+    return text.split("\n## ", 1)[0].rstrip() + "\n" if "\n## " in text else None
 
 
 def _sections(text: str) -> dict[str, str]:
