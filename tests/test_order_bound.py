@@ -1,0 +1,133 @@
+"""bench/order_bound.py's chain over the embeddings of an order, against exact results: it
+keeps the order, it draws the embeddings of an order as uniformly as rejection does, and the
+likelihood ratios it gives an order are the ratios of the classes' probabilities of it."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from QuantumGravPy.physics import uniform_diamond
+from QuantumGravPy.physics.curved import conformal_motion, log_conformal_factor
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import curvature_bound
+import order_bound
+
+MOTIONS = {"de_sitter": (0.69, 0.0), "anti_de_sitter": (0.0, -0.69)}  # bench's, near enough
+
+
+def test_the_segment_is_where_no_relation_of_the_element_changes():
+    torch.manual_seed(0)
+    points = torch.tensor(np.stack([uniform_diamond(40, 4, np.random.default_rng(s))
+                                    for s in range(6)]))  # fmt: skip
+    order = order_bound.relations(points)
+    for i in (0, 17, 39):
+        direction = torch.randn(6, 4, dtype=torch.float64)
+        direction /= direction.norm(dim=-1, keepdim=True)
+        low, high = order_bound.segment(points, i, direction)
+        assert (low < 0).all() and (high > 0).all()
+        for s, keeps in ((low * 0.999, True), (high * 0.999, True),
+                         (low * 1.001, False), (high * 1.001, False)):  # fmt: skip
+            moved = points.clone()
+            moved[:, i] += s[:, None] * direction
+            same = (order_bound.relations(moved) == order).flatten(1).all(1)
+            same &= order_bound.inside(moved).all(1)
+            assert bool((same == keeps).all()), (i, keeps)
+
+
+def _uniform_embeddings(count: int):
+    """Uniform triples of points kept when the first is before the second and the third apart
+    from both: the uniform distribution on that order's embeddings, by rejection."""
+    triples = uniform_diamond(3 * count, 4, np.random.default_rng(1)).reshape(-1, 3, 4)
+    triples = torch.tensor(triples)
+    wanted = torch.tensor([[0, 1, 0], [-1, 0, 0], [0, 0, 0]], dtype=torch.int8)
+    return triples[(order_bound.relations(triples) == wanted).flatten(1).all(1)], wanted
+
+
+def _assert_alike(points, reference):
+    """Each point's mean time, radius and their squares within 4.5 standard errors (12
+    comparisons: a false alarm about once in 10,000 draws)."""
+    for name, f in (("t", lambda x: x[..., 0]), ("r", lambda x: x[..., 1:].norm(dim=-1))):
+        for power in (1, 2):
+            a, b = f(points) ** power, f(reference) ** power
+            error = torch.sqrt(a.var(0) / len(a) + b.var(0) / len(b))
+            gap = (a.mean(0) - b.mean(0)).abs()
+            assert bool((gap < 4.5 * error).all()), (name, power, gap / error)
+
+
+def test_each_step_of_the_chain_keeps_the_embeddings_of_an_order_uniform():
+    """Started from uniform embeddings (rejection), 20 hit-and-run sweeps alone, and 40 rounds
+    of motions alone (larger than the bench's), leave them as uniform as fresh ones."""
+    embeddings, wanted = _uniform_embeddings(600_000)
+    start, reference = embeddings[:6000], embeddings[6000:]
+    chain = order_bound.Embeddings(start, torch.Generator().manual_seed(2))
+    for _ in range(20):
+        chain.sweep()
+    _assert_alike(chain.points, reference)
+    chain = order_bound.Embeddings(start, torch.Generator().manual_seed(3))
+    chain.steps = {"shift": 0.4, "boost": 0.4, "rotation": 1.0}
+    for _ in range(40):
+        chain.move(adapt=False)
+    assert not torch.equal(chain.points, start)
+    assert (order_bound.relations(chain.points) == wanted).all()
+    _assert_alike(chain.points, reference)
+
+
+def test_the_chain_forgets_the_embedding_it_starts_from():
+    """4,000 chains from one embedding: after 100 sweeps and motions (at 30 they are not yet
+    mixed, and fail) they are as uniform as rejection's."""
+    embeddings, wanted = _uniform_embeddings(600_000)
+    chain = order_bound.Embeddings(embeddings[:1].expand(4000, 3, 4).clone(),
+                                   torch.Generator().manual_seed(2))  # fmt: skip
+    for _ in range(100):
+        chain.sweep()
+        chain.move(adapt=False)
+    assert (order_bound.relations(chain.points) == wanted).all()
+    _assert_alike(chain.points, embeddings[1:])
+
+
+def test_an_orders_likelihood_ratio_is_how_much_likelier_the_class_makes_it():
+    """Two related points: the chain's ratio of each curved class's likelihood to the flat
+    one's is the ratio of how often two of the class's points are related, counted directly
+    (each class moved back by its motion, as the bench does), within 4 standard errors."""
+    d, h = 4, 0.6
+    log_densities = curvature_bound.class_log_densities(d, h)
+    rng, count = np.random.default_rng(3), 200_000
+    fraction = []
+    for spacetime in (None, *order_bound.CURVED):
+        if spacetime is None:
+            pairs = uniform_diamond(2 * count, d, rng)
+        else:
+            pairs = curvature_bound.curved_points(
+                2 * count, d, log_conformal_factor(spacetime, h), rng
+            )
+            pairs = conformal_motion(pairs, *(-m for m in MOTIONS[spacetime]))
+        pairs = torch.tensor(pairs.reshape(count, 2, d))
+        fraction.append((order_bound.relations(pairs)[:, 0, 1] != 0).double().mean())
+    fraction = torch.stack(fraction)
+    direct = fraction / fraction[0]
+    start = torch.tensor([[[-0.3, 0.1, 0.0, 0.0], [0.4, 0.0, 0.2, 0.0]]])
+    chain = order_bound.Embeddings(start.expand(3000, 2, 4).clone(),
+                                   torch.Generator().manual_seed(4))  # fmt: skip
+    samples = []
+    for sweep in range(60):
+        chain.sweep()
+        chain.move(adapt=False)
+        if sweep >= 20:
+            samples.append(order_bound.log_ratios(chain.points, log_densities, MOTIONS))
+    weights = torch.stack(samples).exp()  # [sweeps, chains, 3]: each chain's own estimate
+    per_chain = weights.mean(0)
+    estimate = per_chain.mean(0).tolist()
+    error = (per_chain.std(0) / math.sqrt(len(per_chain))).tolist()
+    direct_error = (
+        direct * torch.sqrt((1 - fraction) / (fraction * count)) * math.sqrt(2)
+    ).tolist()
+    direct = direct.tolist()
+    assert abs(direct[1] - 1) > 0.02 or abs(direct[2] - 1) > 0.02  # the classes differ
+    for k in (1, 2):
+        assert abs(estimate[k] - direct[k]) < 4 * math.hypot(error[k], direct_error[k]), k
