@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from QuantumGravPy.physics import uniform_diamond
-from QuantumGravPy.physics.curved import conformal_motion, log_conformal_factor
+from QuantumGravPy.physics.curved import conformal_motion, log_conformal_factor, motion_density
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import curvature_bound
@@ -177,3 +177,28 @@ def test_the_script_runs_from_the_command_line(tmp_path):
     bad = subprocess.run([sys.executable, str(script), "--sweeps", "5", "--burn", "5"],
                          capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and "--burn" in bad.stderr
+
+
+def test_the_batched_motion_moves_each_set_as_conformal_motion_does():
+    """``motion`` restates ``physics.curved.conformal_motion`` for a batch of sets, each with its
+    own shift, rapidity and direction: along x_1 it agrees with it, and its log volume change
+    with minus the log of ``motion_density`` at the image; turned, it commutes with turning."""
+    rng = np.random.default_rng(7)
+    points = torch.tensor(np.stack([uniform_diamond(30, 4, rng) for _ in range(3)]))
+    shift = torch.tensor([0.3, -0.5, 0.0], dtype=torch.float64)
+    rapidity = torch.tensor([0.4, 0.0, -0.9], dtype=torch.float64)
+    along_x1 = torch.tensor([[1.0, 0.0, 0.0]]).expand(3, 3).double()
+    moved, log_volume = order_bound.motion(points, shift, along_x1, rapidity)
+    for b in range(3):
+        expected = conformal_motion(points[b].numpy(), float(shift[b]), float(rapidity[b]))
+        np.testing.assert_allclose(moved[b].numpy(), expected, atol=1e-10)
+        density = motion_density(expected, float(shift[b]), float(rapidity[b]))
+        np.testing.assert_allclose(log_volume[b].numpy(), -np.log(density), atol=1e-10)
+    axis = torch.tensor([[0.0, 0.6, 0.8]], dtype=torch.float64).expand(3, 3)
+    angle = torch.full((3,), 1.1, dtype=torch.float64)
+    turned = order_bound.rotation(points, axis, angle)
+    unit_x1 = torch.tensor([[[0.0, 1.0, 0.0, 0.0]]], dtype=torch.float64).expand(3, 1, 4)
+    direction = order_bound.rotation(unit_x1, axis, angle)[:, 0, 1:]
+    moved_turned, turned_volume = order_bound.motion(turned, shift, direction, rapidity)
+    np.testing.assert_allclose(moved_turned, order_bound.rotation(moved, axis, angle), atol=1e-10)
+    np.testing.assert_allclose(turned_volume, log_volume, atol=1e-10)
