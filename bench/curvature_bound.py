@@ -137,11 +137,15 @@ def total_variation(n: int, sets: int, d: int, spacetime: str, h: float, motion,
     by Monte Carlo of its definition: ``E_curved[max(0, 1 - exp(-L))]``, L the n points'
     log-likelihood ratio (both densities exact). Its value and standard error."""
     log_omega = log_conformal_factor(spacetime, h)
-    points = curved_points(n * sets, d, log_omega, rng)
-    ratio = (
-        d * log_omega(points) - log_norm(spacetime, d, h) - np.log(motion_density(points, *motion))
-    )
-    terms = np.maximum(0.0, 1.0 - np.exp(-ratio.reshape(sets, n).sum(axis=1)))
+    norm = log_norm(spacetime, d, h)
+    terms = []
+    block = max(1, 1_000_000 // n)  # sets at a time: a million points, some 100 MB at most
+    for start in range(0, sets, block):
+        count = min(block, sets - start)
+        points = curved_points(n * count, d, log_omega, rng)
+        ratio = d * log_omega(points) - norm - np.log(motion_density(points, *motion))
+        terms.append(np.maximum(0.0, 1.0 - np.exp(-ratio.reshape(count, n).sum(axis=1))))
+    terms = np.concatenate(terms)
     return terms.mean(), terms.std() / math.sqrt(sets)
 
 
