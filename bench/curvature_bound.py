@@ -34,6 +34,7 @@ boosts around its peak), beside the same accuracy with the motions fixed, on the
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 from pathlib import Path
@@ -123,6 +124,7 @@ def curved_points(n: int, d: int, log_omega, rng: np.random.Generator) -> np.nda
     return np.concatenate(out)[:n]
 
 
+@functools.cache  # a quadrature each time otherwise, most of a small total variation's cost
 def log_norm(spacetime: str, d: int, h: float) -> float:
     """ln of the mean of Omega**d over the uniform diamond: the curved density relative to the
     uniform one is Omega**d over it (de Sitter's Omega varies with time, anti-de Sitter's with
