@@ -141,7 +141,7 @@ def total_variation(n: int, sets: int, d: int, spacetime: str, h: float, motion,
     log_omega = log_conformal_factor(spacetime, h)
     norm = log_norm(spacetime, d, h)
     terms = []
-    block = max(1, 1_000_000 // n)  # sets at a time: a million points, some 100 MB at most
+    block = max(1, 1_000_000 // n)  # sets at a time: a million points, under 300 MB at once
     for start in range(0, sets, block):
         count = min(block, sets - start)
         points = curved_points(n * count, d, log_omega, rng)
