@@ -49,6 +49,7 @@ SCRIPTS = (
     ("readout.py", "The default read-out: mean and spread against mean, maximum and scaled sum"),
     ("scale.py", "The field's size: 1,024-2,048-element causal sets, prepared and trained"),
     ("curvature_bound.py", "Curvature: the most any model of the causal order can reach"),
+    ("order_ceiling.py", "Curvature: a lower ceiling for models of the order, with no mixing"),
     ("ricci_bound.py", "Each element's Ricci scalar: the most any model of the order can reach"),
 )
 

@@ -1,0 +1,147 @@
+"""bench/order_ceiling.py: the chain it runs keeps uniform embeddings uniform and is its own
+adjoint (what the ceiling's likelihoods rest on), and the likelihoods it gives a mixed chain's Y
+are the order's, counted directly."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from QuantumGravPy.physics import uniform_diamond
+from QuantumGravPy.physics.curved import conformal_motion, log_conformal_factor
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+import curvature_bound  # noqa: E402
+import order_bound  # noqa: E402
+import order_ceiling  # noqa: E402
+
+MOTIONS = {"de_sitter": (0.69, 0.0), "anti_de_sitter": (0.0, -0.69)}  # bench's, near enough
+SCALES = {"shift": 0.3, "boost": 0.3, "rotation": 1.0}
+
+
+def _chains_of_three(count: int, seed: int = 1) -> np.ndarray:
+    """Uniform embeddings of the 3-chain 0 < 1 < 2, by rejection of uniform triples."""
+    triples = uniform_diamond(3 * count, 4, np.random.default_rng(seed)).reshape(-1, 3, 4)
+    triples = np.take_along_axis(triples, np.argsort(triples[:, :, 0], axis=1)[..., None], 1)
+    order = order_bound.relations(torch.from_numpy(triples)).numpy()
+    return triples[(order[:, 0, 1] == 1) & (order[:, 1, 2] == 1)]
+
+
+def _sweep(points: np.ndarray, rng: np.random.Generator, permutation: np.ndarray) -> np.ndarray:
+    """One sweep of every set, its elements in the order ``permutation`` [B, N]."""
+    out = points.copy()
+    order = order_bound.relations(torch.from_numpy(out)).numpy()
+    directions = rng.standard_normal(out.shape)
+    directions /= np.linalg.norm(directions, axis=-1, keepdims=True)
+    active = np.ones(len(out), dtype=bool)
+    order_ceiling._sweep(out, order, active, permutation, directions, rng.random(out.shape[:2]))
+    return out
+
+
+def test_a_sweep_in_random_order_is_its_own_adjoint_and_a_fixed_order_is_not():
+    """From uniform embeddings X of a 3-chain, one sweep to X': (X, X') and (X', X) must have
+    one distribution, or a class's likelihood of where the chain got to is not the mean of its
+    density over chains run on from there. The covariance of element 0's time before and
+    element 1's after is that of element 1's before and 0's after (and so for elements 1 and
+    2), within 4.5 standard errors, when the elements go in random order; in the fixed order
+    0, 1, 2 they differ by more than 10 (about 26 with these draws). In 2D, where the uniform
+    embeddings of a chain are exact and cheap (sorted light-cone coordinates; the sweep is the
+    same in any dimension)."""
+    count, rng = 200_000, np.random.default_rng(5)
+    u, v = np.sort(rng.random((count, 3)), axis=1), np.sort(rng.random((count, 3)), axis=1)
+    x = np.stack([u + v - 1.0, u - v], axis=-1)  # (t, x) of the light-cone coordinates
+
+    def asymmetry(permutation, i, j):
+        y = _sweep(x, rng, permutation)
+        assert (order_bound.relations(torch.from_numpy(y)).numpy()[:, 0, 2] == 1).all()
+        forward = (x[:, i, 0] - x[:, i, 0].mean()) * (y[:, j, 0] - y[:, j, 0].mean())
+        backward = (x[:, j, 0] - x[:, j, 0].mean()) * (y[:, i, 0] - y[:, i, 0].mean())
+        gap = forward - backward
+        return gap.mean() / (gap.std() / math.sqrt(count))
+
+    for i, j in ((0, 1), (1, 2)):
+        shuffled = rng.permuted(np.tile(np.arange(3), (count, 1)), axis=1)
+        assert abs(asymmetry(shuffled, i, j)) < 4.5
+        assert abs(asymmetry(np.tile(np.arange(3), (count, 1)), i, j)) > 10
+
+
+def test_the_chain_keeps_uniform_embeddings_uniform():
+    """Sweeps and motions together, 30 steps from rejection's uniform embeddings of a 3-chain:
+    each element's mean time and radius, and their squares, as fresh ones' (4.5 standard
+    errors); and no relation changed."""
+    embeddings = _chains_of_three(2_500_000, seed=2)  # about 7,000
+    start, reference = embeddings[:3500], embeddings[3500:]
+    chain = order_ceiling.Chain(start, np.random.default_rng(3), SCALES)
+    for _ in range(30):
+        chain.step()
+    order_ceiling._check(chain)
+    assert all(taken > 0 for taken, _ in chain.taken.values())
+    assert np.abs(chain.points - start).mean() > 0.05
+    for f in (lambda p: p[..., 0], lambda p: np.linalg.norm(p[..., 1:], axis=-1)):
+        for power in (1, 2):
+            a, b = f(chain.points) ** power, f(reference) ** power
+            error = np.sqrt(a.var(0) / len(a) + b.var(0) / len(b))
+            assert (np.abs(a.mean(0) - b.mean(0)) < 4.5 * error).all()
+
+
+def test_a_mixed_chains_likelihoods_are_the_orders():
+    """Two related points, chains long enough to forget their start: ``ceiling``'s likelihood
+    ratios of Y are each curved class's ratio of how often its points are related to how
+    often flat ones are (counted directly, each class moved back by its motion); and the
+    points' own, a plausible mistake, are not."""
+    d, h = 4, 0.6
+    log_densities = curvature_bound.class_log_densities(d, h)
+    rng, count = np.random.default_rng(7), 200_000
+    related = []
+    for spacetime in (None, *order_bound.CURVED):
+        if spacetime is None:
+            pairs = uniform_diamond(2 * count, d, rng)
+        else:
+            log_omega = log_conformal_factor(spacetime, h)
+            pairs = curvature_bound.curved_points(2 * count, d, log_omega, rng)
+            pairs = conformal_motion(pairs, *(-m for m in MOTIONS[spacetime]))
+        pairs = torch.from_numpy(pairs.reshape(count, 2, d))
+        related.append((order_bound.relations(pairs)[:, 0, 1] != 0).double().mean().item())
+    direct = np.array(related) / related[0]
+    start = torch.tensor([[[-0.3, 0.1, 0.0, 0.0], [0.4, 0.0, 0.2, 0.0]]]).expand(4, 2, 4)
+    out = order_ceiling.ceiling(start.clone(), (30, 60), 500, log_densities, MOTIONS, SCALES,
+                                np.random.default_rng(8), report=lambda line: None)  # fmt: skip
+    ratio = np.exp(out["together"] - out["together"][:, :1])  # [4 sets, 3]
+    assert abs(direct[1] - 1) > 0.1 and abs(direct[2] - 1) > 0.1  # the classes differ
+    # a tenth of flat pairs are related: the direct ratios' relative standard error is about 1%
+    np.testing.assert_allclose(ratio, np.broadcast_to(direct, ratio.shape), rtol=0.04)
+    points = np.exp(out["points"][0] - out["points"][0, 0])
+    assert np.abs(points / direct - 1).max() > 0.1
+
+
+def test_the_script_prints_the_ceiling_as_the_points_accuracy_plus_the_difference():
+    """The command line, on a few sets of 12 elements: a row of the table whose ceiling is the
+    points' accuracy on the further sets plus Y's paired difference, and whose margin is 3 of
+    its standard errors; impossible arguments get one line and exit 2."""
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "order_ceiling.py"), "--sizes", "12", "--sets", "4",
+         "--steps", "2", "4", "--points", "200", "--search", "20000", "--threads", "1"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    row = next(line for line in result.stdout.splitlines() if line.startswith("| 12 |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    numbers = [[float(x) for x in re.findall(r"[-+]?\d+\.\d+", cell)] for cell in cells]
+    bulk, _ = numbers[1]
+    _, difference, difference_error = numbers[4]
+    ceiling, error = numbers[6]
+    assert cells[2] == "12"  # 4 sets of each class
+    assert abs(ceiling - (bulk + difference)) <= 2e-4
+    assert error >= difference_error
+    assert abs(numbers[7][0] - (ceiling + 3 * error)) <= 5e-4
+    bad = subprocess.run(
+        [sys.executable, str(BENCH / "order_ceiling.py"), "--steps", "5", "2"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "K1 <= K2" in bad.stderr and "Traceback" not in bad.stderr
