@@ -19,8 +19,9 @@ X_K is symmetric, and a class's likelihood of Y = y is, up to a factor the class
 int p_c(x) Q(x, y) dx = int Q(y, x) p_c(x) dx: the class's density averaged over chains that
 start at y, at a uniform step between K1 and K2. C such chains a set estimate it; the mean, over
 sets of all three classes, of the largest posterior estimates the Bayes accuracy of Y. The
-chains' noise raises that estimate (a maximum of noisy posteriors), so it errs towards a looser
-ceiling; the same estimate from one chain a set, beside it, shows by how much.
+chains' noise biases that estimate (the largest of noisy posteriors, each a ratio of noisy
+likelihoods), most likely upwards; the same estimate from one chain a set, beside it, shows the
+size of that bias, which shrinks as the chains grow in number.
 
 The points' Bayes accuracy on the same sets, beside it, and on P further sets (cheap: no
 chains), gives the ceiling as the points' accuracy plus the paired difference, whose standard
@@ -138,10 +139,12 @@ def _sweep(points, order, active, permutation, directions, uniforms):  # pragma:
 class Chain:
     """Markov chains over the embeddings of each set's order [B, N, d] (numpy, float64), each
     step its own adjoint for the uniform density on them: for each set on its own, a sweep
-    with probability ``SWEEP``, else a shift, boost or rotation (one at random) of the given
+    with probability ``sweeps``, else a shift, boost or rotation (one at random) of the given
     scale, taken with its volume change."""
 
-    def __init__(self, points: np.ndarray, rng: np.random.Generator, scales: dict):
+    def __init__(self, points: np.ndarray, rng: np.random.Generator, scales: dict,
+                 sweeps: float = SWEEP):  # fmt: skip
+        self.sweeps = sweeps  # the chance of a sweep (1: sweeps alone; 0: motions alone)
         self.points = np.ascontiguousarray(points, dtype=np.float64).copy()
         self.order = relations(torch.from_numpy(self.points)).numpy()
         self.rng, self.scales = rng, dict(scales)
@@ -153,11 +156,12 @@ class Chain:
         permutation = self.rng.permuted(np.tile(np.arange(n), (count, 1)), axis=1)
         directions = self.rng.standard_normal((count, n, d))
         directions /= np.linalg.norm(directions, axis=-1, keepdims=True)
-        _sweep(self.points, self.order, choice < SWEEP, permutation, directions,
+        _sweep(self.points, self.order, choice < self.sweeps, permutation, directions,
                self.rng.random((count, n)))  # fmt: skip
-        kind = np.minimum(((choice - SWEEP) / (1 - SWEEP) * len(KINDS)).astype(int), 2)
+        share = (choice - self.sweeps) / max(1.0 - self.sweeps, 1e-12)
+        kind = np.clip((share * len(KINDS)).astype(int), 0, len(KINDS) - 1)
         for k, name in enumerate(KINDS):
-            sets = np.flatnonzero((choice >= SWEEP) & (kind == k))
+            sets = np.flatnonzero((choice >= self.sweeps) & (kind == k))
             if len(sets):
                 self._motion(sets, name)
 
@@ -232,6 +236,7 @@ def ceiling(
         if k % 100 == 0:
             report(f"  to X_K: step {k} of {last}, {time.perf_counter() - start:.0f} s")
     _check(chain)
+    start = time.perf_counter()
     chain = Chain(np.repeat(y, chains, axis=0), rng, scales)  # set b's chains are b*C .. b*C+C-1
     total = np.full((count * chains, 3), -np.inf)
     for k in range(1, last + 1):
