@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.special import softmax
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -203,13 +204,6 @@ def tuned_scales(n: int, d: int, seed: int, steps: int = 150) -> dict:
     return chain.scales
 
 
-def posteriors(log_ratio: np.ndarray) -> np.ndarray:
-    """[..., 3] log-likelihood ratios to the classes' posteriors (equal priors)."""
-    z = log_ratio - log_ratio.max(-1, keepdims=True)
-    p = np.exp(z)
-    return p / p.sum(-1, keepdims=True)
-
-
 def _check(chain: Chain) -> None:
     x = torch.from_numpy(chain.points)
     broken = (relations(x).numpy() != chain.order).reshape(len(x), -1).any(1)
@@ -254,8 +248,8 @@ def ceiling(
 
 
 def expected(log_ratio: np.ndarray) -> np.ndarray:
-    """Each set's largest posterior: the accuracy the likelihoods expect, set by set."""
-    return posteriors(log_ratio).max(-1)
+    """Each set's largest posterior (equal priors): the accuracy the likelihoods expect."""
+    return softmax(log_ratio, axis=-1).max(-1)
 
 
 def mean_error(values: np.ndarray) -> tuple[float, float]:

@@ -92,25 +92,30 @@ def test_the_chain_forgets_the_embedding_it_starts_from():
     _assert_alike(chain.points, embeddings[1:])
 
 
+def related_fractions(count: int, h: float, rng: np.random.Generator) -> np.ndarray:
+    """How often two points of each class (flat, de Sitter, anti-de Sitter; each curved class
+    moved back by its motion, as the bench does) are related: over ``count`` pairs, in 4D."""
+    fraction = []
+    for spacetime in (None, *order_bound.CURVED):
+        if spacetime is None:
+            pairs = uniform_diamond(2 * count, 4, rng)
+        else:
+            log_omega = log_conformal_factor(spacetime, h)
+            pairs = curvature_bound.curved_points(2 * count, 4, log_omega, rng)
+            pairs = conformal_motion(pairs, *(-m for m in MOTIONS[spacetime]))
+        pairs = torch.from_numpy(pairs.reshape(count, 2, 4))
+        fraction.append((order_bound.relations(pairs)[:, 0, 1] != 0).double().mean().item())
+    return np.array(fraction)
+
+
 def test_an_orders_likelihood_ratio_is_how_much_likelier_the_class_makes_it():
     """Two related points: the chain's ratio of each curved class's likelihood to the flat
     one's is the ratio of how often two of the class's points are related, counted directly
     (each class moved back by its motion, as the bench does), within 4 standard errors."""
     d, h = 4, 0.6
     log_densities = curvature_bound.class_log_densities(d, h)
-    rng, count = np.random.default_rng(3), 200_000
-    fraction = []
-    for spacetime in (None, *order_bound.CURVED):
-        if spacetime is None:
-            pairs = uniform_diamond(2 * count, d, rng)
-        else:
-            pairs = curvature_bound.curved_points(
-                2 * count, d, log_conformal_factor(spacetime, h), rng
-            )
-            pairs = conformal_motion(pairs, *(-m for m in MOTIONS[spacetime]))
-        pairs = torch.tensor(pairs.reshape(count, 2, d))
-        fraction.append((order_bound.relations(pairs)[:, 0, 1] != 0).double().mean())
-    fraction = torch.stack(fraction)
+    count = 200_000
+    fraction = torch.from_numpy(related_fractions(count, h, np.random.default_rng(3)))
     direct = fraction / fraction[0]
     start = torch.tensor([[[-0.3, 0.1, 0.0, 0.0], [0.4, 0.0, 0.2, 0.0]]])
     chain = order_bound.Embeddings(start.expand(3000, 2, 4).clone(),

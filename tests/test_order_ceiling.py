@@ -11,18 +11,18 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from QuantumGravPy.physics import uniform_diamond
-from QuantumGravPy.physics.curved import conformal_motion, log_conformal_factor
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 import curvature_bound  # noqa: E402
 import order_bound  # noqa: E402
 import order_ceiling  # noqa: E402
+from test_order_bound import MOTIONS, _assert_alike, related_fractions  # noqa: E402
 
-MOTIONS = {"de_sitter": (0.69, 0.0), "anti_de_sitter": (0.0, -0.69)}  # bench's, near enough
 SCALES = {"shift": 0.3, "boost": 0.3, "rotation": 1.0}
 
 
@@ -76,42 +76,24 @@ def test_a_sweep_in_random_order_is_its_own_adjoint_and_a_fixed_order_is_not():
         assert abs(asymmetry(np.tile(np.arange(3), (count, 1)), i, j)) > 10
 
 
-def test_the_chain_keeps_uniform_embeddings_uniform():
-    """Sweeps and motions together, 30 steps from rejection's uniform embeddings of a 3-chain:
-    each element's mean time and radius, and their squares, as fresh ones' (4.5 standard
-    errors); and no relation changed."""
+@pytest.mark.parametrize(
+    "sweeps, scales, steps",
+    [(order_ceiling.SWEEP, SCALES, 30), (0.0, {"shift": 0.4, "boost": 0.4, "rotation": 1.0}, 60)],
+    ids=["sweeps-and-motions", "motions-alone"],
+)
+def test_the_chain_keeps_uniform_embeddings_uniform(sweeps, scales, steps):
+    """From rejection's uniform embeddings of a 3-chain, steps of the chain (and of motions
+    alone, larger than the bench's): as uniform as fresh ones (``_assert_alike``), every kind
+    of motion taken, and no relation changed."""
     embeddings = _chains_of_three(2_500_000, seed=2)  # about 7,000
     start, reference = embeddings[:3500], embeddings[3500:]
-    chain = order_ceiling.Chain(start, np.random.default_rng(3), SCALES)
-    for _ in range(30):
+    chain = order_ceiling.Chain(start, np.random.default_rng(3), scales, sweeps=sweeps)
+    for _ in range(steps):
         chain.step()
     order_ceiling._check(chain)
     assert all(taken > 0 for taken, _ in chain.taken.values())
     assert np.abs(chain.points - start).mean() > 0.05
-    for f in (lambda p: p[..., 0], lambda p: np.linalg.norm(p[..., 1:], axis=-1)):
-        for power in (1, 2):
-            a, b = f(chain.points) ** power, f(reference) ** power
-            error = np.sqrt(a.var(0) / len(a) + b.var(0) / len(b))
-            assert (np.abs(a.mean(0) - b.mean(0)) < 4.5 * error).all()
-
-
-def test_motions_alone_keep_uniform_embeddings_uniform():
-    """Steps of motions alone (larger than the bench's), from rejection's uniform embeddings of
-    a 3-chain: as uniform as fresh ones, every kind of motion taken, no relation changed."""
-    embeddings = _chains_of_three(2_500_000, seed=4)
-    start, reference = embeddings[:3500], embeddings[3500:]
-    scales = {"shift": 0.4, "boost": 0.4, "rotation": 1.0}
-    chain = order_ceiling.Chain(start, np.random.default_rng(9), scales, sweeps=0.0)
-    for _ in range(60):
-        chain.step()
-    order_ceiling._check(chain)
-    assert all(taken > 0 for taken, _ in chain.taken.values())
-    assert np.abs(chain.points - start).mean() > 0.05
-    for f in (lambda p: p[..., 0], lambda p: np.linalg.norm(p[..., 1:], axis=-1)):
-        for power in (1, 2):
-            a, b = f(chain.points) ** power, f(reference) ** power
-            error = np.sqrt(a.var(0) / len(a) + b.var(0) / len(b))
-            assert (np.abs(a.mean(0) - b.mean(0)) < 4.5 * error).all()
+    _assert_alike(torch.from_numpy(chain.points), torch.from_numpy(reference))
 
 
 def test_a_mixed_chains_likelihoods_are_each_sets_orders():
@@ -120,20 +102,8 @@ def test_a_mixed_chains_likelihoods_are_each_sets_orders():
     of how often its pairs relate as that set's do to how often flat ones do (counted
     directly, each class moved back by its motion), so no set has another's chains; and the
     points' own ratios, a plausible mistake, are not."""
-    d, h = 4, 0.6
-    log_densities = curvature_bound.class_log_densities(d, h)
-    rng, count = np.random.default_rng(7), 200_000
-    related = []
-    for spacetime in (None, *order_bound.CURVED):
-        if spacetime is None:
-            pairs = uniform_diamond(2 * count, d, rng)
-        else:
-            log_omega = log_conformal_factor(spacetime, h)
-            pairs = curvature_bound.curved_points(2 * count, d, log_omega, rng)
-            pairs = conformal_motion(pairs, *(-m for m in MOTIONS[spacetime]))
-        pairs = torch.from_numpy(pairs.reshape(count, 2, d))
-        related.append((order_bound.relations(pairs)[:, 0, 1] != 0).double().mean().item())
-    related = np.array(related)
+    log_densities = curvature_bound.class_log_densities(4, 0.6)
+    related = related_fractions(200_000, 0.6, np.random.default_rng(7))
     direct = {True: related / related[0], False: (1 - related) / (1 - related[0])}
     apart = [[-0.3, 0.4, 0.0, 0.0], [0.1, -0.5, 0.1, 0.0]]
     together = [[-0.3, 0.1, 0.0, 0.0], [0.4, 0.0, 0.2, 0.0]]
