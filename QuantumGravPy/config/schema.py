@@ -269,6 +269,10 @@ class TrainingConfig:
     # "32": float32; "bf16" or "16": autocast (16 adds a gradient scaler); "64": float64 weights
     # and data, which keep runs on different process counts together far longer (docs)
     precision: Literal["32", "bf16", "16", "64"] = "32"
+    # on a GPU, float32 matrix products on the tensor cores in TF32 (10-bit mantissa inputs,
+    # float32 sums: several times faster, about 1e-3 relative error); false: full float32.
+    # Never under parallel.strategy: invariant, whose bits it would change
+    tf32: bool = True
     # null: no average; e.g. 0.999: validation and test use an exponential moving average
     ema_decay: float | None = field(
         default=None, metadata=_check(lambda v: 0 < v < 1, "a number in (0, 1)")
@@ -353,6 +357,11 @@ class MonitorConfig:
     # every N optimizer steps and at the end, the ranks compare checksums of their weights; a
     # difference stops the job naming the rank and the parameter. 0: never
     check_replicas_every: int = field(default=200, metadata=_NON_NEGATIVE)
+    # the checks above stay on the device during a step (on a GPU a read would wait for the
+    # queued work); they are read every N optimizer steps, the same steps on every rank, and
+    # at the end of each epoch's training, so a problem is named at most N steps late. 0: only
+    # at the end of each epoch
+    read_every: int = field(default=200, metadata=_NON_NEGATIVE)
 
 
 # training.sampler's named samplers (built in data/samplers.py); anything else is a dotted path.

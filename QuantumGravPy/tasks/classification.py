@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, DataError
@@ -147,6 +148,15 @@ class Classification(TaskKind):
         return columns
 
 
+@functools.lru_cache(maxsize=64)
+def _classes_on(classes: tuple[int, ...], device: Any, dtype: Any) -> Tensor:
+    """``classes`` as a tensor on ``device``, made once: a copy from the host each batch would
+    wait for the device's queued work on a GPU."""
+    import torch
+
+    return torch.tensor(classes, device=device, dtype=dtype)
+
+
 def class_indices(
     labels: Tensor, classes: tuple[int, ...], *, task: str, key: str | None = None
 ) -> Tensor:
@@ -154,7 +164,7 @@ def class_indices(
     ``classes[k]``. A label that is none of them is a DataError naming it."""
     import torch
 
-    known = torch.tensor(classes, device=labels.device, dtype=labels.dtype)
+    known = _classes_on(classes, labels.device, labels.dtype)
     match = labels.reshape(-1, 1) == known
     found = match.any(dim=1)
     if labels.device.type != "cpu":

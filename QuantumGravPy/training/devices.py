@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 from ..errors import ConfigError
+from ..parallel import distributed
 
 # training.precision: (autocast dtype, dtype of weights and data)
 PRECISIONS = {
@@ -34,3 +38,29 @@ def select_device(spec: str) -> torch.device:
                 f"{torch.cuda.device_count()} CUDA device(s) are visible"
             )
     return device
+
+
+@contextlib.contextmanager
+def fp32_matmul(device: torch.device, *, tf32: bool) -> Iterator[None]:
+    """float32 matrix products on ``device`` in TF32 (``training.tf32``) while the run lasts;
+    torch's setting, which is the whole process's, as it was afterwards. Nothing on a CPU."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def process_settings(device: torch.device, *, one_thread: bool, tf32: bool) -> contextlib.ExitStack:
+    """What a run sets for its whole process, as it was again when the stack is closed: one
+    CPU thread (``one_thread``: a run whose bits must not depend on the number of processes,
+    see :func:`~QuantumGravPy.parallel.distributed.one_thread`) and TF32 (:func:`fp32_matmul`)."""
+    stack = contextlib.ExitStack()
+    if one_thread:
+        stack.enter_context(distributed.one_thread(device))
+    stack.enter_context(fp32_matmul(device, tf32=tf32))
+    return stack

@@ -29,15 +29,35 @@ class EMA:
         self.decay = decay
         self.module = copy.deepcopy(model).eval()
         self.module.requires_grad_(False)
-        self.updates = 0
+        self._updates = 0
+        self._taken: torch.Tensor | None = None  # steps taken since last counted, on the device
 
     @torch.no_grad()
-    def update(self, model: nn.Module) -> None:
+    def update(self, model: nn.Module, taken: bool | torch.Tensor = True) -> None:
+        """After an optimizer step; ``taken``: a flag on the device saying whether the step
+        was taken (a step left out moves nothing, without the flag being read)."""
+        if isinstance(taken, torch.Tensor):
+            weight = torch.where(taken, 1.0 - self.decay, 0.0).float()
+            for mine, theirs in zip(self.module.parameters(), model.parameters(), strict=True):
+                mine.lerp_(theirs.detach(), weight.to(mine.dtype))
+            for mine, theirs in zip(self.module.buffers(), model.buffers(), strict=True):
+                mine.copy_(torch.where(taken, theirs, mine))
+            count = taken.long()
+            self._taken = count if self._taken is None else self._taken + count
+            return
         for mine, theirs in zip(self.module.parameters(), model.parameters(), strict=True):
             mine.lerp_(theirs.detach(), 1.0 - self.decay)
         for mine, theirs in zip(self.module.buffers(), model.buffers(), strict=True):
             mine.copy_(theirs)
-        self.updates += 1
+        self._updates += 1
+
+    @property
+    def updates(self) -> int:
+        """Updates made so far (a read of the device when steps were counted there)."""
+        if self._taken is not None:
+            self._updates += int(self._taken)
+            self._taken = None
+        return self._updates
 
     def state_dict(self, model: dict[str, Any] | None = None) -> dict[str, Any]:
         """``model``: the average's weights as a plain state dict, if the module's own are
@@ -50,4 +70,4 @@ class EMA:
     ) -> None:
         """``load(module, weights)``: how plain weights go into a sharded average."""
         (load or nn.Module.load_state_dict)(self.module, state["model"])
-        self.updates = int(state["updates"])
+        self._updates, self._taken = int(state["updates"]), None

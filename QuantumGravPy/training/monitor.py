@@ -17,7 +17,6 @@ one gather at the epoch's end); rank 0 writes them to ``ranks.csv`` and names st
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import math
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from torch import nn
 from ..config import MonitorConfig
 from ..errors import QGError
 from ..parallel import distributed
+from .gradients import GradientChecks, NonFiniteGradientError, TrainingDivergedError
 from .timing import (
     PARTS,
     TRAINING_PARTS,
@@ -39,13 +39,7 @@ from .timing import (
     union_length,
 )
 
-
-class TrainingDivergedError(QGError):
-    """The training loss or the gradients became NaN or infinite."""
-
-
-class NonFiniteGradientError(TrainingDivergedError):
-    """A step's gradients were NaN or infinite (``monitor.nonfinite: error``)."""
+__all__ = ["Monitor", "NonFiniteGradientError", "ReplicaMismatchError", "TrainingDivergedError"]
 
 
 class ReplicaMismatchError(QGError):
@@ -58,8 +52,10 @@ class Monitor:
     ``Monitor(config.monitor, device, rank, world_size, model)``, then per epoch:
     ``start_epoch()``, ``lap(part)`` after each part of each step, ``phase(part)`` around
     evaluation and waits, ``gradients_ok(step)`` before each optimizer step,
-    ``check_replicas(step)`` after it, and ``end_epoch(epoch)``, which returns the
-    history columns and this rank's row of ranks.csv.
+    ``check_replicas(step)`` and ``read(step)`` after it, ``read(step=None)`` at the end of
+    the training pass, and ``end_epoch(epoch)``, which returns the history columns and this
+    rank's row of ranks.csv. Nothing is read on the host during a step: the checks stay on the
+    device until ``read`` (see :mod:`.gradients`).
     """
 
     def __init__(
@@ -72,6 +68,7 @@ class Monitor:
         *,
         replicated: bool = True,
         profiling: bool = False,
+        masks: bool = False,
     ):
         self.config = config
         # every rank holds the whole weights (not so under fsdp): check_replicas compares them
@@ -79,18 +76,12 @@ class Monitor:
         self.device = device
         self.rank, self.world_size = rank, world_size
         self.model = model
-        self._params = [p for p in model.parameters() if p.requires_grad]
-        # Under DDP on a CPU the averaged gradients of a step lie in DDP's bucket buffers, in an
-        # order DDP chooses (and changes after the first step, and again in a resumed run); a
-        # step's norm is taken over one copy of them in the model's order, so that it has the
-        # same bits whatever the layout, in two operations rather than one per parameter.
-        self._flat: torch.Tensor | None = None
-        if world_size > 1 and {(p.device.type, p.dtype) for p in self._params} == {
-            ("cpu", torch.float32)
-        }:
-            self._flat = torch.empty(sum(p.numel() for p in self._params))
-        self._index = {id(p): i for i, p in enumerate(self._params)}
-        self._views: tuple[tuple | None, list[torch.Tensor]] = (None, [])  # the buffers' params
+        # masks: the optimizer leaves out a step on a flag that stays on the device
+        self.gradients = GradientChecks(
+            model, device, world_size, nonfinite=config.nonfinite, masks=masks
+        )
+        self._replica_step = torch.full((), -1, dtype=torch.int64, device=device)
+        self._replica_sums: torch.Tensor | None = None  # every rank's, when they first differed
         self.clock = CudaClock(device) if device.type == "cuda" else CpuClock()
         self.current = "data"
         self.profiling = profiling  # qg profile: label the exchange in the trace
@@ -100,9 +91,7 @@ class Monitor:
         self._laps: list[tuple[str, Any]] = []  # (part, the mark that ended it)
         self._steps: list[tuple[list, int]] = []  # a step's buckets, and its backward lap
         self._buckets: list[list] = []  # this step's: [launch, return, done, bytes]
-        self._flags: list[tuple[list, torch.Tensor, torch.Tensor]] = []  # before the exchange
-        self._exchanged: list[tuple[torch.Tensor, Any]] = []  # (a bucket's buffer, the bucket)
-        self._norm_sum, self._norm_max, self._norms, self.skipped = 0.0, 0.0, 0, 0
+        self.gradients.start_epoch()
         self._bytes, self._exchanges = 0, 0
         self.graphs = 0  # trained on by this rank (the loop counts them)
 
@@ -141,9 +130,9 @@ class Monitor:
     def wrap_hook(self, hook: Callable) -> Callable:
         """DDP's communication hook ``hook(state, bucket) -> future``, timed and checked.
 
-        Before the exchange, the bucket's own gradients are checked for NaN and infinities, so
-        that the rank that produced them can be named if the averaged gradients turn out
-        non-finite. With ``monitor.timing``, the bucket's launch, return and completion are
+        Before the exchange, the bucket's own gradients are checked for NaN and infinities (on
+        the device), so that the rank that produced them can be named if the averaged gradients
+        turn out non-finite. With ``monitor.timing``, the bucket's launch, return and completion are
         marked.
         """
 
@@ -151,14 +140,9 @@ class Monitor:
         def monitored(state, bucket):
             buffer = bucket.buffer()
             on_cpu = buffer.device.type == "cpu"
-            # On a CPU a sum says cheaply whether the bucket is finite, and only a bucket that
-            # is not is searched. On a GPU the flags stay on the device (no synchronisation);
-            # they are read only if the averaged gradients turn out non-finite.
-            if not on_cpu or not math.isfinite(buffer.sum().item()):
-                finite = torch.isfinite(buffer)
-                # argmin of the flags: the first non-finite element (0 when there is none)
-                first = finite.view(torch.uint8).argmin()
-                self._flags.append((bucket.parameters(), finite.all(), first))
+            # This rank's own gradients, checked before the exchange averages them (on the
+            # device), so that the rank that produced non-finite ones can be named.
+            self.gradients.bucket(buffer, bucket)
             if not self.config.timing:
                 future = hook(state, bucket)
             else:
@@ -179,8 +163,6 @@ class Monitor:
                         record[2] = self.clock.mark()
 
                     future.add_done_callback(done)  # run by the time the epoch is read
-            if self._flat is not None:  # the exchange leaves the average in the buffer
-                self._exchanged.append((buffer, bucket))
             return future
 
         return monitored
@@ -210,36 +192,11 @@ class Monitor:
         self._bytes += nbytes
         self._exchanges += 1
 
-    def _in_model_order(self, exchanged: list) -> list[torch.Tensor] | None:
-        """Each parameter's averaged gradient, a view into the step's bucket buffers, in the
-        model's order (None unless every parameter was exchanged).
-
-        The buffers stay the same from step to step, and so do the views. When DDP lays its
-        buckets out anew it allocates new buffers, at new addresses: the views made here keep
-        the old ones alive until then.
-        """
-        key = tuple(buffer.data_ptr() for buffer, _ in exchanged)
-        if key != self._views[0]:
-            pieces: list[Any] = [None] * len(self._params)
-            for buffer, bucket in exchanged:
-                params = bucket.parameters()
-                views = buffer.view(-1).split([p.numel() for p in params])
-                for p, view in zip(params, views, strict=True):
-                    pieces[self._index[id(p)]] = view
-            if any(piece is None for piece in pieces):
-                return None
-            self._views = (key, pieces)
-        return self._views[1]
-
     def end_epoch(self, *, epoch: int) -> tuple[dict[str, float], dict[str, Any] | None]:
         """(this epoch's history columns, this rank's row of ranks.csv; None without
         ``monitor.timing``). The trainer gathers the rows with the other records of the epoch's
         end, in the one collective it makes there anyway."""
-        history = {
-            "grad_norm_mean": self._norm_sum / self._norms if self._norms else math.nan,
-            "grad_norm_max": self._norm_max if self._norms else math.nan,
-            "skipped_steps": self.skipped,
-        }
+        history = self.gradients.columns()
         if not self.config.timing:
             return history, None
         self.lap(self.current)
@@ -279,81 +236,20 @@ class Monitor:
 
     # --- gradients ---------------------------------------------------------------------------
 
-    def gradients_ok(self, sums: torch.Tensor, step: int, epoch: int, scaled: bool) -> bool:
-        """Whether the optimizer may take this step; records the global gradient norm.
+    def gradients_ok(self, sums: torch.Tensor, step: int, epoch: int, scaled: bool):
+        """Whether the optimizer may take this step (see :meth:`.GradientChecks.check`): True,
+        a flag on the device for an optimizer that masks its update with it, or a bool."""
+        return self.gradients.check(sums, step, scaled)
 
-        Called on every rank after the backward pass (and the exchange: the gradients are the
-        averaged ones, the same on every rank, so every rank reaches the same answer without
-        a collective). ``scaled``: a float16 gradient scaler is on, and skips overflowing steps
-        itself; they are counted, not errors. Otherwise non-finite gradients end the run
-        (``monitor.nonfinite: error``), naming the rank, the parameter and whether the step's
-        loss was finite (this rank's ``sums`` of the step, read only then), or skip the step.
-        """
-        exchanged, self._exchanged = self._exchanged, []
-        views = None if self._flat is None or scaled else self._in_model_order(exchanged)
-        if views is not None:
-            norm = float(torch.linalg.vector_norm(torch.cat(views, out=self._flat)))
-        else:
-            # Per parameter, in the model's order, then over them: the same bits whatever the
-            # layout of the gradients in memory, and on a CPU 4x quicker than get_total_norm's
-            # grouping by device and dtype.
-            norms = [torch.linalg.vector_norm(p.grad) for p in self._params if p.grad is not None]
-            norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
-        flags, self._flags = self._flags, []
-        if math.isfinite(norm):
-            self._norm_sum += norm
-            self._norm_max = max(self._norm_max, norm)
-            self._norms += 1
-            return True
-        self.skipped += 1
-        if scaled:
-            return True  # the scaler sees the same gradients and skips the step itself
-        if self.config.nonfinite == "skip":
-            return False
-        raise NonFiniteGradientError(
-            self._nonfinite_message(flags, sums[:, 0].sum(), step=step, epoch=epoch)
-        )
-
-    def _first_nonfinite(self, flags: list) -> str | None:
-        """The first of this rank's parameters whose own gradient was not finite."""
-        names = {id(p): name for name, p in self.model.named_parameters()}
-        order = {name: i for i, name in enumerate(names.values())}
-        if self.world_size == 1:  # no exchange: the gradients are still this rank's own
-            return next(
-                (
-                    name
-                    for name, p in self.model.named_parameters()
-                    if p.grad is not None and not bool(torch.isfinite(p.grad).all())
-                ),
-                None,
-            )
-        found = []
-        for params, finite, first in flags:
-            if bool(finite):
-                continue
-            offsets = [0]
-            for p in params:
-                offsets.append(offsets[-1] + p.numel())
-            index = bisect.bisect_right(offsets, int(first)) - 1
-            found.append(names.get(id(params[index]), "?"))
-        return min(found, key=lambda n: order.get(n, len(order)), default=None)
-
-    def _nonfinite_message(self, flags: list, loss: torch.Tensor, *, step: int, epoch: int) -> str:
-        local = (self._first_nonfinite(flags), float(loss))
-        reports = distributed.all_gather_object(local) if self.world_size > 1 else [local]
-        culprits = [(r, name, x) for r, (name, x) in enumerate(reports) if name is not None]
-        if not culprits:
-            where = "the ranks' own gradients were finite; their sum was not"
-        else:
-            rank, name, x = culprits[0]
-            who = f"rank {rank}" if self.world_size > 1 else "the step"
-            why = f"its training loss is {x}" if not math.isfinite(x) else "its loss is finite"
-            where = f"{who} produced them ({why}), first in parameter {name}"
-        return (
-            f"non-finite gradients at step {step + 1} (epoch {epoch}): {where}; lower "
-            "training.optimizer.kwargs.lr, check the data for NaN features, or set "
-            "monitor.nonfinite: skip"
-        )
+    def read(self, *, step: int | None, epoch: int) -> None:
+        """Read the checks kept on the device, every ``monitor.read_every`` steps (the same
+        steps on every rank), or now with ``step=None``: non-finite gradients or replicas that
+        differ stop the run on every rank, naming the step they were first seen at."""
+        every = self.config.read_every
+        if step is not None and (not every or step % every):
+            return
+        self.gradients.read(epoch=epoch)
+        self._read_replicas()
 
     # --- replicas ----------------------------------------------------------------------------
 
@@ -369,9 +265,26 @@ class Monitor:
             return
         if step is not None and step % every:
             return
-        names = [name for name, _ in self.model.named_parameters()]
         with self.phase("wait"):
-            every_rank = distributed.all_gather(_checksums(self.model)).tolist()
+            every_rank = distributed.all_gather(_checksums(self.model))
+        # compared on the device; read with the other checks (at once at the end of training)
+        first = (every_rank != every_rank[:1]).any() & (self._replica_step < 0)
+        when = -2 if step is None else step  # -2: at the end of training
+        self._replica_step = torch.where(first, when, self._replica_step)
+        if self._replica_sums is None:
+            self._replica_sums = every_rank.clone()
+        else:
+            self._replica_sums = torch.where(first, every_rank, self._replica_sums)
+        if step is None:
+            self._read_replicas()
+
+    def _read_replicas(self) -> None:
+        if self._replica_sums is None or int(self._replica_step) == -1:
+            return
+        step = int(self._replica_step)
+        every_rank = self._replica_sums.tolist()
+        every = self.config.check_replicas_every
+        names = [name for name, _ in self.model.named_parameters()]
         for i, name in enumerate(names):
             values = [theirs[i] for theirs in every_rank]
             if len(set(values)) == 1:
@@ -379,7 +292,7 @@ class Monitor:
             # the odd one out: the rank whose copy differs from most (ties: from rank 0's)
             common = max(values, key=lambda v: (values.count(v), v == values[0]))
             rank = next(r for r, v in enumerate(values) if v != common)
-            when = "at the end of training" if step is None else f"after step {step}"
+            when = "at the end of training" if step == -2 else f"after step {step}"
             raise ReplicaMismatchError(
                 f"the ranks' models differ {when}: rank {rank}'s parameter {name} is not the "
                 f"other ranks'; something changed the weights outside the optimizer on one "

@@ -144,6 +144,29 @@ def clip_gradients(
         torch.nn.utils.clip_grad_norm_(grads, clip.max_norm, clip.norm_type)
 
 
+def optimizer_step(
+    optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, ok: bool | torch.Tensor
+) -> None:
+    """One optimizer step, left out where ``ok`` (a flag on the device, from the gradient
+    checks) is false: the flag goes to the optimizer's fused kernel as the ``found_inf`` a
+    gradient scaler would hand it, so nothing is read on the host. A float16 gradient scaler
+    decides itself (it sees the same non-finite gradients)."""
+    if scaler.is_enabled():
+        scaler.step(optimizer)
+        scaler.update()
+        return
+    if not isinstance(ok, torch.Tensor):
+        optimizer.step()
+        return
+    # exactly 1.0 or 0.0 (the fused CPU kernel skips only on exactly 1), of shape () as the
+    # step counters it is subtracted from
+    optimizer.found_inf = (~ok).to(torch.float32)  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.found_inf  # type: ignore[attr-defined]
+
+
 def build_optimization(
     config: Any, parameters: Iterable[torch.nn.Parameter], strategy: Any
 ) -> tuple[torch.optim.Optimizer, Any, torch.amp.GradScaler]:

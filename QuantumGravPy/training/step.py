@@ -19,11 +19,12 @@ from torch.utils.data import DataLoader
 
 from .. import logs
 from ..config import TrainingConfig
+from ..data import fed
 from ..parallel.strategies import Strategy
 from .ema import EMA
 from .evaluation import to_device
 from .monitor import Monitor, check_loss
-from .optim import clip_gradients, step_groups
+from .optim import clip_gradients, optimizer_step, step_groups
 from .run_state import RunState
 from .tasks import Task, add_train_sums, total_loss, train_columns
 
@@ -94,7 +95,8 @@ class TrainingPass:
         # With drop_last, a step short of k batches is dropped too, as a short batch would be.
         batches = len(loader) - len(loader) % k if self.training.drop_last else len(loader)
         bar = logs.progress(
-            itertools.islice(loader, batches), total=batches, desc=f"epoch {epoch}",
+            itertools.islice(fed(loader, self.device, self.float_dtype), batches),
+            total=batches, desc=f"epoch {epoch}",
             unit="batch", enabled=self.show,
         )  # fmt: skip
         # training.batch_nodes: the ranks' batches hold different numbers of graphs; each
@@ -128,15 +130,18 @@ class TrainingPass:
             strategy.exchange(self.model)
             if scaled := self.scaler.is_enabled():
                 self.scaler.unscale_(self.optimizer)  # the gradient norm in its true units
-            if monitor.gradients_ok(step_sums, state.global_step, epoch, scaled):
+            # True, or a flag on the device that leaves the step out without being read
+            ok = monitor.gradients_ok(step_sums, state.global_step, epoch, scaled)
+            if ok is not False:
                 clip_gradients(self.model.parameters(), self.training.gradient_clip)
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
+                optimizer_step(self.optimizer, self.scaler, ok)
                 if self.ema is not None:
-                    self.ema.update(self.model)
-                sums += step_sums
+                    self.ema.update(self.model, ok)
+                sums += step_sums if ok is True else torch.where(ok, step_sums, 0.0)
             state.global_step += 1
             monitor.lap("optimizer")
             monitor.check_replicas(step=state.global_step)
+            monitor.read(step=state.global_step, epoch=epoch)
+        monitor.read(step=None, epoch=epoch)  # before the epoch's sums are trusted
         totals = strategy.fold(sums, self.reduce)
         return check_loss(train_columns(tasks, totals), epoch=epoch)

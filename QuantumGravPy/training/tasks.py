@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -35,6 +35,9 @@ class Task:
     loss_takes_batch: bool = False  # the implicit task's criterion function f(outputs, batch)
     mean: Tensor | None = None
     std: Tensor | None = None
+    # mean and std copied to each (device, dtype) once: a copy from the host every batch would
+    # wait for the device's queued work on a GPU
+    _copies: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -76,14 +79,24 @@ class Task:
             return self.loss_fn(outputs, batch)
         target = self.kind.loss_target(self.target(batch), outputs)
         if self.scaled:  # a standardised target: learnt in units of the training split's spread
-            target = (target - self.mean.to(target)) / self.std.to(target)
+            mean, std = self._scaling_like(target)
+            target = (target - mean) / std
         return self.loss_fn(outputs, target)
 
     def predictions(self, outputs: Tensor) -> Tensor:
         """Outputs in the target's units: as they are, or unscaled if standardised."""
         if self.scaled:
-            return outputs.double() * self.std.to(outputs.device) + self.mean.to(outputs.device)
+            outputs = outputs.double()
+            mean, std = self._scaling_like(outputs)
+            return outputs * std + mean
         return outputs
+
+    def _scaling_like(self, like: Tensor) -> tuple[Tensor, Tensor]:
+        key = (like.device, like.dtype)
+        found = self._copies.get(key)
+        if found is None:
+            found = self._copies[key] = (self.mean.to(like), self.std.to(like))
+        return found
 
     def correct(self, outputs: Tensor, batch: Any) -> Tensor:
         """How many rows a task of a kind that counts them gets right (a 0-dim tensor)."""

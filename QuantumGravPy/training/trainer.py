@@ -31,17 +31,17 @@ from ..data import (
     split_dataset,
 )
 from ..logs import configure_logging, set_terminal_level
-from ..parallel import distributed
 from ..parallel.strategies import Strategy, strategy_class
 from ..runs import directory as rd
 from ..runs import reproducibility as rs
 from ..runs.resume import read_resume_state
 from ..runs.run_directory import RunDirectory
 from .checkpointing import Checkpoints
-from .devices import PRECISIONS, autocast, select_device
+from .devices import PRECISIONS, autocast, process_settings, select_device
 from .early_stopping import MetricStopping
 from .ema import EMA
 from .evaluation import Evaluation, Tester, Validator, check_forward
+from .gradients import masks_on_device
 from .monitor import Monitor
 from .notices import log_start
 from .optim import build_optimization, step_scheduler
@@ -119,11 +119,10 @@ class Trainer:
         # The average follows the trained weights; it is not wrapped in DDP (fsdp shards it).
         self.ema = EMA(self.model, t.ema_decay) if t.ema_decay is not None else None
         self.strategy = self.make_strategy()
-        # Restored by close(): a run whose bits must not depend on the number of processes
-        # computes on one CPU thread per process (see distributed.one_thread).
-        self._pinned = contextlib.ExitStack()
-        if self.strategy.one_thread:
-            self._pinned.enter_context(distributed.one_thread(self.device))
+        # Restored by close(): one CPU thread where bits must not depend on the number of
+        # processes, and TF32 matrix products on a GPU except where they would change them.
+        tf32 = t.tf32 and not self.strategy_class.invariant
+        self._pinned = process_settings(self.device, one_thread=self.strategy.one_thread, tf32=tf32)
         environment = rs.environment(self.device, self.world_size)  # with its threads
         held = self.strategy.prepare(self.model, *([self.ema.module] if self.ema else []))
         self.optimizer, self.lr_scheduler, self.scaler = build_optimization(
@@ -143,6 +142,7 @@ class Trainer:
         self.monitor = Monitor(
             config.monitor, self.device, self.rank, self.world_size, self.model,
             replicated=self.strategy.replicated, profiling=profiling,
+            masks=masks_on_device(self.optimizer),
         )  # fmt: skip
         self.training_pass = TrainingPass(
             training=t, model=self.model, strategy=self.strategy, optimizer=self.optimizer,
