@@ -50,6 +50,7 @@ from .loaders import (
     release_workers,
     split_dataset,
 )
+from .prefetch import DevicePrefetcher, fed
 from .ranges import DistributedRangeSplitter, stream_distributed_augmentation_chain
 from .samplers import (
     ClassBalancedSampler,
@@ -74,6 +75,7 @@ __all__ = [
     "AugmentedDataset",
     "CausalSetDataset",
     "ClassBalancedSampler",
+    "DevicePrefetcher",
     "DiskDataset",
     "DistributedClassBalancedSampler",
     "DistributedRangeSplitter",
@@ -94,6 +96,7 @@ __all__ = [
     "dataset_from_config",
     "dataset_labels",
     "epoch_sampler",
+    "fed",
     "gen_augmentation_params",
     "gen_distributed_augmentation_params",
     "generate_causal_set_graphs",

@@ -99,6 +99,59 @@ def unpack(item: Any) -> Any:
     return batch
 
 
+class Attributes(NamedTuple):
+    """The tensors of a batch's attributes in one buffer (:func:`pack_attributes`); ``places``:
+    per attribute in the buffer, its key and where it lies."""
+
+    buffer: Tensor
+    places: list[tuple[str, _Tensor]]
+
+
+def pack_attributes(batch: Any, *, pin_memory: bool = False) -> Attributes | None:
+    """The tensors of the attributes of ``batch``, a batch of ``Data`` on the host, in one
+    buffer (in pinned memory with ``pin_memory``), for ``Batch.to``'s work in one copy; None for
+    anything else, or when ``to`` would move something the buffer cannot hold (a tensor already
+    on a device or sparse, tensors in a list). Unlike :func:`pack`, the bookkeeping is left
+    out: ``to`` leaves it on the host."""
+    if not (isinstance(batch, Batch) and isinstance(batch, Data)):
+        return None
+    placed: dict[int, _Tensor] = {}  # by id: a tensor in several places is copied once
+    tensors, places, size = [], [], 0
+    for key, value in batch._store._mapping.items():
+        if isinstance(value, Tensor) and value.layout == torch.strided and value.is_cpu:
+            if id(value) not in placed:
+                placed[id(value)] = _Tensor(value.dtype, tuple(value.shape), size)
+                tensors.append(value)
+                size += math.ceil(value.numel() * value.element_size() / _ALIGN) * _ALIGN
+            places.append((key, placed[id(value)]))
+        elif not _inert(value):
+            return None
+    buffer = torch.empty(size, dtype=torch.uint8, pin_memory=pin_memory)
+    for value in tensors:
+        _view(buffer, placed[id(value)]).copy_(value)
+    return Attributes(buffer, places)
+
+
+def _inert(value: Any) -> bool:  # what ``Batch.to`` leaves as it is
+    if isinstance(value, list | tuple):
+        return all(map(_inert, value))
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def unpack_attributes(batch: Batch, packed: Attributes, buffer: Tensor) -> Batch:
+    """``batch`` as ``Batch.to`` moves it to the device of ``buffer``, a copy there of
+    ``packed.buffer``: its attributes views of ``buffer``, the rest (the bookkeeping
+    ``to_data_list`` reads, values that are no tensors) its own, as ``to`` leaves them."""
+    moved = copy.copy(batch)  # ``to`` would change ``batch`` in place
+    mapping = moved._store._mapping
+    views: dict[_Tensor, Tensor] = {}
+    for key, spec in packed.places:
+        if spec not in views:
+            views[spec] = _view(buffer, spec)
+        mapping[key] = views[spec]
+    return moved
+
+
 class Packing:
     """A collate function that packs what ``collate`` makes when it runs in a worker."""
 

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch
 
 from .. import logs
+from ..data import fed
 from ..errors import ConfigError, QGError, RunError, cause, in_user_code
 from ..logs import get_logger
 from ..models import forward_failure
@@ -161,7 +162,8 @@ class Validator:
         rank, world_size = self.shard
         seen = 0  # graphs of this shard so far
         desc = {"val": "validating", "test": "testing"}.get(self.prefix, self.prefix)
-        for batch in logs.progress(loader, desc=desc, unit="batch", enabled=progress):
+        batches = fed(loader, self.device, self.float_dtype)
+        for batch in logs.progress(batches, desc=desc, unit="batch", enabled=progress):
             batch = to_device(batch, self.device, self.float_dtype)
             with torch.autocast(
                 self.device.type,
