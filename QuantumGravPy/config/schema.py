@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import ConfigError
+from .checks import check_padding
 from .dotted import DottedPath, resolve
 from .tasks import TaskConfig, validate_tasks
 
@@ -269,9 +270,7 @@ class TrainingConfig:
     # "32": float32; "bf16" or "16": autocast (16 adds a gradient scaler); "64": float64 weights
     # and data, which keep runs on different process counts together far longer (docs)
     precision: Literal["32", "bf16", "16", "64"] = "32"
-    # on a GPU, float32 matrix products on the tensor cores in TF32 (10-bit mantissa inputs,
-    # float32 sums: several times faster, about 1e-3 relative error); false: full float32.
-    # Never under parallel.strategy: invariant, whose bits it would change
+    # on a GPU, float32 matmuls in TF32 (faster, ~1e-3 relative error); never under invariant
     tf32: bool = True
     # null: no average; e.g. 0.999: validation and test use an exponential moving average
     ema_decay: float | None = field(
@@ -281,6 +280,9 @@ class TrainingConfig:
     gradient_clip: GradientClipConfig | None = None
     # torch.compile the model (its first batches take longer); checkpoints keep plain keys
     compile: bool = False
+    # with batch_nodes: batches padded to fixed nodes, edges and graphs, so a compiled step is
+    # compiled once (on a GPU: captured as CUDA graphs and replayed); changes no result
+    pad_batches: bool = False
     # draw the run's pictures; false saves a second a run (`qg plot RUN` draws them later)
     plots: bool = True
 
@@ -357,10 +359,7 @@ class MonitorConfig:
     # every N optimizer steps and at the end, the ranks compare checksums of their weights; a
     # difference stops the job naming the rank and the parameter. 0: never
     check_replicas_every: int = field(default=200, metadata=_NON_NEGATIVE)
-    # the checks above stay on the device during a step (on a GPU a read would wait for the
-    # queued work); they are read every N optimizer steps, the same steps on every rank, and
-    # at the end of each epoch's training, so a problem is named at most N steps late. 0: only
-    # at the end of each epoch
+    # the checks stay on the device; read every N steps and at each epoch's end (0: only there)
     read_every: int = field(default=200, metadata=_NON_NEGATIVE)
 
 
@@ -444,6 +443,7 @@ class Config:
 
     def validate(self) -> None:
         validate_tasks(self)  # (what a parallel.strategy refuses, its class says: parallel/)
+        check_padding(self)
 
     @property
     def run_dir(self) -> Path:

@@ -20,13 +20,16 @@ from torch.utils.data import DataLoader
 from .. import logs
 from ..config import TrainingConfig
 from ..data import fed
+from ..data.padding import Budgets, budgets, pad_batch
+from ..errors import RunError
 from ..parallel.strategies import Strategy
+from .compiling import Compiling
 from .ema import EMA
 from .evaluation import to_device
 from .monitor import Monitor, check_loss
 from .optim import clip_gradients, optimizer_step, step_groups
 from .run_state import RunState
-from .tasks import Task, add_train_sums, total_loss, train_columns
+from .tasks import Task, add_train_sums, total_loss, train_columns, unpadded
 
 
 class TrainingPass:
@@ -52,13 +55,30 @@ class TrainingPass:
         autocast: Callable[[], contextlib.AbstractContextManager],
         no_sync: Callable[[], contextlib.AbstractContextManager],
         reduce: Callable[[torch.Tensor], torch.Tensor],
+        compiling: Compiling | None = None,
     ):
         self.training, self.model, self.strategy = training, model, strategy
+        self.compiling = compiling
+        self._budgets: tuple[Any, Budgets] | None = None  # (the graphs, their padding budgets)
         self.optimizer, self.scaler, self.ema = optimizer, scaler, ema
         self.monitor, self.state = monitor, state
         self.device, self.float_dtype = device, float_dtype
         self.world_size, self.show = world_size, show
         self.autocast, self.no_sync, self.reduce = autocast, no_sync, reduce
+
+    def budgets(self, loader: Any) -> Budgets | None:
+        """With ``training.pad_batches``, what the batches of ``loader`` are padded to."""
+        if not self.training.pad_batches:
+            return None
+        graphs = getattr(loader, "graphs", None)  # what make_loader's batches are made of
+        if graphs is None:
+            raise RunError("training.pad_batches: the loader does not say what its graphs are")
+        if self._budgets is None or self._budgets[0] is not graphs:
+            # a sampler other than the plain shuffle may draw a graph twice in a batch
+            repeats = self.training.sampler is not None
+            found = budgets(graphs, self.training.batch_nodes, repeats=repeats)
+            self._budgets = (graphs, found)
+        return self._budgets[1]
 
     @property
     def batches_per_step(self) -> int:
@@ -84,6 +104,10 @@ class TrainingPass:
         the rows of a batch, as PyTorch's losses are by default).
         """
         module.train()
+        if self.compiling is not None:
+            module = self.compiling.train(module)
+        padding = self.budgets(loader)
+        features = getattr(self.model, "graph_features", ())
         strategy, state, monitor = self.strategy, self.state, self.monitor
         epoch = state.epoch + 1
         micro = strategy.micro_batches  # passes per batch (the invariant strategy's cut)
@@ -119,7 +143,11 @@ class TrainingPass:
                 # Gradients are exchanged once per step, on its last batch.
                 with contextlib.nullcontext() if last else self.no_sync():
                     with self.autocast():
-                        outputs = select(module(batch), batch)
+                        if padding is None:
+                            outputs = select(module(batch), batch)
+                        else:  # the real graphs' and nodes' rows of the padded batch's
+                            raw = module(pad_batch(batch, padding, features))
+                            outputs = select(unpadded(raw, tasks, batch), batch)
                         losses = [task.loss(outputs[task.name], batch) for task in tasks]
                         loss = total_loss(tasks, losses)
                     add_train_sums(step_sums[i % micro], tasks, losses, outputs, batch)

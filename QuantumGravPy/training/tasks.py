@@ -204,6 +204,15 @@ def select_outputs(
     }
 
 
+def unpadded(outputs: Any, tasks: Sequence[Task], batch: Any) -> Any:
+    """The outputs of ``batch`` padded (``training.pad_batches``): each task's rows of the
+    real graphs or nodes, which come first."""
+    if isinstance(outputs, Tensor):
+        return outputs[: tasks[0].rows(batch)]
+    rows = {t.name: t.rows(batch) for t in tasks}
+    return {k: v[: rows[k]] if k in rows else v for k, v in outputs.items()}
+
+
 def scalings(tasks: Sequence[Task]) -> dict[str, dict[str, list[float]] | None]:
     return {t.name: t.scaling() for t in tasks}
 

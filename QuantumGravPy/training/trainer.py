@@ -37,6 +37,7 @@ from ..runs import reproducibility as rs
 from ..runs.resume import read_resume_state
 from ..runs.run_directory import RunDirectory
 from .checkpointing import Checkpoints
+from .compiling import Compiling
 from .devices import PRECISIONS, autocast, process_settings, select_device
 from .early_stopping import MetricStopping
 from .ema import EMA
@@ -128,8 +129,7 @@ class Trainer:
         self.optimizer, self.lr_scheduler, self.scaler = build_optimization(
             config, held, self.strategy
         )
-        if t.compile:  # in place: the module, its keys and its parameters stay the same
-            self.model.compile(dynamic=True)
+        self.compiling = Compiling(t, self.device)  # the model itself stays as it is
         es = config.early_stopping
         evaluating = (self.tasks, self.device, self.autocast_dtype, self.float_dtype)
         self.validator = Validator(*evaluating, select=self.select, shard=self.eval_shard)
@@ -149,7 +149,7 @@ class Trainer:
             scaler=self.scaler, ema=self.ema, monitor=self.monitor, state=self.state,
             device=self.device, float_dtype=self.float_dtype, world_size=self.world_size,
             show=self.is_main, autocast=self.autocast, no_sync=self.no_sync,
-            reduce=self.reduce_sums,
+            reduce=self.reduce_sums, compiling=self.compiling,
         )  # fmt: skip
         self._environment = environment  # of this process: in checkpoints and environment.json
         self.checkpoints = Checkpoints(
@@ -268,7 +268,7 @@ class Trainer:
         return sums
 
     def validate(self, val_loader: DataLoader) -> dict[str, float]:
-        return self.evaluation.validate(self.eval_model, val_loader)
+        return self.evaluation.validate(self.compiling.evaluate(self.eval_model), val_loader)
 
     def decide(self, row: dict[str, Any]) -> tuple[bool, str | None]:
         """(improved, why the run stops: "pruned", "early stopping" or None) after an epoch.

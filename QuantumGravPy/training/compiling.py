@@ -1,0 +1,48 @@
+"""``training.compile``: the training and evaluation modules compiled with torch.compile.
+
+The model itself is left as it is (its checkpoints keep plain keys); what is compiled is the
+module the training pass calls, which under DDP is the DDP wrapper: compiled around DDP, as
+PyTorch recommends, TorchDynamo splits the graph at DDP's bucket boundaries (its
+``optimize_ddp``), so that each bucket's gradients are exchanged while the backward pass goes on.
+Compiled inside DDP instead, the model ran as one opaque graph and its exchange waited for it.
+
+Batches of changing sizes are compiled for dynamic shapes. Padded batches
+(``training.pad_batches``) have one shape: compiled for it, and on a GPU captured as CUDA graphs
+(``mode="reduce-overhead"``) and replayed, without the launch of each kernel. Evaluation's
+batches are not padded: its module is compiled for dynamic shapes, once.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..config import TrainingConfig
+
+
+class Compiling:
+    """``train(module)`` and ``evaluate(module)``: ``module`` compiled for that use (once per
+    module), or as it is without ``training.compile``."""
+
+    def __init__(self, training: TrainingConfig, device: torch.device):
+        self.enabled = training.compile
+        if training.pad_batches:
+            mode = "reduce-overhead" if device.type == "cuda" else None
+            self.training_options = {"dynamic": False, "mode": mode}
+        else:
+            self.training_options = {"dynamic": True}
+        self._compiled: dict[tuple[int, str], tuple[nn.Module, nn.Module]] = {}
+
+    def train(self, module: nn.Module) -> nn.Module:
+        return self._of(module, "train", self.training_options)
+
+    def evaluate(self, module: nn.Module) -> nn.Module:
+        return self._of(module, "evaluate", {"dynamic": True})
+
+    def _of(self, module: nn.Module, use: str, options: dict) -> nn.Module:
+        if not self.enabled:
+            return module
+        found = self._compiled.get((id(module), use))
+        if found is None or found[0] is not module:
+            found = self._compiled[(id(module), use)] = (module, torch.compile(module, **options))
+        return found[1]

@@ -1,0 +1,136 @@
+"""training.pad_batches: node-budget batches padded to one shape, so that a compiled step is
+compiled once; the padding changes no output, loss or metric."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import assert_refused, run_main, run_ranks
+from torch_geometric.data import Batch
+
+import QuantumGravPy as qg
+from QuantumGravPy.data.padding import Budgets, pad_batch
+from QuantumGravPy.training.tasks import unpadded
+
+PAD = ("training.batch_nodes=300", "training.pad_batches=true")
+
+
+def test_every_batch_of_several_epochs_fits_the_budgets(make_config):
+    for sampler in ("null", "class_balanced"):  # the second may draw a graph twice
+        config = make_config(*PAD, f"training.sampler={sampler}")
+        trainer = qg.Trainer(config)
+        loader = trainer.prepare_dataloaders()[0]
+        held = trainer.training_pass.budgets(loader)
+        seen = []
+        for epoch in range(4):
+            qg.data.epoch_sampler(loader).set_epoch(epoch)
+            for batch in loader:
+                padded = pad_batch(batch, held)
+                assert padded.x.shape[0] == held.nodes
+                assert padded.edge_index.shape[1] == held.edges
+                assert padded.num_graphs == held.graphs == int(padded.batch.max()) + 1
+                seen.append(batch.edge_index.shape[1])
+        # the edge budget is a bound, not a guess far above what batches hold
+        assert max(seen) <= held.edges < 2 * max(seen)
+
+
+def test_padding_graphs_are_their_own_and_reach_no_real_node():
+    x = torch.randn(5, 3)
+    batch = Batch(x=x, edge_index=torch.tensor([[0, 1, 3], [1, 0, 4]]),
+                  batch=torch.tensor([0, 0, 0, 1, 1]))  # fmt: skip
+    batch._num_graphs = 2
+    padded = pad_batch(batch, Budgets(nodes=9, edges=6, graphs=4))
+    assert torch.equal(padded.x[:5], x) and not padded.x[5:].any()
+    # one padding node for each padding graph, the rest to the last
+    assert padded.batch.tolist() == [0, 0, 0, 1, 1, 2, 3, 3, 3]
+    assert padded.edge_index[:, :3].tolist() == [[0, 1, 3], [1, 0, 4]]
+    assert (padded.edge_index[:, 3:] == 8).all()  # loops on the last padding node
+    with pytest.raises(qg.RunError, match="does not fit the padding budgets"):
+        pad_batch(batch, Budgets(nodes=9, edges=2, graphs=4))
+
+
+def test_padding_changes_outputs_losses_and_gradients_by_float32_rounding_at_most(make_config):
+    config = make_config(*PAD, "model.pooling=[mean, std]", "model.graph_features=[dimension]")
+    trainer = qg.Trainer(config)
+    loader = trainer.prepare_dataloaders()[0]
+    held = trainer.training_pass.budgets(loader)
+    model, (task,) = trainer.model, trainer.tasks
+    for batch in list(loader)[:4]:
+        results = []
+        for padded in (False, True):
+            model.zero_grad()
+            if padded:
+                outputs = unpadded(model(pad_batch(batch, held, ["dimension"])), [task], batch)
+            else:
+                outputs = model(batch)
+            loss = task.loss(outputs, batch)
+            loss.backward()
+            grads = [p.grad.clone() for p in model.parameters()]
+            results.append((outputs.detach(), loss.detach(), task.correct(outputs, batch), grads))
+        (out0, loss0, right0, grads0), (out1, loss1, right1, grads1) = results
+        # Each real row is computed from real rows alone, but a matrix product chooses its
+        # kernel, and so the order in which it sums a row's terms, by the number of rows: the
+        # head's last layer over 10 graphs and over 30 can round apart by an ulp (measured
+        # 3e-8 on outputs of ~0.1; the message passing itself agreed bit for bit).
+        assert torch.allclose(out0, out1, rtol=1e-6, atol=1e-7)
+        assert torch.allclose(loss0, loss1, rtol=1e-6) and torch.equal(right0, right1)
+        # A weight's gradient is a sum over the batch's rows; the padding rows add zeros, but
+        # the products and reductions group the real rows' terms into blocks by the number of
+        # rows, each block rounded once in float32 (measured: 1.3e-6 of the largest element).
+        for g0, g1 in zip(grads0, grads1, strict=True):
+            assert torch.allclose(g0, g1, rtol=1e-5, atol=1e-5 * float(g0.abs().max()))
+
+
+def padded_history(rank, world_size, config):
+    trainer = qg.TrainerDDP(rank, config) if world_size > 1 else qg.Trainer(config)
+    history = trainer.run_training(*trainer.prepare_dataloaders()[:2])
+    trainer.close()
+    return [x for row in history for x in (row["train_loss"], row["val_loss"], row["val_accuracy"])]
+
+
+@pytest.mark.timeout(180)
+def test_a_padded_run_trains_as_the_unpadded_one_on_one_and_two_processes(make_config, tmp_path):
+    plain = padded_history(0, 1, make_config("training.batch_nodes=300"))
+    padded = padded_history(0, 1, make_config(*PAD, f"training.path={tmp_path / 'padded'}"))
+    # the gradients' rounding (above) moves the weights apart by ~1e-7 a step
+    assert padded == pytest.approx(plain, rel=1e-4)
+    two = make_config(*PAD, "parallel.world_size=2", f"training.path={tmp_path / 'two'}")
+    rank0, rank1 = run_ranks(2, padded_history, two)
+    assert rank0 == rank1 and len(rank0) == 3 * 3
+
+
+@pytest.mark.timeout(300)
+def test_compiled_padded_batches_of_64_to_2048_elements_compile_once(make_config):
+    """With compile and padding, 50 batches of causal sets of 64 to 2,048 elements (node-budget
+    batches of 1 to 9 sets) and their validation cost at most 2 compilations after the first
+    (counted by TorchDynamo's own counter of frames it compiled)."""
+    from torch._dynamo.utils import counters
+
+    config = make_config(
+        "data.num_graphs=40", "data.num_points=[64,2048]", "training.batch_nodes=4096",
+        "training.pad_batches=true", "training.compile=true", "training.num_epochs=7",
+        "model.hidden_channels=8", "model.head_channels=[8]", "model.num_layers=1",
+    )  # fmt: skip
+    trainer = qg.Trainer(config)
+    train, val, _ = trainer.prepare_dataloaders()
+    before = counters["frames"]["total"]
+    history = trainer.run_training(train, val)
+    trainer.close()
+    batches = len(history) * len(train)
+    assert batches >= 50, batches
+    compiled = counters["frames"]["total"] - before
+    assert 1 <= compiled <= 3, compiled  # the first, and at most 2 recompilations
+
+
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (["training.pad_batches=true"], "training.batch_nodes"),
+        ([*PAD, "model.norm=batch"], "model.norm: batch"),
+        ([*PAD, "model.type=user_models.SmallGCN"], "model.type"),
+        ([*PAD, "augmentation.preset=mild"], "augmentation.preset"),
+    ],
+)
+def test_padding_that_could_change_results_is_refused(capsys, config_file, overrides, fragment):
+    result = run_main(capsys, "train", config_file(), *overrides)
+    assert_refused(result, "training.pad_batches", fragment)
