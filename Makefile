@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 REQUIREMENTS ?= requirements-cpu.txt
 
-.PHONY: demo test test-gpu lint bench docs docs-serve docs-notebook clean
+.PHONY: demo test test-gpu lint bench bench-gpu docs docs-serve docs-notebook clean
 
 $(STAMP): setup.cfg pyproject.toml $(REQUIREMENTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ docs-notebook: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/report.py
+
+# Training graphs/s on a GPU against hand-written, PyG and Lightning loops, with what keeps the
+# GPU waiting (bench/gpu.py: about 4 minutes on one; --quick runs anywhere in under a minute).
+bench-gpu: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) bench/gpu.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache site .cache

@@ -45,21 +45,41 @@ def module(model, optimizer_cls, optimizer_kwargs):
     return Module()
 
 
-def trainer(epochs: int, seconds: list[float], **kwargs):
-    """A Lightning Trainer without logging, checkpoints or bars; epoch times go to ``seconds``."""
+def trainer(
+    epochs: int,
+    seconds: list[float],
+    *,
+    accelerator: str = "cpu",
+    precision: str | None = None,
+    **kwargs,
+):
+    """A Lightning Trainer without logging, checkpoints or bars; epoch times go to ``seconds``.
+
+    ``accelerator``: Lightning's ("cpu", "gpu"); ``precision``: Lightning's ("32-true",
+    "bf16-mixed"), None for its default. On a GPU each epoch's clock is read after the queued
+    kernels have run, so that an epoch is not timed by how far ahead the host got."""
     import lightning as L
+    import torch
+
+    def synchronize(pl_module) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
 
     class EpochTimer(L.Callback):
         def on_train_epoch_start(self, trainer, pl_module):
+            synchronize(pl_module)
             self.start = time.perf_counter()
 
         def on_train_epoch_end(self, trainer, pl_module):
+            synchronize(pl_module)
             seconds.append(time.perf_counter() - self.start)
 
     quiet()
+    if precision is not None:
+        kwargs["precision"] = precision
     return L.Trainer(
         max_epochs=epochs,
-        accelerator="cpu",
+        accelerator=accelerator,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,

@@ -42,6 +42,11 @@ SCRIPTS = (
     ("threads.py", "One thread per process: the cost of pinning for invariance and prediction"),
     ("memory.py", "Past one device's memory: ZeRO, FSDP and activation checkpointing"),
     ("compile.py", "training.compile on this CPU: compiled against plain epochs"),
+    (
+        "gpu.py",
+        "Training on a GPU (here the CPU): qg.Trainer against the fastest hand-written loop, "
+        "the common PyG loop and Lightning",
+    ),
     ("generation.py", "Causal-set generation throughput"),
     ("data_files.py", "Your data on disk: preprocessing Zarr files, disk storage, memory"),
     ("predict.py", "Predicting on a large HDF5 file: qg predict's time and memory"),

@@ -91,7 +91,7 @@ class GradientChecks:
         self._norm_sum = self._zero(torch.float64)
         self._norm_max = self._zero(torch.float64)
         self._norms = self._zero(torch.int64)
-        self._skipped = self._zero(torch.int64)
+        self._steps = 0  # checked this epoch: those not counted in _norms were skipped
 
     def _clear_first(self) -> None:
         self._bad_step = self._zero(torch.int64, -1)  # the first non-finite step (-1: none)
@@ -149,7 +149,7 @@ class GradientChecks:
         self._norm_sum += counted
         torch.maximum(self._norm_max, counted, out=self._norm_max)
         self._norms += finite
-        self._skipped += ~finite
+        self._steps += 1
         if scaled:
             return True  # the scaler sees the same gradients and skips the step itself
         if self.nonfinite == "error":
@@ -231,13 +231,13 @@ class GradientChecks:
 
     def columns(self) -> dict[str, float]:
         """This epoch's gradient columns of history.csv (one read of the device)."""
-        total, largest, norms, skipped = torch.stack(
-            [self._norm_sum, self._norm_max, self._norms.double(), self._skipped.double()]
+        total, largest, norms = torch.stack(
+            [self._norm_sum, self._norm_max, self._norms.double()]
         ).tolist()
         return {
             "grad_norm_mean": total / norms if norms else math.nan,
             "grad_norm_max": largest if norms else math.nan,
-            "skipped_steps": int(skipped),
+            "skipped_steps": self._steps - int(norms),
         }
 
     def _message(self, name: str | None, loss: float, *, step: int, epoch: int) -> str:
