@@ -76,8 +76,12 @@ def test_padded_batches_compile_once_replay_as_cuda_graphs_and_never_synchronise
     trainer = qg.Trainer(config)
     train, val, _ = trainer.prepare_dataloaders()
     before = counters["frames"]["total"]
+    skips = counters["inductor"]["cudagraph_skips"]
     history = trainer.run_training(train, val)
     assert counters["frames"]["total"] - before <= 3  # training's, validation's, one more
+    # the training step ran as CUDA graphs: inductor skipped none (it counts each refusal:
+    # mutated inputs, CPU tensors, dynamic shapes)
+    assert counters["inductor"]["cudagraph_skips"] == skips
     steady_steps_without_synchronising(trainer, train)
     trainer.close()
     # the same run eager and unpadded: the same losses up to rounding (TF32 in both)

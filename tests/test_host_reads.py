@@ -135,3 +135,16 @@ def test_a_nan_read_late_is_still_named_with_its_rank_parameter_and_step(make_co
         "non-finite gradients at step 3 (epoch 1): rank 1 produced them (its loss is finite), "
         "first in parameter scale"
     ) in str(raised.value)
+
+
+def test_which_optimizers_leave_a_step_out_on_the_device():
+    from QuantumGravPy.training.gradients import masks_on_device
+
+    params = [torch.nn.Parameter(torch.zeros(3))]
+    assert masks_on_device(torch.optim.AdamW(params, fused=True))
+    assert masks_on_device(torch.optim.SGD(params, lr=0.1, fused=True))
+    assert not masks_on_device(torch.optim.AdamW(params))  # no fused kernel to hand a flag
+    # Fused SGD with momentum makes its buffers with empty_like on its first step and leaves
+    # them to the kernel: a first step left out would leave them uninitialised (NaN or 1e28
+    # moves later), so it reads the flag instead.
+    assert not masks_on_device(torch.optim.SGD(params, lr=0.1, momentum=0.9, fused=True))

@@ -20,6 +20,8 @@ def check_padding(config: Any) -> None:
         against = f"not with model.type {config.model.type} (its graphs might see the padding)"
     elif config.model.norm == "batch":
         against = "not with model.norm: batch, whose statistics would count the padding nodes"
+    elif config.training.precision == "16":
+        against = 'not with training.precision: "16", whose range the padding rows might leave'
     elif config.augmentation.preset is not None:
         against = "not with augmentation.preset, which can add links past the edge budget"
     if against is not None:

@@ -281,7 +281,7 @@ class TrainingConfig:
     # torch.compile the model (its first batches take longer); checkpoints keep plain keys
     compile: bool = False
     # with batch_nodes: batches padded to fixed nodes, edges and graphs, so a compiled step is
-    # compiled once (on a GPU: captured as CUDA graphs and replayed); changes no result
+    # compiled once (on a GPU: CUDA graphs, replayed); results change only by rounding
     pad_batches: bool = False
     # draw the run's pictures; false saves a second a run (`qg plot RUN` draws them later)
     plots: bool = True

@@ -8,7 +8,8 @@ Compiled inside DDP instead, the model ran as one opaque graph and its exchange 
 
 Batches of changing sizes are compiled for dynamic shapes. Padded batches
 (``training.pad_batches``) have one shape: compiled for it, and on a GPU captured as CUDA graphs
-(``mode="reduce-overhead"``) and replayed, without the launch of each kernel. Evaluation's
+(``mode="reduce-overhead"``) and replayed, without the launch of each kernel (not when a step
+has several backward passes, whose gradients a replay would overwrite). Evaluation's
 batches are not padded: its module is compiled for dynamic shapes, once.
 """
 
@@ -24,10 +25,13 @@ class Compiling:
     """``train(module)`` and ``evaluate(module)``: ``module`` compiled for that use (once per
     module), or as it is without ``training.compile``."""
 
-    def __init__(self, training: TrainingConfig, device: torch.device):
+    def __init__(self, training: TrainingConfig, device: torch.device, *, micro_batches: int = 1):
         self.enabled = training.compile
         if training.pad_batches:
-            mode = "reduce-overhead" if device.type == "cuda" else None
+            # Not with several backward passes a step (accumulated or micro-batches): each
+            # replay would overwrite the gradients the last one left in the graphs' memory.
+            single = training.accumulate_grad_batches == 1 and micro_batches == 1
+            mode = "reduce-overhead" if device.type == "cuda" and single else None
             self.training_options = {"dynamic": False, "mode": mode}
         else:
             self.training_options = {"dynamic": True}
@@ -38,6 +42,11 @@ class Compiling:
 
     def evaluate(self, module: nn.Module) -> nn.Module:
         return self._of(module, "evaluate", {"dynamic": True})
+
+    def release(self) -> None:
+        """Let go of the compiled modules (under DDP the wrapper holds the gradient reducer,
+        which must go while the process group exists)."""
+        self._compiled.clear()
 
     def _of(self, module: nn.Module, use: str, options: dict) -> nn.Module:
         if not self.enabled:

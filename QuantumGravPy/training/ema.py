@@ -37,9 +37,12 @@ class EMA:
         """After an optimizer step; ``taken``: a flag on the device saying whether the step
         was taken (a step left out moves nothing, without the flag being read)."""
         if isinstance(taken, torch.Tensor):
-            weight = torch.where(taken, 1.0 - self.decay, 0.0).float()
+            weights: dict[torch.dtype, torch.Tensor] = {}  # 1 - decay or 0, in each dtype
             for mine, theirs in zip(self.module.parameters(), model.parameters(), strict=True):
-                mine.lerp_(theirs.detach(), weight.to(mine.dtype))
+                weight = weights.get(mine.dtype)
+                if weight is None:
+                    weight = weights[mine.dtype] = taken.to(mine.dtype) * (1.0 - self.decay)
+                mine.lerp_(theirs.detach(), weight)
             for mine, theirs in zip(self.module.buffers(), model.buffers(), strict=True):
                 mine.copy_(torch.where(taken, theirs, mine))
             count = taken.long()

@@ -40,10 +40,16 @@ class NonFiniteGradientError(TrainingDivergedError):
 
 def masks_on_device(optimizer: torch.optim.Optimizer) -> bool:
     """Whether ``optimizer`` skips its update when handed a ``found_inf`` flag of 1 (torch's
-    fused kernels do), so that a step can be left out without reading the flag on the host."""
-    return bool(getattr(optimizer, "_step_supports_amp_scaling", False)) and type(
-        optimizer
-    ).__module__.startswith("torch.optim")
+    fused kernels do), so that a step can be left out without reading the flag on the host.
+
+    Not fused SGD with momentum: its first step makes the momentum buffers with
+    ``empty_like`` and lets the kernel fill them, so a first step left out would leave them
+    uninitialised for the next."""
+    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+        return False
+    if isinstance(optimizer, torch.optim.SGD):
+        return not any(group.get("momentum", 0) for group in optimizer.param_groups)
+    return type(optimizer).__module__.startswith("torch.optim")
 
 
 class GradientChecks:
@@ -103,9 +109,11 @@ class GradientChecks:
     def bucket(self, buffer: torch.Tensor, bucket: Any) -> None:
         """A bucket of this rank's own gradients, before the exchange averages them: where
         its first non-finite element is, kept on the device (read only if a step goes wrong)."""
-        finite = torch.isfinite(buffer)
-        # argmin of the flags: the first non-finite element (0 when there is none)
-        self._flags.append((bucket.parameters(), finite.all(), finite.view(torch.uint8).argmin()))
+        if self.nonfinite == "error":  # only an error names the rank and the parameter
+            finite = torch.isfinite(buffer)
+            # argmin of the flags: the first non-finite element (0 when there is none)
+            first = finite.view(torch.uint8).argmin()
+            self._flags.append((bucket.parameters(), finite.all(), first))
         if self._flat is not None:  # the exchange leaves the average in the buffer
             self._exchanged.append((buffer, bucket))
 
@@ -135,13 +143,13 @@ class GradientChecks:
             if which:
                 norms = torch.stack([torch.linalg.vector_norm(self._params[i].grad) for i in which])
                 norm = torch.linalg.vector_norm(norms)
-                if self.world_size == 1:  # no exchange: the gradients are this rank's own
+                if self.world_size == 1 and self.nonfinite == "error":  # this rank's own
                     culprit = self._first_of(which, norms)
             else:
                 norm = self._zero(torch.float32)
         if hasattr(norm, "full_tensor"):  # fsdp's sharded gradients: the norm over all ranks
             norm = norm.full_tensor()
-        if self.world_size > 1:
+        if self.world_size > 1 and self.nonfinite == "error":
             culprit = self._first_in_buckets(flags)
         self.last_norm = norm
         finite = torch.isfinite(norm)

@@ -129,7 +129,7 @@ class Trainer:
         self.optimizer, self.lr_scheduler, self.scaler = build_optimization(
             config, held, self.strategy
         )
-        self.compiling = Compiling(t, self.device)  # the model itself stays as it is
+        self.compiling = Compiling(t, self.device, micro_batches=self.strategy.micro_batches)
         es = config.early_stopping
         evaluating = (self.tasks, self.device, self.autocast_dtype, self.float_dtype)
         self.validator = Validator(*evaluating, select=self.select, shard=self.eval_shard)

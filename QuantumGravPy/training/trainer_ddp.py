@@ -302,6 +302,7 @@ class TrainerDDP(Trainer):
         Evaluation (``run_test``) still works afterwards; training does not.
         """
         super().close()
+        self.compiling.release()  # a compiled DDP wrapper holds the reducer too
         self.ddp_model = None  # its reducer goes now, while the process group still exists
         if self._shm is not None:
             self._shm.close()
