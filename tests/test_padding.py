@@ -50,13 +50,18 @@ def test_padding_graphs_are_their_own_and_reach_no_real_node():
         pad_batch(batch, Budgets(nodes=9, edges=2, graphs=4))
 
 
-def test_padding_changes_outputs_losses_and_gradients_by_float32_rounding_at_most(make_config):
-    config = make_config(*PAD, "model.pooling=[mean, std]", "model.graph_features=[dimension]")
+def padded_model(config: qg.Config):
+    """(the model, its one task, the training batches, the padding budgets) of ``config``."""
     trainer = qg.Trainer(config)
     loader = trainer.prepare_dataloaders()[0]
-    held = trainer.training_pass.budgets(loader)
-    model, (task,) = trainer.model, trainer.tasks
-    for batch in list(loader)[:4]:
+    (task,) = trainer.tasks
+    return trainer.model, task, list(loader), trainer.training_pass.budgets(loader)
+
+
+def test_padding_changes_outputs_losses_and_gradients_by_float32_rounding_at_most(make_config):
+    config = make_config(*PAD, "model.pooling=[mean, std]", "model.graph_features=[dimension]")
+    model, task, batches, held = padded_model(config)
+    for batch in batches[:4]:
         results = []
         for padded in (False, True):
             model.zero_grad()
@@ -86,12 +91,10 @@ def test_padding_values_stay_bounded_through_many_layers_without_a_norm(make_con
     # Padding edges into one node in a cycle made its value grow by the number of edges at
     # every layer (7.6e33 after 12 layers, NaN gradients in float16); spread from one sender
     # into nodes of bounded in-degree, they stay the size of a real node's.
-    config = make_config(*PAD, "model.norm=none", "model.num_layers=10")
-    trainer = qg.Trainer(config)
-    loader = trainer.prepare_dataloaders()[0]
-    held = trainer.training_pass.budgets(loader)
-    model, (task,) = trainer.model, trainer.tasks
-    batch = next(iter(loader))
+    model, task, batches, held = padded_model(
+        make_config(*PAD, "model.norm=none", "model.num_layers=10")
+    )
+    batch = batches[0]
     padded = pad_batch(batch, held)
     receivers = padded.edge_index[1, batch.edge_index.shape[1] :]
     assert int(receivers.bincount().max()) <= PADDING_DEGREE
