@@ -102,7 +102,7 @@ def test_tf32_is_on_for_float32_except_under_the_invariant_strategy(make_config,
     assert torch.get_float32_matmul_precision() == before
     invariant = make_config(
         "training.device=cuda", "parallel.strategy=invariant", "parallel.micro_batches=2",
-        f"training.path={tmp_path / 'invariant'}",
+        "training.global_batch_size=16", f"training.path={tmp_path / 'invariant'}",
     )  # fmt: skip
     trainer = qg.Trainer(invariant)
     assert torch.get_float32_matmul_precision() == "highest"

@@ -142,13 +142,13 @@ class GradientChecks:
             which = tuple(i for i, p in enumerate(self._params) if p.grad is not None)
             if which:
                 norms = torch.stack([torch.linalg.vector_norm(self._params[i].grad) for i in which])
+                if hasattr(norms, "full_tensor"):  # fsdp's shards: each norm over all ranks
+                    norms = norms.full_tensor()
                 norm = torch.linalg.vector_norm(norms)
                 if self.world_size == 1 and self.nonfinite == "error":  # this rank's own
                     culprit = self._first_of(which, norms)
             else:
                 norm = self._zero(torch.float32)
-        if hasattr(norm, "full_tensor"):  # fsdp's sharded gradients: the norm over all ranks
-            norm = norm.full_tensor()
         if self.world_size > 1 and self.nonfinite == "error":
             culprit = self._first_in_buckets(flags)
         self.last_norm = norm
