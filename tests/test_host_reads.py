@@ -97,13 +97,16 @@ def steps_and_weights(rank: int, world_size: int, config: qg.Config):
     return moved, history, weights
 
 
+# two processes, rank 1's third step with a NaN gradient, a fused optimizer
+NAN_ON_RANK_1 = (
+    "model.type=user_models.NaNGradientOnRank1", "parallel.world_size=2",
+    "training.optimizer.kwargs={lr: 0.003, fused: true}",
+)  # fmt: skip
+
+
 @pytest.mark.timeout(180)
 def test_a_fused_optimizer_leaves_a_nan_step_out_exactly_on_every_rank(make_config):
-    config = make_config(
-        "model.type=user_models.NaNGradientOnRank1", "monitor.nonfinite=skip",
-        "training.num_epochs=2", "parallel.world_size=2",
-        "training.optimizer.kwargs={lr: 0.003, fused: true}",
-    )  # fmt: skip
+    config = make_config(*NAN_ON_RANK_1, "monitor.nonfinite=skip", "training.num_epochs=2")
     (moved0, history0, weights0), (moved1, history1, weights1) = run_ranks(
         2, steps_and_weights, config
     )
@@ -124,11 +127,7 @@ def train(rank: int, world_size: int, config: qg.Config) -> None:
 @pytest.mark.timeout(180)
 def test_a_nan_read_late_is_still_named_with_its_rank_parameter_and_step(make_config):
     # read only at the end of the epoch: the NaN of step 3 is named there, on every rank
-    config = make_config(
-        "model.type=user_models.NaNGradientOnRank1", "monitor.read_every=0",
-        "training.batch_size=8", "parallel.world_size=2",
-        "training.optimizer.kwargs={lr: 0.003, fused: true}",
-    )  # fmt: skip
+    config = make_config(*NAN_ON_RANK_1, "monitor.read_every=0", "training.batch_size=8")
     with pytest.raises(qg.WorkerError) as raised:
         run_ranks(2, train, config)
     assert (
