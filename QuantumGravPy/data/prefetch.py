@@ -130,7 +130,9 @@ class DevicePrefetcher:
 
 
 def fed(loader: Iterable[Any], device: torch.device, float_dtype: torch.dtype) -> Iterable[Any]:
-    """What a loop over ``loader`` training or evaluating on ``device`` iterates over: its
-    batches on ``device`` in ``float_dtype``, the one place they are moved; on a GPU a step
-    ahead, each in one copy (:class:`DevicePrefetcher`)."""
+    """What a loop over ``loader`` training or evaluating on ``device`` iterates over: on a GPU
+    the batches a step ahead, each in one copy (:class:`DevicePrefetcher`); elsewhere the
+    loader itself (its batches moved by the loop, as they always were)."""
+    if device.type != "cuda":
+        return loader
     return DevicePrefetcher(loader, device=device, float_dtype=float_dtype)

@@ -25,6 +25,7 @@ from ..errors import RunError
 from ..parallel.strategies import Strategy
 from .compiling import Compiling
 from .ema import EMA
+from .evaluation import to_device
 from .monitor import Monitor, check_loss
 from .optim import clip_gradients, optimizer_step, step_groups
 from .run_state import RunState
@@ -135,6 +136,7 @@ class TrainingPass:
             step_sums.zero_()  # added to the epoch's if the step is taken
             self.optimizer.zero_grad(set_to_none=True)
             for i, batch in enumerate(group):
+                batch = to_device(batch, self.device, self.float_dtype)
                 monitor.lap("data")
                 last = i == len(group) - 1
                 strategy.before_forward(state.global_step, i)
