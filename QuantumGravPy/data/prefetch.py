@@ -7,8 +7,8 @@ on the training step's stream and in order with its kernels, and may hold the ho
 :class:`DevicePrefetcher` packs the tensors of each batch into one pinned buffer
 (:func:`~.transfer.pack_attributes`), copies that with one asynchronous copy on a stream of its
 own, and makes the batch on the GPU from views of the copy, a batch ahead of the training
-step, so that the copy runs while the GPU works on the step before. On a CPU it moves nothing:
-the batches are what ``to_device`` makes of them.
+step, so that the copy runs while the GPU works on the step before. On a CPU the batches
+are only converted to the run's float type, if it is not float32.
 """
 
 from __future__ import annotations
@@ -113,12 +113,16 @@ class DevicePrefetcher:
         return self._converted(issued.batch)
 
     def _moved(self, item: Any) -> Any:
-        if self.stream is not None:
-            stores = [{0: item}] if isinstance(item, Tensor) else getattr(item, "stores", [])
-            for value in (v for store in stores for v in store.values()):
-                if isinstance(value, Tensor) and value.is_cpu:
-                    self.copies += 1
-                    self.bytes_copied += value.nbytes
+        stores = [{0: item}] if isinstance(item, Tensor) else getattr(item, "stores", [])
+        tensors = [v for store in stores for v in store.values() if isinstance(v, Tensor)]
+        # A batch gathered on the device (data.device) is handed over as it is: Batch.to
+        # would rebuild it, a pass over its tensors in every step of a host-bound GPU run.
+        if all(t.device == self.device for t in tensors) and hasattr(item, "apply"):
+            return self._converted(item)
+        for value in tensors:
+            if value.is_cpu and self.stream is not None:
+                self.copies += 1
+                self.bytes_copied += value.nbytes
         if hasattr(item, "to"):
             item = item.to(self.device, non_blocking=True)
         return self._converted(item)
@@ -130,9 +134,7 @@ class DevicePrefetcher:
 
 
 def fed(loader: Iterable[Any], device: torch.device, float_dtype: torch.dtype) -> Iterable[Any]:
-    """What a loop over ``loader`` training or evaluating on ``device`` iterates over: on a GPU
-    the batches a step ahead, each in one copy (:class:`DevicePrefetcher`); elsewhere the
-    loader itself (its batches moved by the loop, as they always were)."""
-    if device.type != "cuda":
-        return loader
+    """What a loop over ``loader`` training or evaluating on ``device`` iterates over: its
+    batches on ``device`` in ``float_dtype``, the one place they are moved; on a GPU a step
+    ahead, each in one copy (:class:`DevicePrefetcher`)."""
     return DevicePrefetcher(loader, device=device, float_dtype=float_dtype)

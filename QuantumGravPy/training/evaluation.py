@@ -164,7 +164,6 @@ class Validator:
         desc = {"val": "validating", "test": "testing"}.get(self.prefix, self.prefix)
         batches = fed(loader, self.device, self.float_dtype)
         for batch in logs.progress(batches, desc=desc, unit="batch", enabled=progress):
-            batch = to_device(batch, self.device, self.float_dtype)
             with torch.autocast(
                 self.device.type,
                 dtype=self.autocast_dtype,

@@ -3,10 +3,12 @@
 Every optimizer step the global gradient norm is taken, recorded for history.csv (its mean
 and maximum over the steps that were taken) and compared with infinity. None of that is read
 on the host during a step: on a GPU a read waits for every kernel queued before it, so the
-host could never run ahead and queue the next step while the GPU works. The norm's sums, the
-count of skipped steps and the first non-finite step (its number, this rank's first
-non-finite parameter, its loss) stay on the device, and are read every ``monitor.read_every``
-steps and at the end of each training pass, the same step on every rank.
+host could never run ahead and queue the next step while the GPU works. Each step writes one
+row of a window kept on the device (each parameter's norm, the global norm, this rank's loss
+and its first non-finite parameter where DDP's buckets tell it), in one operation; the window
+is summed up and read every ``monitor.read_every`` steps and at the end of each training pass,
+the same step on every rank: the norm's sums, the count of skipped steps and the first
+non-finite step, its parameter and its loss.
 
 A step whose gradients are not finite is left out exactly, without a read: an optimizer with
 a fused kernel (``fused: true`` for Adam, AdamW, SGD, Adagrad) is handed the flag as the
@@ -27,7 +29,8 @@ from torch import nn
 from ..errors import QGError
 from ..parallel import distributed
 
-NONE = 2**62  # no parameter: larger than any parameter's index
+NONE = 2**62  # no parameter: larger than any parameter's index (exact in float64)
+WINDOW_ROWS = 256  # steps the window holds before it grows (monitor.read_every is 200)
 
 
 class TrainingDivergedError(QGError):
@@ -87,22 +90,21 @@ class GradientChecks:
         self._flags: list[tuple[Any, torch.Tensor, torch.Tensor]] = []  # this step's buckets
         self._exchanged: list[tuple[torch.Tensor, Any]] = []  # (a bucket's buffer, the bucket)
         self.last_norm: torch.Tensor | None = None  # the last step's (for tests and tools)
+        # Per step since the last read, a row: each parameter's norm (zero without a
+        # gradient), the global norm, this rank's loss, this rank's first non-finite parameter
+        # from DDP's buckets (NONE: none, or not known). Each row's step, and whether its
+        # parameters' norms were taken (not under DDP on a CPU), are kept on the host.
+        width = len(self._params) + 3
+        self._window = torch.zeros(WINDOW_ROWS, width, dtype=torch.float64, device=device)
+        self._rows: list[tuple[int, bool]] = []  # (step, parameter norms taken)
+        self._none = torch.full((), NONE, dtype=torch.float64, device=device)
+        self._scaled = False  # a float16 scaler skips non-finite steps itself: not errors
+        self._first: tuple[int, str | None, float] | None = None  # (step, parameter, loss)
         self.start_epoch()
-        self._clear_first()
-
-    def _zero(self, dtype: torch.dtype, value: float = 0) -> torch.Tensor:
-        return torch.full((), value, dtype=dtype, device=self.device)
 
     def start_epoch(self) -> None:
-        self._norm_sum = self._zero(torch.float64)
-        self._norm_max = self._zero(torch.float64)
-        self._norms = self._zero(torch.int64)
+        self._norm_sum, self._norm_max, self._norms = 0.0, 0.0, 0
         self._steps = 0  # checked this epoch: those not counted in _norms were skipped
-
-    def _clear_first(self) -> None:
-        self._bad_step = self._zero(torch.int64, -1)  # the first non-finite step (-1: none)
-        self._bad_param = self._zero(torch.int64, NONE)  # this rank's first non-finite one
-        self._bad_loss = self._zero(torch.float64)  # this rank's loss in that step
 
     # --- in DDP's communication hook ---------------------------------------------------------
 
@@ -132,51 +134,62 @@ class GradientChecks:
         exchanged, self._exchanged = self._exchanged, []
         flags, self._flags = self._flags, []
         views = None if self._flat is None or scaled else self._in_model_order(exchanged)
-        culprit = None  # this rank's first parameter with a non-finite gradient of its own
+        norms = None  # each parameter's, in the model's order
         if views is not None:
             norm = torch.linalg.vector_norm(torch.cat(views, out=self._flat))
         else:
             # Per parameter, in the model's order, then over them: the same bits whatever the
             # layout of the gradients in memory, and on a CPU 4x quicker than get_total_norm's
-            # grouping by device and dtype.
+            # grouping by device and dtype. One call for all of them (on a GPU one kernel
+            # launch, where a norm each would launch one per parameter).
             which = tuple(i for i, p in enumerate(self._params) if p.grad is not None)
             if which:
-                norms = torch.stack([torch.linalg.vector_norm(self._params[i].grad) for i in which])
-                if hasattr(norms, "full_tensor"):  # fsdp's shards: each norm over all ranks
+                grads = [self._params[i].grad for i in which]
+                if hasattr(grads[0], "full_tensor"):  # fsdp's shards: each norm over all ranks
+                    norms = torch.stack([torch.linalg.vector_norm(g) for g in grads])
                     norms = norms.full_tensor()
+                else:
+                    norms = torch.stack(torch._foreach_norm(grads))
                 norm = torch.linalg.vector_norm(norms)
-                if self.world_size == 1 and self.nonfinite == "error":  # this rank's own
-                    culprit = self._first_of(which, norms)
+                if len(which) < len(self._params):  # zero for those without a gradient
+                    norms = torch.zeros_like(self._window[0, :-3]).index_copy_(
+                        0, self._positions(which, norms.device), norms.double()
+                    )
             else:
-                norm = self._zero(torch.float32)
+                norm = torch.zeros((), device=self.device)
+        culprit = self._none
         if self.world_size > 1 and self.nonfinite == "error":
             culprit = self._first_in_buckets(flags)
+            culprit = self._none if culprit is None else culprit
         self.last_norm = norm
-        finite = torch.isfinite(norm)
-        counted = torch.where(finite, norm.double(), 0.0)
-        self._norm_sum += counted
-        torch.maximum(self._norm_max, counted, out=self._norm_max)
-        self._norms += finite
-        self._steps += 1
+        self._scaled = scaled
+        self._record(step, norms, norm, sums[..., 0].sum(), culprit)
         if scaled:
             return True  # the scaler sees the same gradients and skips the step itself
-        if self.nonfinite == "error":
-            first = ~finite & (self._bad_step < 0)
-            self._bad_step = torch.where(first, step, self._bad_step)
-            if culprit is not None:
-                self._bad_param = torch.where(first, culprit, self._bad_param)
-            self._bad_loss = torch.where(first, sums[..., 0].sum(), self._bad_loss)
+        finite = norm < math.inf  # a norm is >= 0 or NaN: one operation where isfinite takes 4
         if self.masks:
             return finite
         if self.nonfinite == "skip":
             return bool(finite)  # the one read a step of an optimizer that cannot mask
         return True
 
-    def _first_of(self, which: tuple[int, ...], norms: torch.Tensor) -> torch.Tensor:
+    def _record(self, step: int, norms, norm, loss, culprit) -> None:
+        """The step's row of the window, written in one operation."""
+        if len(self._rows) == len(self._window):  # read_every 0, or more steps than rows
+            self._window = torch.cat([self._window, torch.zeros_like(self._window)])
+        row = self._window[len(self._rows)]
+        tail = [norm.reshape(1), loss.reshape(1), culprit.reshape(1)]
+        if norms is None:
+            torch.cat(tail, out=row[-3:])
+        else:
+            torch.cat([norms, *tail], out=row)
+        self._rows.append((step, norms is not None))
+
+    def _positions(self, which: tuple[int, ...], device: torch.device) -> torch.Tensor:
         order = self._order_of.get(which)
         if order is None:
-            order = self._order_of[which] = torch.tensor(which, device=norms.device)
-        return torch.where(torch.isfinite(norms), NONE, order).min()
+            order = self._order_of[which] = torch.tensor(which, device=device)
+        return order
 
     def _first_in_buckets(self, flags: list) -> torch.Tensor | None:
         """This rank's first parameter, in the model's order, with a non-finite element in
@@ -223,29 +236,53 @@ class GradientChecks:
 
     # --- where the host may wait -------------------------------------------------------------
 
+    def _fold(self) -> None:
+        """Add the window's steps to the epoch's sums, note the first non-finite one, and
+        empty it (one read of the device; a second only when a step went wrong)."""
+        n = len(self._rows)
+        if not n:
+            return
+        window, rows = self._window[:n], self._rows
+        self._rows = []
+        norm = window[:, -3]
+        finite = norm < math.inf
+        counted = torch.where(finite, norm, 0.0)
+        first = torch.where(finite, n, torch.arange(n, device=norm.device)).min()
+        total, largest, norms, bad = torch.stack(
+            [counted.sum(), counted.max(), finite.sum().double(), first.double()]
+        ).tolist()
+        self._norm_sum += total
+        self._norm_max = max(self._norm_max, largest)
+        self._norms += int(norms)
+        self._steps += n
+        bad = int(bad)
+        if bad == n or self._scaled or self.nonfinite != "error" or self._first is not None:
+            return
+        step, has_norms = rows[bad]
+        values = window[bad].tolist()
+        culprit = int(values[-1])
+        if has_norms and self.world_size == 1:  # this rank's own: its gradients' norms
+            culprit = next((i for i, x in enumerate(values[:-3]) if not x < math.inf), NONE)
+        name = self._names[culprit] if culprit < len(self._names) else None
+        self._first = (step, name, values[-2])
+
     def read(self, *, epoch: int) -> None:
         """Stop the run (every rank alike) if a step since the last read had non-finite
         gradients and ``monitor.nonfinite`` is ``error``; one read of the device."""
-        if self.nonfinite != "error":
+        self._fold()
+        if self._first is None:
             return
-        step, param, loss = torch.stack(
-            [self._bad_step.double(), self._bad_param.double(), self._bad_loss]
-        ).tolist()
-        if step < 0:
-            return
-        self._clear_first()
-        name = self._names[int(param)] if param < len(self._names) else None
-        raise NonFiniteGradientError(self._message(name, loss, step=int(step), epoch=epoch))
+        (step, name, loss), self._first = self._first, None
+        raise NonFiniteGradientError(self._message(name, loss, step=step, epoch=epoch))
 
     def columns(self) -> dict[str, float]:
-        """This epoch's gradient columns of history.csv (one read of the device)."""
-        total, largest, norms = torch.stack(
-            [self._norm_sum, self._norm_max, self._norms.double()]
-        ).tolist()
+        """This epoch's gradient columns of history.csv."""
+        self._fold()
+        norms = self._norms
         return {
-            "grad_norm_mean": total / norms if norms else math.nan,
-            "grad_norm_max": largest if norms else math.nan,
-            "skipped_steps": self._steps - int(norms),
+            "grad_norm_mean": self._norm_sum / norms if norms else math.nan,
+            "grad_norm_max": self._norm_max if norms else math.nan,
+            "skipped_steps": self._steps - norms,
         }
 
     def _message(self, name: str | None, loss: float, *, step: int, epoch: int) -> str:

@@ -25,7 +25,6 @@ from ..errors import RunError
 from ..parallel.strategies import Strategy
 from .compiling import Compiling
 from .ema import EMA
-from .evaluation import to_device
 from .monitor import Monitor, check_loss
 from .optim import clip_gradients, optimizer_step, step_groups
 from .run_state import RunState
@@ -136,7 +135,6 @@ class TrainingPass:
             step_sums.zero_()  # added to the epoch's if the step is taken
             self.optimizer.zero_grad(set_to_none=True)
             for i, batch in enumerate(group):
-                batch = to_device(batch, self.device, self.float_dtype)
                 monitor.lap("data")
                 last = i == len(group) - 1
                 strategy.before_forward(state.global_step, i)
@@ -152,7 +150,8 @@ class TrainingPass:
                         loss = total_loss(tasks, losses)
                     add_train_sums(step_sums[i % micro], tasks, losses, outputs, batch)
                     monitor.lap("forward")
-                    self.scaler.scale(loss * (batch.num_graphs / graphs)).backward()
+                    share = batch.num_graphs / graphs  # 1: one batch a step, one process
+                    self.scaler.scale(loss if share == 1 else loss * share).backward()
                 strategy.after_backward(self.model)
                 monitor.lap("backward")
             strategy.exchange(self.model)

@@ -157,13 +157,16 @@ def fit_scaling(tasks: Sequence[Task], train_dataset: Dataset | list) -> list[Ta
 def add_train_sums(
     sums: torch.Tensor, tasks: list[Task], losses: list[Tensor], outputs: dict, batch: Any
 ) -> None:
-    """Add a batch to ``sums`` (per task: loss summed over rows, rows right, rows)."""
-    for j, (task, loss) in enumerate(zip(tasks, losses, strict=True)):
+    """Add a batch to ``sums`` (per task: loss summed over rows, rows right, rows).
+
+    Each is one in-place addition to a view (``sums[j, 0] += x`` would copy the result back
+    with a second operation); a float32 loss times the rows is exact in float64."""
+    for row, task, loss in zip(sums, tasks, losses, strict=True):
         rows = task.rows(batch)
-        sums[j, 0] += loss.detach().double() * rows
+        row[0].add_(loss.detach(), alpha=rows)
         if task.kind.counts_right:
-            sums[j, 1] += task.correct(outputs[task.name].detach(), batch)
-        sums[j, 2] += rows
+            row[1].add_(task.correct(outputs[task.name].detach(), batch))
+        row[2].add_(rows)
 
 
 def train_columns(tasks: list[Task], sums: torch.Tensor) -> dict[str, float]:

@@ -58,8 +58,8 @@ if _ARMED and _AT:
     _TRAINER = "QuantumGravPy.training.trainer"
 
     def _plant(trainer):
-        """Count the batches each pass moves to the device: the training pass calls
-        ``step.to_device``, validation (and testing) ``evaluation.to_device``."""
+        """Count the batches each pass is handed: the training pass iterates
+        ``step.fed(...)``, validation (and testing) ``evaluation.fed(...)``."""
         evaluation = sys.modules["QuantumGravPy.training.evaluation"]
         step = sys.modules["QuantumGravPy.training.step"]  # imported by the trainer's module
         counts = {"epoch": 0, "train": 0, "validate": 0}
@@ -69,18 +69,26 @@ if _ARMED and _AT:
             counts.update(epoch=self.epoch + 1, train=0, validate=0)
             return train_epoch(self, loader)
 
-        def counting(phase, to_device):
-            def moved(*args, **kwargs):
-                counts[phase] += 1
-                if (phase, counts["epoch"], counts[phase]) == _TARGET:
-                    _kill()
-                return to_device(*args, **kwargs)
+        class Counted:
+            def __init__(self, phase, batches):
+                self.phase, self.batches = phase, batches
 
-            return moved
+            def __len__(self):
+                return len(self.batches)
+
+            def __iter__(self):
+                for batch in self.batches:
+                    counts[self.phase] += 1
+                    if (self.phase, counts["epoch"], counts[self.phase]) == _TARGET:
+                        _kill()
+                    yield batch
+
+        def counting(phase, fed):
+            return lambda *args, **kwargs: Counted(phase, fed(*args, **kwargs))
 
         trainer.Trainer.train_epoch = counted_train_epoch
-        step.to_device = counting("train", step.to_device)
-        evaluation.to_device = counting("validate", evaluation.to_device)
+        step.fed = counting("train", step.fed)
+        evaluation.fed = counting("validate", evaluation.fed)
 
     class _PlantAfterImport(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
