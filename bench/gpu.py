@@ -19,6 +19,9 @@ with the config's optimizer (AdamW, fused) and cross-entropy on `batch.y`:
   the device;
 - hand-written, fastest: the same batches in a list, no host reads (the loss is summed on the
   device), `zero_grad(set_to_none=True)`;
+- hand-written with qg's work (fp32 eager cells with data on the device): that loop, its
+  batches made each step by the trainer's own loader, the loss, the right answers and the
+  global gradient norm summed on the device, as qg's step does;
 - common PyG loop: `torch_geometric.loader.DataLoader(list of Data, shuffle=True)`,
   `batch.to(device)` and `loss.item()` each step: host data by nature, once per size and
   precision;
@@ -33,8 +36,9 @@ epochs of n and 2n batches of the real loader: the difference per extra step; co
 fp32 eager cells after their timed epochs), frames
 compiled by dynamo (`torch._dynamo.utils.counters["frames"]["ok"]`, in warm-up and in the timed
 epochs: torch 2.x keeps no recompilation counter of its own, and every compile after warm-up is
-one), the GPU busy fraction of a steady qg epoch at 1,024-2,048 elements (the union of the
-kernels' intervals from `torch.profiler`, CUDA activity only, over the epoch's wall time),
+one), the GPU busy fraction of a steady qg epoch and of the fastest hand-written loop's at
+1,024-2,048 elements, and their kernels per step (the union of the kernels' intervals from
+`torch.profiler`, CUDA activity only, over the epoch's wall time),
 preparation ms per causal set at 2,048 and 8,192 elements (one process, a fresh cache) and the
 peak GPU memory of a training step on one such set, and both kinds of batches with 2 GPUs when
 there are 2.
@@ -47,7 +51,7 @@ it) does not fit in the time left is skipped and listed. Every finished row is w
 `--out` (JSON lines) at once, so a run killed at its limit keeps what it measured.
 
     python bench/gpu.py [--quick] [--device cuda|cpu] [--repeats 5] [--time-limit SECONDS]
-                        [--out runs/bench_gpu.jsonl]
+                        [--only GROUP ...] [--out runs/bench_gpu.jsonl]
 
 On a GPU: 2,000 sets of 32-64 elements and 256 of 1,024-2,048, 240 s. On a CPU (`make bench`'s
 table): 600 and 24, 600 s, where there is no launch overhead to remove and the verdicts say
@@ -104,10 +108,16 @@ LOOPS = {
     "qg": "`qg.Trainer`",
     "qg-padded": "`qg.Trainer`, padded",
     "hand": "hand-written, fastest",
+    "hand-work": "hand-written, qg's work",
     "pyg": "common PyG loop",
     "lightning": "Lightning",
 }
 DATA = {"device": "on the device", "host": "on the host"}
+BUSY_LOOPS = ("qg", "hand")  # whose GPU busy fraction is measured
+# The groups of jobs, in the order they run (--only picks some): fp32 eager cells with data on
+# the device, with data on the host, bf16 eager cells, the busy fraction, fp32 compiled cells
+# with data on the device, preparation and memory, 2 GPUs, the other compiled cells.
+GROUPS = ("eager", "host", "bf16", "busy", "compiled", "prep", "gpus", "other-compiled")
 
 
 @dataclass(frozen=True)
@@ -271,6 +281,39 @@ def hand_written(model, optimizer, device, precision: str, on_host: bool):
     return train
 
 
+def hand_same_work(model, optimizer, device, precision: str, loader):
+    """The hand-written loop doing the work of qg's step: its batches made each step by the
+    trainer's own loader (shuffled; gathered on the GPU with data on the device, else copied in
+    one pinned buffer a step ahead), the loss and the right answers summed on the device in
+    float64, and the global gradient norm taken (summed for its mean), with nothing read on
+    the host. What it leaves out of qg's step: the non-finite check's bookkeeping, the masked
+    update, progress, timing marks and the checks of the model's outputs."""
+    params = list(model.parameters())
+    float_dtype = torch.float32
+
+    def train(n: int | None = None) -> torch.Tensor:
+        model.train()
+        sums = torch.zeros(4, dtype=torch.float64, device=device)
+        for batch in itertools.islice(qg.data.fed(loader, device, float_dtype), n):
+            optimizer.zero_grad(set_to_none=True)
+            with autocast(device, precision):
+                out = model(batch)
+                loss = torch.nn.functional.cross_entropy(out, batch.y)
+            loss.backward()
+            norm = torch.linalg.vector_norm(
+                torch.stack(torch._foreach_norm([p.grad for p in params]))
+            )
+            optimizer.step()
+            graphs = batch.num_graphs
+            sums[0].add_(loss.detach(), alpha=graphs)
+            sums[1].add_((out.detach().argmax(dim=-1) == batch.y).sum())
+            sums[2].add_(graphs)
+            sums[3].add_(norm)
+        return sums
+
+    return train
+
+
 def common_pyg(model, optimizer, device, precision: str):
     """The loop of PyTorch Geometric's examples: its DataLoader, a copy and a read each step."""
 
@@ -325,7 +368,7 @@ class Bench:
         self.skipped: list[tuple[str, str]] = []
         self.notes: list[str] = []
         self.datasets: dict[str, Any] = {}
-        self.kept: dict[str, Any] = {}  # the large eager fp32 trainer, for the busy fraction
+        self.kept: dict[str, dict[str, Loop]] = {}  # the large eager fp32 loops, for busy
         self.cell_seconds: dict[tuple[str, bool], tuple[float, int]] = {}
         self.prep_ms: dict[int, float] = {}
         self.tmp = tempfile.TemporaryDirectory(prefix="bench_gpu_")
@@ -436,6 +479,8 @@ class Bench:
         names = ["qg", "hand"]
         if cell.data == "device" and cell.precision == "32":
             names.insert(1, "qg-padded")
+            if eager:
+                names.append("hand-work")
         if eager and self.lightning:
             names.append("lightning")
         if eager and cell.data == "host":
@@ -537,9 +582,6 @@ class Bench:
         for name in names:
             if name == "qg":
                 loops.append(qg_loop(name, trainer, train_loader))
-                busy = size is self.sizes[1] and cell.data == "device" and precision == "32"
-                if busy and not cell.compiled:
-                    self.kept[size.name] = (trainer, train_loader)
             elif name == "qg-padded":
                 padded_config = self.config(size, cell.data, precision, *extra, *self.padded(size))
                 padded = qg.Trainer(padded_config, dataset)
@@ -559,6 +601,20 @@ class Bench:
                         len(batches),
                         compiled=cell.compiled,
                         steps=lambda n, t=train: t(batches[:n]),
+                        optimizer=optimizer,
+                    )
+                )
+            elif name == "hand-work":
+                model = copy.deepcopy(model0)
+                optimizer = optimizer_cls(model.parameters(), **opt.kwargs)
+                work = hand_same_work(model, optimizer, device, precision, train_loader)
+                loops.append(
+                    Loop(
+                        name,
+                        lambda t=work: timed(device, t),
+                        graphs,
+                        len(train_loader),
+                        steps=lambda n, t=work: t(n),
                         optimizer=optimizer,
                     )
                 )
@@ -586,6 +642,9 @@ class Bench:
                         optimizer=optimizer,
                     )
                 )
+        busy = size is self.sizes[1] and cell.data == "device" and precision == "32"
+        if busy and not cell.compiled:
+            self.kept[size.name] = {loop.name: loop for loop in loops if loop.name in BUSY_LOOPS}
         return loops
 
     def lightning_loop(self, module, batches: list, precision: str, graphs: int) -> Loop:
@@ -652,23 +711,26 @@ class Bench:
     # --- the extras ---------------------------------------------------------------------------
 
     def busy(self, size: Size) -> None:
-        """The GPU busy fraction of one steady qg epoch (the eager fp32 cell's trainer, data on
-        the device), from the kernels the profiler saw; their union over the epoch's wall time
-        (CUDA activity only: no host-side events, whose recording would slow the host)."""
+        """The GPU busy fraction of one steady epoch of qg and of the fastest hand-written loop
+        (the eager fp32 cell's, data on the device), from the kernels the profiler saw: their
+        union over the epoch's wall time, and the kernels per step (CUDA activity only: no
+        host-side events, whose recording would slow the host)."""
         from torch.profiler import ProfilerActivity, profile
 
-        trainer, loader = self.kept.pop(size.name)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            seconds = timed(self.device, lambda: trainer.train_epoch(loader))
-        fraction, kernels = gpu_busy(prof, seconds)
-        self.write(
-            "busy",
-            size=size.name,
-            elements=list(size.points),
-            fraction=fraction,
-            kernels=kernels,
-            seconds=seconds,
-        )
+        for name, loop in self.kept.pop(size.name).items():
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                seconds = loop.epoch()
+            fraction, kernels = gpu_busy(prof, seconds)
+            self.write(
+                "busy",
+                loop=name,
+                size=size.name,
+                elements=list(size.points),
+                fraction=fraction,
+                kernels=kernels,
+                steps=loop.batches,
+                seconds=seconds,
+            )
 
     def prep(self, elements: int, sets: int) -> None:
         """Preparation ms per causal set of ``elements`` elements: ``sets`` generated and
@@ -748,6 +810,10 @@ class Bench:
 def schedule(bench: Bench) -> None:
     args, cuda = bench.args, bench.device.type == "cuda"
     small, large = bench.sizes
+
+    def want(group: str) -> bool:
+        return not args.only or group in args.only
+
     for size in (small, large):
         what = f"data: {size.graphs} causal sets of {size.label}"
         bench.job(what, None, lambda s=size: bench.prepare(s))
@@ -760,25 +826,48 @@ def schedule(bench: Bench) -> None:
                 continue
             bench.add_cell(cell)
 
-    cells("device", "32", False)
-    cells("host", "32", False)
-    cells("device", "bf16", False)
-    cells("host", "bf16", False)
-    if cuda and large.name in bench.kept:
+    if want("eager"):
+        cells("device", "32", False)
+    if want("host"):
+        cells("host", "32", False)
+    if want("bf16"):
+        cells("device", "bf16", False)
+        cells("host", "bf16", False)
+    if cuda and large.name in bench.kept and want("busy"):
         seen = bench.cell_seconds.get((large.name, False))
         estimate = 2 * seen[0] / seen[1] if seen else None
         bench.job("GPU busy fraction", estimate, lambda: bench.busy(large))
     bench.kept.clear()  # the trainers kept for it hold their datasets on the GPU
     release(bench.device)
-    if not args.quick:
+    if not args.quick and want("compiled"):
         cells("device", "32", True)
-    prep_sets = {2048: 2 if args.quick else 4, 8192: 2}
+    if want("prep"):
+        preparation(bench, cuda)
+    if cuda and torch.cuda.device_count() >= 2:
+        for size in (small, large):
+            if size.name in bench.datasets and want("gpus"):
+                bench.job(f"2 GPUs, {size.label}", None, lambda s=size: bench.two_gpus(s))
+    else:
+        bench.notes.append(
+            "2 GPUs: the 2-GPU rows need 2 GPUs (this machine has "
+            f"{torch.cuda.device_count() if cuda else 0})"
+        )
+    if not args.quick and want("other-compiled"):
+        cells("host", "32", True)
+        cells("device", "bf16", True)
+        cells("host", "bf16", True)
+
+
+def preparation(bench: Bench, cuda: bool) -> None:
+    """Preparation ms per set at 2,048 and 8,192 elements, and a step's peak GPU memory."""
+    quick = bench.args.quick
+    prep_sets = {2048: 2 if quick else 4, 8192: 2}
     bench.job(
         f"preparation of {prep_sets[2048]} sets of 2,048 elements",
         None,
         lambda: bench.prep(2048, prep_sets[2048]),
     )
-    if args.quick:
+    if quick:
         bench.notes.append("preparation and memory at 8,192 elements: not in --quick")
     else:
         known = bench.prep_ms.get(2048)
@@ -798,19 +887,6 @@ def schedule(bench: Bench) -> None:
                 )
     else:
         bench.notes.append("peak GPU memory: N/A on a CPU")
-    if cuda and torch.cuda.device_count() >= 2:
-        for size in (small, large):
-            if size.name in bench.datasets:
-                bench.job(f"2 GPUs, {size.label}", None, lambda s=size: bench.two_gpus(s))
-    else:
-        bench.notes.append(
-            "2 GPUs: the 2-GPU rows need 2 GPUs (this machine has "
-            f"{torch.cuda.device_count() if cuda else 0})"
-        )
-    if not args.quick:
-        cells("host", "32", True)
-        cells("device", "bf16", True)
-        cells("host", "bf16", True)
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -910,14 +986,15 @@ def report(bench: Bench, header: str) -> None:
                 f"{r['frames_warmup']} in warm-up, {r['frames_timed']} over "
                 f"{r['timed_batches']} timed batches"
             )
-    busy = next((r for r in rows if r["kind"] == "busy"), None)
-    if busy:
+    busy = next((r for r in rows if r["kind"] == "busy" and r.get("loop", "qg") == "qg"), None)
+    for r in (r for r in rows if r["kind"] == "busy"):
+        steps = f", {r['kernels'] / r['steps']:.0f} a step" if r.get("steps") else ""
         print(
-            f"GPU busy fraction of a steady qg epoch at {bench.sizes[1].label}: "
-            f"{busy['fraction']:.1%} ({busy['kernels']} kernels in {busy['seconds']:.3f} s, "
-            "under the profiler, copies left out)"
+            f"GPU busy fraction of a steady {LOOPS[r.get('loop', 'qg')]} epoch at "
+            f"{bench.sizes[1].label}: {r['fraction']:.1%} ({r['kernels']} kernels{steps} in "
+            f"{r['seconds']:.3f} s, under the profiler, copies left out)"
         )
-    elif bench.device.type != "cuda":
+    if not busy and bench.device.type != "cuda":
         print("GPU busy fraction: N/A on a CPU")
     for r in rows:
         if r["kind"] == "prep":
@@ -955,6 +1032,15 @@ def report(bench: Bench, header: str) -> None:
         )
         ratio = qg_rate / light if qg_rate and light else None
         targets.append((f"qg / Lightning, {size}", ratio, lambda v: v > 1, "> 1"))
+        work = rate(size, "hand-work")
+        targets.append(
+            (
+                f"qg / hand-written with qg's work, {size} (device data, fp32, eager)",
+                qg_rate / work if qg_rate and work else None,
+                lambda v: v >= HAND_TARGET,
+                f">= {HAND_TARGET}",
+            )
+        )
     pyg = rate(small, "pyg", "host")
     qg_small = rate(small, "qg")
     targets.append(
@@ -1028,6 +1114,15 @@ def main() -> None:
         "--out",
         default=str(ROOT / "runs" / "bench_gpu.jsonl"),
         help="JSON-lines file of the rows, written as they finish",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=GROUPS,
+        default=None,
+        help="run only these groups of jobs (default: all, in the order of "
+        + ", ".join(GROUPS)
+        + "; the data is always prepared)",
     )
     parser.add_argument(
         "--data-root",
