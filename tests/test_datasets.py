@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import assert_refused, run_main
 
 import QuantumGravPy as qg
 from QuantumGravPy.data import causal_sets as generation
@@ -118,3 +119,22 @@ def test_split_is_seeded_disjoint_and_complete(tmp_path):
 def test_split_that_leaves_a_set_empty_is_refused():
     with pytest.raises(qg.DataError, match="data.split"):
         split_dataset(list(range(5)), (0.9, 0.1, 0.0), seed=0)
+
+
+@pytest.mark.timeout(240)
+def test_a_dataset_function_that_differs_between_ranks_is_refused(config_file, capsys, tmp_path):
+    """data.dataset runs in every rank: an unseeded shuffle in it gives each rank its own
+    order, and since the splits are taken by position, each rank would train and test on
+    other graphs than the others (one rank's test graphs trained on by another). Refused in
+    one line naming the function, the rank and the first graph that differs; seeded, it trains.
+    """
+    cfg = config_file()
+    ranks = ("parallel.world_size=2", "data.dataset_kwargs={num_graphs: 80}")
+    shuffled = run_main(capsys, "train", cfg, "data.dataset=user_data.shuffled_rings", *ranks)
+    line = assert_refused(
+        shuffled, "data.dataset (user_data.shuffled_rings)", "rank 1", "seed any shuffle"
+    )
+    assert "graph " in line and " differs" in line, line
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    seeded = run_main(capsys, "train", cfg, "data.dataset=user_data.seeded_shuffled_rings", *ranks)
+    assert seeded.returncode == 0, seeded.stderr

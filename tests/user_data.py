@@ -192,3 +192,22 @@ def breaks_on_sample_2(file: str, index: int) -> Data:
     """A ``data.reader`` with a bug: sample 2 of any file makes it fail."""
     graphs = ring_graphs(4)
     return graphs[index % 4] if index != 2 else graphs[{"a": 0}["b"]]
+
+
+def shuffled_rings(num_graphs: int = 80) -> list[Data]:
+    """Rings shuffled without a seed, as a loader might (numpy's default_rng() or
+    random.Random() draw fresh entropy from the system): another order in every process."""
+    import random
+
+    graphs = imbalanced_rings(num_graphs)
+    random.Random().shuffle(graphs)
+    return graphs
+
+
+def seeded_shuffled_rings(num_graphs: int = 80) -> list[Data]:
+    """The same, with the shuffle seeded: the same order in every process."""
+    import random
+
+    graphs = imbalanced_rings(num_graphs)
+    random.Random(0).shuffle(graphs)
+    return graphs
