@@ -211,3 +211,14 @@ def seeded_shuffled_rings(num_graphs: int = 80) -> list[Data]:
     graphs = imbalanced_rings(num_graphs)
     random.Random(0).shuffle(graphs)
     return graphs
+
+
+def rings_with_heat(num_graphs: int = 60) -> list[Data]:
+    """Rings and paths (the class) whose nodes carry a value each, ``heat`` (twice the first
+    feature): a graph-level and a node-level target on graphs with no causal-set origin."""
+    g = torch.Generator().manual_seed(0)
+    graphs = ring_graphs(num_graphs)
+    for graph in graphs:
+        graph.x = torch.randn(graph.num_nodes, 3, generator=g)
+        graph.heat = 2.0 * graph.x[:, :1]
+    return graphs

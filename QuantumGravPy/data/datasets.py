@@ -200,6 +200,8 @@ def in_memory_values(dataset: Dataset | list[Data], name: str) -> torch.Tensor |
         base, indices = dataset.dataset, list(dataset.indices)
     if isinstance(base, list):
         items = base if indices is None else [base[i] for i in indices]
+        if not items or any(name not in g for g in items):
+            return None  # a graph without it: the caller's own graphs have no provenance
         return torch.cat([torch.as_tensor(g[name]).reshape(-1, *g[name].shape[1:]) for g in items])
     if isinstance(base, InMemoryDataset):
         stored = (base._data[name], base.slices[name]) if name in base._data else None

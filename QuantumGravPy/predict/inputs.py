@@ -14,17 +14,38 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
+from torch_geometric.data import Data
+from torch_geometric.data.data import BaseData
 
 from ..config import Config
 from ..data import in_memory_values, split_dataset
+from ..data.datasets import check_dataset
 from ..data.stores import Samples, find_files, open_store
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..logs import get_logger
 
 SPLITS = ("all", "train", "val", "test")
+
+
+def given_graphs(inputs: Any) -> list[Data] | None:
+    """``inputs`` as graphs to predict on, when they are graphs (one ``Data`` or a list of
+    them, as users hold them) rather than paths; None for paths. Checked as ``data.dataset``'s
+    graphs are."""
+    if isinstance(inputs, BaseData):
+        inputs = [inputs]
+    if not isinstance(inputs, (list, tuple)) or not inputs:
+        return None
+    kinds = {isinstance(g, BaseData) for g in inputs}
+    if kinds == {False}:
+        return None
+    if kinds != {True}:
+        raise DataError("qg.predict: give paths of files or torch_geometric Data objects, not both")
+    check_dataset(list(inputs), source="qg.predict's graphs")
+    return list(inputs)
 
 
 def input_overrides(files: Sequence[str] | None, overrides: Sequence[str]) -> list[str]:

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.data import Batch
+from torch_geometric.data.data import BaseData
 
 from ..config import Config, config_to_dict, load_config, task_list
 from ..data import dataset_from_config, graph_feature_width, num_node_features
@@ -61,8 +63,13 @@ class LoadedModel:
 
     @torch.no_grad()
     def predict_batch(self, batch: Any) -> dict[str, Tensor]:
-        """Each task's predictions for a batch of graphs: class probabilities, the
-        probability of 1, or values in the target's units (as ``test_predictions.npz``)."""
+        """Each task's predictions for a batch of graphs (a ``Batch``, one ``Data`` or a list
+        of them): class probabilities, the probability of 1, or values in the target's units
+        (as ``test_predictions.npz``)."""
+        if isinstance(batch, BaseData) and not isinstance(batch, Batch):
+            batch = [batch]
+        if isinstance(batch, (list, tuple)):
+            batch = Batch.from_data_list(list(batch))
         batch = to_device(batch, self.device, self.float_dtype)
         with autocast(self.device, self.autocast_dtype):
             outputs = self.select(self.model(batch), batch)

@@ -22,12 +22,13 @@ from torch.utils.data import Subset
 from .. import logs
 from ..config import Config, load_config
 from ..data import SHARED_BUILD_MIN, dataset_from_config, make_loader
-from ..data.provenance import provenance
+from ..data.provenance import dataset_positions, provenance
 from ..errors import ConfigError
 from ..parallel import distributed, run_distributed
 from ..training.evaluation import Accumulated, Tester
 from .inputs import (
     elements,
+    given_graphs,
     input_overrides,
     labelled,
     select_split,
@@ -45,9 +46,12 @@ class _Job:
     checkpoint: Path
     split: str
     provenance: bool
+    graphs: list | None = None  # the caller's own graphs, in place of the config's data
 
 
 def _dataset(job: _Job, *, progress: bool, world_size: int = 1) -> Any:
+    if job.graphs is not None:
+        return job.graphs
     return dataset_from_config(
         job.config.data,
         progress=progress,
@@ -120,7 +124,7 @@ def predict_worker(rank: int, world_size: int, job: _Job) -> dict[str, Any] | No
 
 def predict(
     run_dir: str | Path,
-    files: Sequence[str] | None = None,
+    files: Sequence[str] | Any = None,
     *,
     checkpoint: str | Path | None = None,
     overrides: Sequence[str] = (),
@@ -131,9 +135,10 @@ def predict(
 ) -> Predictions:
     """Predict with the run in ``run_dir`` (its ``config.yaml``; weights of ``checkpoint``,
     default ``checkpoints/best.pt``) on ``files`` (paths or glob patterns of Zarr stores and
-    HDF5 files, read as the run's ``data.*`` says), or without them on the run's data source
-    as ``overrides`` change it; ``split`` picks a split of it (``train``, ``val``, ``test``:
-    as training drew them) instead of ``all``.
+    HDF5 files, read as the run's ``data.*`` says; or graphs: one torch_geometric ``Data`` or a
+    list of them, rows keyed by their position), or without them on the run's data source as
+    ``overrides`` change it; ``split`` picks a split of it (``train``, ``val``, ``test``: as
+    training drew them) instead of ``all``.
 
     ``world_size`` processes share the work (the result is the same for any number).
     Returns the tables; with ``output`` (.npz or .csv) they are also written there, never over
@@ -145,6 +150,9 @@ def predict(
     target = None if output is None else Path(output)
     if target is not None:
         check_output(target, overwrite=overwrite)
+    graphs = given_graphs(files)
+    if graphs is not None:
+        files = None
     config = load_config(config_path, input_overrides(files, overrides))
     logs.configure_logging(config.log_level)  # the preparation's and the batches' progress
     config = with_available_targets(config)
@@ -153,7 +161,8 @@ def predict(
     # each node's element as its file numbers it: only node-level tasks need it (and a cache
     # of their own); graphs record their file and sample in the training run's cache too
     nodes = any(t.level == "node" for t in tasks)
-    job = _Job(config, checkpoint, split, provenance=bool(config.data.files) and nodes)
+    from_files = bool(config.data.files) and graphs is None
+    job = _Job(config, checkpoint, split, provenance=from_files and nodes, graphs=graphs)
     env = distributed.process_env()
     if env is None:
         _dataset(job, progress=True, world_size=world_size)
@@ -164,7 +173,11 @@ def predict(
     if result is None:  # a rank other than 0 under torchrun or srun
         return Predictions({"index": np.zeros(0, dtype=np.int64)})
     dataset = select_split(_dataset(job, progress=False), config, split)
-    graphs = provenance(config, dataset)
+    if job.graphs is None:
+        graphs = provenance(config, dataset)
+    else:  # the caller's own: keyed by their position in what was given
+        index = dataset_positions(dataset)
+        graphs = {"source": np.full(len(index), "graphs"), "index": index}
     nodes: dict[str, np.ndarray] = {}
     for task in tasks:
         found = result["predictions"].get(task.name)
