@@ -7,12 +7,39 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 from ..errors import ConfigError, QGError, RunError, cause, in_user_code
 
 # A string naming an importable object, such as "torch.nn.CrossEntropyLoss".
 DottedPath = Annotated[str, "dotted-path"]
+
+# Folders of config files loaded by this process: a module beside a config is found there (as
+# in the current directory) when it is not on the Python path.
+CONFIG_FOLDERS: list[Path] = []
+
+
+def config_folder(path: Path) -> None:
+    """Remember the folder of a config file just loaded, for modules beside it."""
+    folder = path.resolve().parent
+    if folder not in CONFIG_FOLDERS:
+        CONFIG_FOLDERS.append(folder)
+
+
+def _beside(name: str) -> bool:
+    """Whether the config's folder or the current directory holds module ``name`` (a
+    ``name.py`` or a package ``name/``) and was not on the Python path: then it is put at its
+    end (after installed packages: it never shadows one), and spawned processes inherit it."""
+    for folder in [*CONFIG_FOLDERS, Path.cwd()]:
+        if (folder / f"{name}.py").is_file() or (folder / name / "__init__.py").is_file():
+            if str(folder) in sys.path:
+                return False
+            sys.path.append(str(folder))
+            importlib.invalidate_caches()
+            return True
+    return False
 
 
 def resolve(dotted: str, *, key: str) -> Any:
@@ -25,6 +52,8 @@ def resolve(dotted: str, *, key: str) -> Any:
         try:
             obj = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
+            if e.name == parts[0] and _beside(parts[0]):
+                return resolve(dotted, key=key)  # found beside the config: import it from there
             if e.name and module_name.startswith(e.name):
                 continue  # this prefix is not a module; try a shorter one
             # the module imports a package that is not installed
@@ -34,7 +63,11 @@ def resolve(dotted: str, *, key: str) -> Any:
             raise in_user_code(e, doing) or ConfigError(f"{key}: {doing} failed: {e!r}") from e
         break
     else:
-        raise ConfigError(f"{key}: cannot import {dotted!r} (no module named {parts[0]!r})")
+        looked = ", ".join(str(f) for f in dict.fromkeys([*CONFIG_FOLDERS, Path.cwd()]))
+        raise ConfigError(
+            f"{key}: cannot import {dotted!r} (no module named {parts[0]!r} on the Python path, "
+            f"nor in {looked}); put the folder holding {parts[0]}.py on PYTHONPATH"
+        )
     for i in range(split, len(parts)):
         try:
             obj = getattr(obj, parts[i])

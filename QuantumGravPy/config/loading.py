@@ -19,7 +19,7 @@ import yaml
 
 from ..errors import ConfigError
 from ..logs import get_logger
-from .dotted import resolve
+from .dotted import config_folder, resolve
 from .schema import Config
 
 
@@ -58,6 +58,7 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
         raise ConfigError(
             f"{path}: expected a mapping of keys at the top level, found {_kind(raw)}"
         )
+    config_folder(path)  # a module beside the config is found there
     try:
         return config_from_dict(apply_overrides(raw, overrides))
     except ConfigError as e:
