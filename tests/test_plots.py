@@ -198,3 +198,42 @@ def test_a_perfect_roc_curve_is_seen_along_the_frame(tmp_path):
     rows, cols = np.nonzero(curve)
     assert curve.sum() > 500  # two edges' length of a 2-point line
     assert np.ptp(rows) > 0.5 * pixels.shape[0] and np.ptp(cols) > 0.5 * pixels.shape[1]
+
+
+def test_a_multi_task_runs_curves_are_a_grid_and_named_classes_fit_the_matrix(
+    tmp_path, drawn, make_config, caplog
+):
+    """A four-task run's curves were one row of 7 panels (3010 x 380 pixels): a grid of at
+    most 3 a row; and the confusion matrix of graphs handed to the trainer (2 classes) under a
+    config of the generated data (3 dimensions) is drawn with numbers, where the run warned
+    that it could not write its plots."""
+    import user_data
+
+    import QuantumGravPy as qg
+    from QuantumGravPy.runs.plots import plot_curves
+
+    metrics = [f"val_{t}_{m}" for t in ("a", "b", "c") for m in ("accuracy", "f1_macro")]
+    history = [
+        {"epoch": e, "train_loss": 1.0 / e, "val_loss": 1.0 / e, "lr": 1e-3}
+        | {m: 0.5 for m in metrics}
+        for e in (1, 2, 3)
+    ]
+    plot_curves([("four tasks", history)], tmp_path / "curves.png", metrics)
+    figure = drawn.figure("curves.png")
+    rows = {}
+    for ax in figure.axes:
+        rows.setdefault(round(ax.get_position().y0, 3), []).append(ax)
+    assert len(figure.axes) >= 7 and len(rows) >= 3
+    assert max(len(r) for r in rows.values()) <= 3
+    width, height = figure.get_size_inches()
+    assert width / height < 2.5  # not a strip
+    config = make_config("training.num_epochs=1")
+    trainer = qg.Trainer(config, user_data.ring_graphs(60))
+    train_loader, val_loader, test_loader = trainer.prepare_dataloaders()
+    trainer.run_training(train_loader, val_loader)
+    trainer.run_test(test_loader)
+    trainer.close()
+    assert "could not write the plots" not in caplog.text
+    assert is_png(config.run_dir / "confusion_matrix.png")
+    labels = [t.get_text() for t in drawn.figure("confusion_matrix.png").axes[0].get_xticklabels()]
+    assert labels == ["0", "1"]

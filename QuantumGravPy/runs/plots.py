@@ -82,6 +82,9 @@ def read_run(path: str | Path) -> tuple[str, list[dict[str, float]]]:
     return path.resolve().name or str(path), history
 
 
+PANELS_PER_ROW = 3  # curves.png's panels a row
+
+
 def plot_curves(
     runs: Sequence[tuple[str, list[dict[str, float]]]],
     output: str | Path,
@@ -99,8 +102,14 @@ def plot_curves(
 
     output = Path(output)
     panels = _panels(metrics)
-    fig = new_figure(4.3 * len(panels), 3.8)
-    axes = fig.subplots(1, len(panels))
+    # a grid of at most PANELS_PER_ROW a row (a four-task run was one row of 7 panels)
+    cols = min(len(panels), PANELS_PER_ROW)
+    rows = -(-len(panels) // cols)
+    fig = new_figure(4.3 * cols, 3.8 * rows)
+    grid = fig.subplots(rows, cols, squeeze=False).ravel()
+    for spare in grid[len(panels) :]:
+        spare.remove()
+    axes = grid[: len(panels)]
     colors = [f"C{i % 10}" for i in range(len(runs))]
     for ax, (title, columns) in zip(axes, panels, strict=True):
         for (name, history), color in zip(runs, colors, strict=True):
@@ -281,6 +290,8 @@ def write_run_plots(
                 if task.target_name == "y"
                 else None
             )
+            if names is not None and len(names) != len(matrix):
+                names = None  # graphs handed to the trainer, not the config's data: numbers
             written.append(plot_confusion(matrix, file(CONFUSION), names, title))
         kept = predictions.get(name)
         if kept is None or not len(kept["true"]):
