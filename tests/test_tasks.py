@@ -372,3 +372,45 @@ from QuantumGravPy.tasks.classification import class_indices
 class_indices(torch.tensor([3], device="cuda"), (1, 2), task="kind")
 torch.cuda.synchronize()
 """
+
+
+def test_a_losss_own_arguments_weigh_the_training_and_bad_ones_are_named(make_config, capsys):
+    """tasks[i].loss_kwargs: a binary task's pos_weight (a list, handed over as a tensor)
+    makes the training loss torch's BCEWithLogitsLoss(pos_weight) of the outputs; a
+    classification task's class weights too; an argument the loss does not take, or a weight
+    of the wrong length, is one line naming the key."""
+    weighted = make_config(
+        *RINGS[:-1],
+        "tasks=[{name: ring, type: binary, target: y, loss_kwargs: {pos_weight: [4.0]}}]",
+        "training.num_epochs=1",
+    )
+    trainer = qg.Trainer(weighted)
+    (task,) = trainer.tasks
+    train_loader, _, _ = trainer.prepare_dataloaders()
+    batch = next(iter(train_loader))
+    outputs = trainer.model(batch)
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(
+        outputs[:, 0], batch.y.float(), pos_weight=torch.tensor([4.0])
+    )
+    torch.testing.assert_close(task.loss(outputs, batch), expected)
+    plain = torch.nn.functional.binary_cross_entropy_with_logits(outputs[:, 0], batch.y.float())
+    assert not torch.allclose(expected, plain)  # the weight changes the loss
+    trainer.close()
+    classes = make_config(
+        *RINGS[:-1],
+        "tasks=[{name: ring, target: y, loss_kwargs: {weight: [1.0, 3.0], label_smoothing: 0.1}}]",
+        "training.num_epochs=1",
+    )
+    _, history, _ = train(classes)
+    assert math.isfinite(history[0]["train_loss"])
+    path = classes.run_dir.parent / "weighted.yaml"
+    path.write_text(yaml.safe_dump(config_to_dict(classes)))
+    for kwargs, fragment in [
+        ("{pos_weight: [4.0]}", "got an unexpected keyword argument 'pos_weight'"),
+        ("{weight: [1.0, 2.0, 3.0]}", "weight tensor should be defined"),
+    ]:
+        task = f"tasks=[{{name: ring, target: y, loss_kwargs: {kwargs}}}]"
+        elsewhere = f"training.path={classes.run_dir.parent / 'refused'}"
+        refused = run_main(capsys, "train", path, task, elsewhere)
+        assert_refused(refused, "tasks[0].loss", fragment)
+        assert not (classes.run_dir.parent / "refused").exists()

@@ -8,16 +8,17 @@ where a target the data lacks or a task that cannot fit it is refused, naming th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import Dataset
 
-from ..config import Config, TaskConfig, resolve, task_list
+from ..config import Config, TaskConfig, check_kwargs, resolve, task_list
 from ..data import check_target, target_statistics, task_num_outputs
 from ..errors import ConfigError
 from ..models import task_output
@@ -81,6 +82,11 @@ class Task:
         if self.scaled:  # a standardised target: learnt in units of the training split's spread
             mean, std = self._scaling_like(target)
             target = (target - mean) / std
+        if isinstance(self.loss_fn, nn.Module):  # its weights (loss_kwargs) where outputs are
+            where = (outputs.device, torch.float64 if outputs.dtype == torch.float64 else None)
+            if self._copies.get("loss") != where:
+                self.loss_fn.to(outputs.device, where[1] or torch.float32)
+                self._copies["loss"] = where
         return self.loss_fn(outputs, target)
 
     def predictions(self, outputs: Tensor) -> Tensor:
@@ -135,8 +141,7 @@ def build_tasks(
             check_target(dataset, tc, target_key)
             num_outputs = task_num_outputs(dataset, tc, target_key, outputs_key)
         if explicit:
-            loss = resolve(tc.loss_name, key=f"tasks[{i}].loss")
-            tasks.append(Task(tc, num_outputs, loss() if isinstance(loss, type) else loss))
+            tasks.append(Task(tc, num_outputs, make_loss(tc, f"tasks[{i}]")))
         else:
             tasks.append(Task(tc, num_outputs, make_criterion(config.criterion), True))
     return tasks
@@ -218,6 +223,32 @@ def unpadded(outputs: Any, tasks: Sequence[Task], batch: Any) -> Any:
 
 def scalings(tasks: Sequence[Task]) -> dict[str, dict[str, list[float]] | None]:
     return {t.name: t.scaling() for t in tasks}
+
+
+def make_loss(tc: TaskConfig, key: str) -> Callable[..., Tensor]:
+    """A task's loss, called as ``loss(outputs, target)``: its class built with
+    ``loss_kwargs`` (lists of numbers as float tensors), or its function with them bound."""
+    loss = resolve(tc.loss_name, key=f"{key}.loss")
+    kwargs = {
+        k: torch.tensor(v, dtype=torch.float32) if _numbers(v) else v
+        for k, v in tc.loss_kwargs.items()
+    }
+    given = 0 if isinstance(loss, type) else 2  # a function also takes outputs and target
+    check_kwargs(loss, kwargs, f"{key}.loss_kwargs", given=given, name=tc.loss_name)
+    if isinstance(loss, type):
+        try:
+            return loss(**kwargs)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise ConfigError(f"{key}.loss_kwargs: {tc.loss_name} refused them: {e}") from e
+    return functools.partial(loss, **kwargs) if kwargs else loss
+
+
+def _numbers(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+    )
 
 
 def make_criterion(dotted: str) -> Callable[[Tensor, Any], Tensor]:
