@@ -105,6 +105,45 @@ def test_lr_scheduler_is_stepped_once_per_epoch(make_config):
     assert [row["lr"] for row in history] == pytest.approx([0.008, 0.004, 0.002])
 
 
+def one_cycle(extra: str = "") -> str:
+    return (
+        "training.lr_scheduler={type: torch.optim.lr_scheduler.OneCycleLR, "
+        f"kwargs: {{max_lr: 0.01{extra}}}, interval: step}}"
+    )
+
+
+def test_a_per_step_schedule_is_stepped_each_optimizer_step_and_resumes(make_config, tmp_path):
+    """interval: step: OneCycleLR over the run's optimizer steps (its length left out: 4 epochs
+    of 6 steps, 84 training graphs in batches of 16), each epoch's rate torch's own schedule
+    after the steps before it; a run stopped after 2 epochs and resumed equals the whole one.
+    ReduceLROnPlateau, a schedule of epochs' metrics, is refused per step."""
+    cfg = make_config(one_cycle(), "training.num_epochs=4", f"training.path={tmp_path / 'a'}")
+    _, history, _ = train(cfg)
+    reference = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.01)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(reference, max_lr=0.01, total_steps=24)
+    expected = []
+    for _ in range(4):
+        expected.append(reference.param_groups[0]["lr"])
+        for _ in range(6):
+            reference.step()
+            schedule.step()
+    assert [row["lr"] for row in history] == pytest.approx(expected, rel=1e-12)
+
+    def run(path, epochs, **kwargs):  # its length given: the same schedule when resumed longer
+        config = make_config(
+            one_cycle(", total_steps: 24"), f"training.num_epochs={epochs}",
+            f"training.path={path}", "early_stopping.enabled=false",
+        )  # fmt: skip
+        _, rows, _ = train(config, **kwargs)
+        return [{k: v for k, v in row.items() if k != "epoch_seconds"} for row in rows]
+
+    whole = run(tmp_path / "whole", 4)
+    run(tmp_path / "part", 2)
+    assert run(tmp_path / "part", 4, resume=True) == whole
+    with pytest.raises(qg.ConfigError, match="interval: step, but ReduceLROnPlateau"):
+        qg.Trainer(make_config(PLATEAU[:-1] + ", interval: step}", "training.num_epochs=1"))
+
+
 PLATEAU = (
     "training.lr_scheduler={type: torch.optim.lr_scheduler.ReduceLROnPlateau, "
     "kwargs: {patience: 0, factor: 0.5, threshold: 0}}"

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from ..errors import ConfigError
 from .checks import check_padding
 from .dotted import DottedPath, resolve
+from .optim import OptimizerConfig, SchedulerConfig
 from .tasks import TaskConfig, validate_tasks
 
 
@@ -214,18 +215,6 @@ class ModelConfig:
             raise ConfigError(
                 f"model.head_channels: expected positive sizes, found {list(self.head_channels)}"
             )
-
-
-@dataclass(frozen=True)
-class OptimizerConfig:
-    type: DottedPath = "torch.optim.AdamW"  # any torch.optim.Optimizer class
-    kwargs: dict[str, Any] = field(default_factory=lambda: {"lr": 0.003})  # its arguments
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    type: DottedPath  # e.g. torch.optim.lr_scheduler.CosineAnnealingLR; stepped once per epoch
-    kwargs: dict[str, Any] = field(default_factory=dict)  # its arguments besides the optimizer
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ def build_optimizer(
 
 
 # Schedules whose length is the run's, and the keyword that sets it: left out of the kwargs,
-# it is training.num_epochs (the trainer steps schedules once per epoch).
+# it is training.num_epochs (or, stepped per optimizer step, the run's optimizer steps).
 RUN_LENGTH = {"CosineAnnealingLR": "T_max", "OneCycleLR": "total_steps"}
 
 
@@ -47,8 +47,9 @@ def length_key(cls: Any) -> str | None:
 
 
 def schedule_notice(section: SchedulerConfig | None, num_epochs: int) -> str | None:
-    """A word when a schedule's length, given in its kwargs, is not the run's."""
-    if section is None:
+    """A word when a schedule's length, given in its kwargs, is not the run's (in epochs:
+    a schedule stepped per optimizer step counts steps)."""
+    if section is None or section.interval == "step":
         return None
     key = length_key(resolve(section.type, key="training.lr_scheduler.type"))
     length = section.kwargs.get(key) if key else None
@@ -72,6 +73,7 @@ def build_scheduler(
     metric: str,
     mode: str,
     num_epochs: int,
+    length: int | None = None,
 ) -> Any:
     """The scheduler, stepped once per epoch by the trainer; None for a constant rate.
 
@@ -95,7 +97,7 @@ def build_scheduler(
             )
     key = length_key(cls)
     if key is not None and key not in kwargs and "epochs" not in kwargs:
-        kwargs[key] = num_epochs
+        kwargs[key] = num_epochs if length is None else length  # the run's epochs, or steps
     check_kwargs(cls, kwargs, "training.lr_scheduler.kwargs", given=1, name=section.type)
     try:
         return cls(optimizer, **kwargs)
@@ -122,6 +124,9 @@ def step_groups(batches: Iterable, size: int) -> Iterator[list]:
 def step_scheduler(scheduler: Any, metric: float) -> None:
     """Step ``scheduler`` after an epoch: a plateau schedule on the monitored ``metric``."""
     if scheduler is None:
+        return
+    if hasattr(scheduler, "after_epoch"):  # a Schedule: training.lr_scheduler.interval
+        scheduler.after_epoch(metric)
         return
     if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
         scheduler.step(metric)
@@ -165,17 +170,3 @@ def optimizer_step(
         optimizer.step()
     finally:
         del optimizer.found_inf  # type: ignore[attr-defined]
-
-
-def build_optimization(
-    config: Any, parameters: Iterable[torch.nn.Parameter], strategy: Any
-) -> tuple[torch.optim.Optimizer, Any, torch.amp.GradScaler]:
-    """The optimizer over ``parameters`` (made by the parallel ``strategy``), its schedule and
-    the gradient scaler, from ``config`` (a Config: its training and early-stopping sections)."""
-    t, es = config.training, config.early_stopping
-    optimizer = build_optimizer(t.optimizer, parameters, strategy.optimizer)
-    scheduler = build_scheduler(
-        t.lr_scheduler, optimizer, metric=es.metrics[0], mode=es.mode, num_epochs=t.num_epochs
-    )
-    # Gradients of float16 losses underflow without scaling; bfloat16 has float32's range.
-    return optimizer, scheduler, strategy.grad_scaler(enabled=t.precision == "16")

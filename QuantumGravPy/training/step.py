@@ -55,9 +55,11 @@ class TrainingPass:
         no_sync: Callable[[], contextlib.AbstractContextManager],
         reduce: Callable[[torch.Tensor], torch.Tensor],
         compiling: Compiling | None = None,
+        schedule: Any = None,
     ):
         self.training, self.model, self.strategy = training, model, strategy
         self.compiling = compiling
+        self.schedule = schedule  # training.lr_scheduler: stepped here with interval: step
         self._budgets: tuple[Any, Budgets] | None = None  # (the graphs, their padding budgets)
         self.optimizer, self.scaler, self.ema = optimizer, scaler, ema
         self.monitor, self.state = monitor, state
@@ -78,6 +80,14 @@ class TrainingPass:
             found = budgets(graphs, self.training.batch_nodes, repeats=repeats)
             self._budgets = (graphs, found)
         return self._budgets[1]
+
+    def start(self, loader: Any) -> None:
+        """Training starts over ``loader``: a schedule stepped per optimizer step learns how
+        many steps an epoch takes."""
+        if self.schedule is not None:
+            k = self.batches_per_step
+            batches = len(loader) - len(loader) % k if self.training.drop_last else len(loader)
+            self.schedule.start(-(-batches // k))
 
     @property
     def batches_per_step(self) -> int:
@@ -164,6 +174,8 @@ class TrainingPass:
                 optimizer_step(self.optimizer, self.scaler, ok)
                 if self.ema is not None:
                     self.ema.update(self.model, ok)
+                if self.schedule is not None:
+                    self.schedule.after_step()
                 sums += step_sums if ok is True else torch.where(ok, step_sums, 0.0)
             state.global_step += 1
             monitor.lap("optimizer")

@@ -3,8 +3,7 @@
 Subclasses (TrainerDDP) change behaviour through the small hooks marked "hook" below; the loop in
 :meth:`Trainer.run_training` is the only epoch loop in the project. The trainer holds what it is
 made of, each built once and handed what it needs: the run's state (:mod:`.run_state`), its
-training pass (:mod:`.step`), checkpoints (:mod:`.checkpointing`) and records (:mod:`.records`).
-"""
+training pass (:mod:`.step`), checkpoints (:mod:`.checkpointing`), records (:mod:`.records`)."""
 
 from __future__ import annotations
 
@@ -45,9 +44,9 @@ from .evaluation import Evaluation, Tester, Validator, check_forward
 from .gradients import masks_on_device
 from .monitor import Monitor
 from .notices import log_start
-from .optim import build_optimization, step_scheduler
 from .records import RunRecords
 from .run_state import RunState
+from .schedule import build_optimization, step_scheduler
 from .spec import check_data, model_from_spec, model_spec
 from .step import TrainingPass
 from .tasks import Task, build_tasks, fit_scaling, select_outputs
@@ -149,7 +148,7 @@ class Trainer:
             scaler=self.scaler, ema=self.ema, monitor=self.monitor, state=self.state,
             device=self.device, float_dtype=self.float_dtype, world_size=self.world_size,
             show=self.is_main, autocast=self.autocast, no_sync=self.no_sync,
-            reduce=self.reduce_sums, compiling=self.compiling,
+            reduce=self.reduce_sums, compiling=self.compiling, schedule=self.lr_scheduler,
         )  # fmt: skip
         self._environment = environment  # of this process: in checkpoints and environment.json
         self.checkpoints = Checkpoints(
@@ -343,6 +342,7 @@ class Trainer:
     def _train_epochs(self, train_loader: DataLoader, val_loader: DataLoader) -> list[dict]:
         num_epochs, state = self.config.training.num_epochs, self.state
         self.on_train_start(train_loader)
+        self.training_pass.start(train_loader)  # a step schedule learns an epoch's steps
         state.restore_rng(rank=self.rank, device=self.device, seed=self.config.training.seed)
         while state.epoch < num_epochs and not state.ended:
             self.on_epoch_start(train_loader)

@@ -1,0 +1,102 @@
+"""``training.lr_scheduler`` stepped after each epoch or after each optimizer step.
+
+A schedule stepped per optimizer step (``interval: step``, as OneCycleLR is meant to be) whose
+length is left out lasts the run: ``num_epochs`` times the optimizer steps of an epoch, which
+are known once the training loader is; it is built when training starts, and a checkpoint's
+state read before then (resuming) waits for it. A resumed run replays the interrupted epoch
+from its start, with the schedule as it stood at the epoch's checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from ..config import SchedulerConfig, resolve
+from ..errors import ConfigError
+from .optim import build_optimizer, build_scheduler, length_key, step_scheduler
+
+
+class Schedule:
+    """The run's learning-rate schedule, with the scheduler's ``state_dict`` and
+    ``load_state_dict`` (for checkpoints); ``after_step()`` and ``after_epoch(metric)`` step it
+    at its interval."""
+
+    def __init__(
+        self,
+        section: SchedulerConfig,
+        optimizer: torch.optim.Optimizer,
+        *,
+        metric: str,
+        mode: str,
+        num_epochs: int,
+    ):
+        self.section, self.optimizer, self.num_epochs = section, optimizer, num_epochs
+        self.options = {"metric": metric, "mode": mode, "num_epochs": num_epochs}
+        self.per_step = section.interval == "step"
+        self.scheduler: Any = None
+        self._pending: dict | None = None  # a checkpoint's state, until the schedule is built
+        cls = resolve(section.type, key="training.lr_scheduler.type")
+        plateau = isinstance(cls, type) and issubclass(
+            cls, torch.optim.lr_scheduler.ReduceLROnPlateau
+        )
+        if self.per_step and plateau:
+            raise ConfigError(
+                "training.lr_scheduler.interval: step, but ReduceLROnPlateau follows a metric "
+                "of each epoch; use interval: epoch"
+            )
+        key = length_key(cls)
+        self.deferred = (
+            self.per_step and key is not None and key not in section.kwargs
+            and "epochs" not in section.kwargs
+        )  # fmt: skip
+        if not self.deferred:
+            self.scheduler = build_scheduler(section, optimizer, **self.options)
+
+    def start(self, steps_per_epoch: int) -> None:
+        """Training starts with ``steps_per_epoch`` optimizer steps an epoch: a step schedule
+        whose length was left out is built to last the run."""
+        if self.scheduler is not None:
+            return
+        length = self.num_epochs * max(steps_per_epoch, 1)
+        self.scheduler = build_scheduler(
+            self.section, self.optimizer, **self.options, length=length
+        )
+        if self._pending is not None:
+            self.scheduler.load_state_dict(self._pending)
+            self._pending = None
+
+    def after_step(self) -> None:
+        if self.per_step and self.scheduler is not None:
+            self.scheduler.step()
+
+    def after_epoch(self, metric: float) -> None:
+        if not self.per_step:
+            step_scheduler(self.scheduler, metric)
+
+    def state_dict(self) -> dict | None:
+        return self._pending if self.scheduler is None else self.scheduler.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.scheduler is None:
+            self._pending = state
+        else:
+            self.scheduler.load_state_dict(state)
+
+
+def build_optimization(
+    config: Any, parameters: Iterable[torch.nn.Parameter], strategy: Any
+) -> tuple[torch.optim.Optimizer, Any, torch.amp.GradScaler]:
+    """The optimizer over ``parameters`` (made by the parallel ``strategy``), its schedule and
+    the gradient scaler, from ``config`` (a Config: its training and early-stopping sections)."""
+    t, es = config.training, config.early_stopping
+    optimizer = build_optimizer(t.optimizer, parameters, strategy.optimizer)
+    scheduler = None
+    if t.lr_scheduler is not None:
+        scheduler = Schedule(
+            t.lr_scheduler, optimizer, metric=es.metrics[0], mode=es.mode, num_epochs=t.num_epochs
+        )
+    # Gradients of float16 losses underflow without scaling; bfloat16 has float32's range.
+    return optimizer, scheduler, strategy.grad_scaler(enabled=t.precision == "16")
