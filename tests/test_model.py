@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from conftest import train
 from torch_geometric.data import Batch
 
 import QuantumGravPy as qg
@@ -168,3 +169,33 @@ def test_node_context_lets_a_node_see_its_whole_graph_and_nothing_else(make_conf
         assert torch.allclose(batched, before, atol=1e-6)
     with pytest.raises(qg.ConfigError, match="model.node_context: only for the built-in"):
         make_config("model.type=torch.nn.Linear", "model.node_context=true")
+
+
+def test_edge_features_reach_an_edge_aware_conv_and_a_conv_that_ignores_them_is_named(
+    make_config, capsys, tmp_path
+):
+    """Rings whose class is only in their edges' features (edge_attr): GINEConv, given
+    edge_dim by the model, learns it; GraphConv, which takes no edge features, cannot, and the
+    run says so before training. Prediction rebuilds the edge-aware model from its checkpoint."""
+    import user_data
+
+    def run(conv, path):
+        config = make_config(
+            "data.dataset=user_data.rings_with_edge_signs", f"model.conv={conv}",
+            "training.num_epochs=8", "early_stopping.enabled=false", f"training.path={tmp_path / path}",
+        )  # fmt: skip
+        _, history, metrics = train(config)
+        return config, history, metrics
+
+    config, history, metrics = run("torch_geometric.nn.GINEConv", "gine")
+    assert history[-1]["val_accuracy"] == 1.0 and metrics["test_accuracy"] == 1.0
+    assert "does not read" not in capsys.readouterr().err
+    model = qg.load_model(config.run_dir)
+    assert model.model.edge_channels == 2
+    graphs = user_data.rings_with_edge_signs(8)
+    predicted = qg.predict(config.run_dir, graphs).graphs["y_class"]
+    assert predicted.tolist() == [int(g.y) for g in graphs]
+    capsys.readouterr()
+    _, history, _ = run("torch_geometric.nn.GraphConv", "graph")
+    assert history[-1]["val_accuracy"] < 0.8  # the nodes alike: nothing tells the classes apart
+    assert "edges carry 2 feature(s) (edge_attr), which model.conv" in capsys.readouterr().err

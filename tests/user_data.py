@@ -222,3 +222,24 @@ def rings_with_heat(num_graphs: int = 60) -> list[Data]:
         graph.x = torch.randn(graph.num_nodes, 3, generator=g)
         graph.heat = 2.0 * graph.x[:, :1]
     return graphs
+
+
+def rings_with_edge_signs(num_graphs: int = 120) -> list[Data]:
+    """Rings whose class is carried by their edges alone: every edge has a feature vector
+    (edge_attr, 2 numbers) whose first number is +1 in class 1 and -1 in class 0; the nodes
+    are all alike."""
+    g = torch.Generator().manual_seed(0)
+    graphs = []
+    for i in range(num_graphs):
+        n = 6 + i % 4
+        src = torch.arange(n)
+        ring = torch.stack([src, (src + 1) % n])
+        edges = torch.cat([ring, ring.flip(0)], dim=1)
+        sign = 1.0 if i % 2 else -1.0
+        attr = torch.stack(
+            [torch.full((edges.shape[1],), sign), torch.rand(edges.shape[1], generator=g)], 1
+        )
+        graphs.append(
+            Data(x=torch.ones(n, 2), edge_index=edges, edge_attr=attr, y=torch.tensor([i % 2]))
+        )
+    return graphs

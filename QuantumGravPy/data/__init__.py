@@ -63,6 +63,7 @@ from .samplers import (
 from .targets import (
     check_target,
     label_notice,
+    num_edge_features,
     num_node_features,
     target_statistics,
     task_num_outputs,
@@ -107,6 +108,7 @@ __all__ = [
     "label_notice",
     "make_loader",
     "make_train_loader",
+    "num_edge_features",
     "num_node_features",
     "read_files",
     "release_workers",

@@ -24,6 +24,16 @@ def num_node_features(dataset: Dataset | list[Data]) -> int:
     return dataset[0].x.shape[1]
 
 
+def num_edge_features(dataset: Dataset | list[Data]) -> int:
+    """How many features each edge of ``dataset`` has in ``edge_attr`` (read from the first
+    graph; one for a vector of one number an edge), 0 without them."""
+    first = dataset[0]
+    value = first.edge_attr if "edge_attr" in first else None
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        return 0
+    return 1 if value.dim() == 1 else int(value.shape[-1])
+
+
 def check_target(dataset: Dataset | list[Data], task: TaskConfig, key: str) -> None:
     """A clear error, naming ``key`` (``tasks[i].target``), when the first graph lacks the
     task's target or holds it in a shape that does not fit the task's level and kind."""

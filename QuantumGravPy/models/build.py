@@ -25,18 +25,27 @@ Outputs = Mapping[str, tuple[int, str]]
 
 
 def build_model(
-    section: ModelConfig, in_channels: int, outputs: Outputs, *, graph_feature_channels: int = 0
+    section: ModelConfig,
+    in_channels: int,
+    outputs: Outputs,
+    *,
+    graph_feature_channels: int = 0,
+    edge_channels: int = 0,
 ) -> nn.Module:
     """The model of the ``model:`` section for data with ``in_channels`` node features.
 
-    ``graph_feature_channels``: how many numbers ``model.graph_features`` add per graph.
+    ``graph_feature_channels``: how many numbers ``model.graph_features`` add per graph;
+    ``edge_channels``: the edge features (``edge_attr``) an edge-aware conv reads.
     """
     if section.type is None:
+        edges = {"edge_channels": edge_channels}
         if len(outputs) == 1 and next(iter(outputs.values()))[1] == "graph":
             ((num_outputs, _),) = outputs.values()  # one head, whose outputs are returned as is
-            return GNNModel.from_config(section, in_channels, num_outputs, graph_feature_channels)
+            return GNNModel.from_config(
+                section, in_channels, num_outputs, graph_feature_channels, **edges
+            )
         return GNNModel.from_config(
-            section, in_channels, None, graph_feature_channels, outputs=dict(outputs)
+            section, in_channels, None, graph_feature_channels, outputs=dict(outputs), **edges
         )
     cls = resolve(section.type, key="model.type")
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):

@@ -120,6 +120,7 @@ class GNNModel(nn.Module):
         graph_feature_channels: int = 0,
         node_context: bool = False,
         activation_checkpointing: bool = False,
+        edge_channels: int = 0,
     ):
         super().__init__()
         if (num_classes is None) == (outputs is None):
@@ -144,6 +145,11 @@ class GNNModel(nn.Module):
             # into steps of the size of the learning rate, which makes results depend on how
             # sums are ordered (and so on the number of processes). Set conv_kwargs.bias to keep it.
             kwargs["bias"] = False
+        # The data's edge features (edge_attr, edge_channels of them) reach a conv that reads
+        # them: one whose forward takes edge_attr, told their width where it takes edge_dim.
+        self.edge_channels = edge_channels if reads_edges(conv_cls) else 0
+        if self.edge_channels and "edge_dim" not in kwargs and _accepts(conv_cls, "edge_dim"):
+            kwargs["edge_dim"] = edge_channels
         self.act = _make_activation(act_cls)  # first: a wrong activation is named as such
         self.convs = nn.ModuleList(
             _make_conv(conv_cls, hidden_channels, kwargs, act_cls, given=conv_kwargs or {})
@@ -176,6 +182,7 @@ class GNNModel(nn.Module):
         graph_feature_channels: int = 0,
         *,
         outputs: Mapping[str, tuple[int, str]] | None = None,
+        edge_channels: int = 0,
     ) -> GNNModel:
         return cls(
             config.in_channels or in_channels,
@@ -195,10 +202,12 @@ class GNNModel(nn.Module):
             graph_feature_channels=graph_feature_channels,
             node_context=config.node_context,
             activation_checkpointing=config.activation_checkpointing,
+            edge_channels=edge_channels,
         )
 
     def forward(self, batch: Batch | Data) -> Tensor | dict[str, Tensor]:
         x, edge_index = batch.x, batch.edge_index
+        edges = batch.edge_attr.reshape(edge_index.shape[1], -1) if self.edge_channels else None
         index = (
             batch.batch if batch.batch is not None else x.new_zeros(x.shape[0], dtype=torch.long)
         )
@@ -210,9 +219,9 @@ class GNNModel(nn.Module):
         for conv, norm in zip(self.convs, self.norms, strict=True):
             if recompute:
                 x = checkpoint(self._block, conv, norm, x, edge_index, index, num_graphs,
-                               use_reentrant=False)  # fmt: skip
+                               edges, use_reentrant=False)  # fmt: skip
             else:
-                x = self._block(conv, norm, x, edge_index, index, num_graphs)
+                x = self._block(conv, norm, x, edge_index, index, num_graphs, edges)
         pooled_needed = self.head is not None or "graph" in self.levels.values()
         if not (pooled_needed or self.node_context):
             return {name: head(x) for name, head in self.heads.items()}
@@ -237,10 +246,10 @@ class GNNModel(nn.Module):
 
     def _block(
         self, conv: nn.Module, norm: nn.Module, x: Tensor, edge_index: Tensor, index: Tensor,
-        num_graphs: int,
+        num_graphs: int, edges: Tensor | None = None,
     ) -> Tensor:  # fmt: skip
         """One message-passing block: conv -> norm -> activation -> dropout (+ its input)."""
-        h = conv(x, edge_index)
+        h = conv(x, edge_index) if edges is None else conv(x, edge_index, edge_attr=edges.to(x))
         h = norm(h, index, num_graphs) if self.norm_kind in ("graph", "layer") else norm(h)
         h = self.dropout(self.act(h))
         return x + h if self.residual else h
@@ -310,6 +319,15 @@ class _Lambda(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fn(x)
+
+
+def reads_edges(conv_cls: Any) -> bool:
+    """Whether a message-passing layer reads edge features: its forward takes ``edge_attr``
+    (GINEConv, GATConv, TransformerConv, ...; GraphConv and GCNConv take one weight an edge)."""
+    try:
+        return "edge_attr" in inspect.signature(conv_cls.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
 
 
 def _accepts(cls: type, name: str) -> bool:

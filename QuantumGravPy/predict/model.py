@@ -137,6 +137,7 @@ def model_from_checkpoint(
         spec["in_channels"],
         {t.name: (t.num_outputs, t.level) for t in tasks},
         graph_feature_channels=spec["graph_feature_channels"],
+        edge_channels=spec.get("edge_channels", 0),
     )
     load_model_state(
         model,

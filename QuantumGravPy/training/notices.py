@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from ..config import Config, task_list
-from ..data import label_notice
+from ..config import Config, resolve, task_list
+from ..data import label_notice, num_edge_features
 from ..parallel.strategies import STRATEGIES
 from ..runs import reproducibility as rs
 from .optim import schedule_notice
@@ -60,6 +60,7 @@ def start_notices(
         for i, task in enumerate(task_list(config))
     ]
     notices.append(schedule_notice(config.training.lr_scheduler, config.training.num_epochs))
+    notices.append(_edge_notice(config, dataset))
     cores = _cores()
     if (device is None or device.type == "cpu") and local_processes > cores:
         notices.append(
@@ -131,3 +132,17 @@ def log_start(
         logger.warning("%s", notice)
     if note := invariance_note(config, processes):
         logger.info("%s", note)
+
+
+def _edge_notice(config: Config, dataset: Any) -> str | None:
+    """A word when the graphs' edges carry features the built-in model's conv does not read."""
+    from ..models.gnn import reads_edges
+
+    edges = num_edge_features(dataset) if config.model.type is None else 0
+    if not edges or reads_edges(resolve(config.model.conv, key="model.conv")):
+        return None
+    return (
+        f"the data's edges carry {edges} feature(s) (edge_attr), which model.conv "
+        f"{config.model.conv} does not read; an edge-aware conv does (torch_geometric.nn."
+        "GINEConv, GATConv, TransformerConv: given edge_dim by the model)"
+    )

@@ -12,10 +12,11 @@ from typing import Any
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..config import Config
-from ..data import graph_feature_width, num_node_features
+from ..config import Config, resolve
+from ..data import graph_feature_width, num_edge_features, num_node_features
 from ..errors import ConfigError, DataError
 from ..models import build_model
+from ..models.gnn import reads_edges
 from .tasks import Task, build_tasks
 
 
@@ -28,10 +29,18 @@ def model_spec(config: Config, dataset: Dataset | list, tasks: list[Task]) -> di
         raise ConfigError(
             f"model.in_channels: the data has {in_channels} node features, found {declared}"
         )
+    edge_channels = num_edge_features(dataset)
+    if edge_channels and config.training.pad_batches and config.model.type is None:
+        if reads_edges(resolve(config.model.conv, key="model.conv")):
+            raise ConfigError(
+                f"training.pad_batches: the data's edge features (edge_attr), which "
+                f"{config.model.conv} reads, are not padded; set pad_batches to false"
+            )
     return {
         "in_channels": in_channels,
         "outputs": {t.name: t.num_outputs for t in tasks},
         "graph_feature_channels": graph_feature_width(dataset, config.model.graph_features),
+        "edge_channels": edge_channels,
     }
 
 
@@ -43,6 +52,7 @@ def model_from_spec(config: Config, spec: dict[str, Any], tasks: list[Task]) -> 
         spec["in_channels"],
         {t.name: (t.num_outputs, t.level) for t in tasks},
         graph_feature_channels=spec["graph_feature_channels"],
+        edge_channels=spec.get("edge_channels", 0),  # 0 in the checkpoints of older versions
     )
 
 
