@@ -335,3 +335,32 @@ def test_sampler_kwargs_mistakes_are_config_errors(make_config):
     with pytest.raises(qg.ConfigError, match="training.sampler_kwargs: class_balanced got an "
                        "unexpected keyword argument 'bogus' .it takes num_samples.$"):  # fmt: skip
         trainer.prepare_dataloaders()
+
+
+def test_keep_best_keeps_the_k_best_epochs_checkpoints_and_no_other(make_config, tmp_path):
+    """training.keep_best: 3 over 6 epochs: exactly the 3 best epochs by val_loss (ties: the
+    earlier) remain as best_epoch_NNNN.pt, each holding that epoch's weights; a run stopped
+    after 3 epochs and resumed keeps the same files as the whole run."""
+
+    def run(path, epochs, **kwargs):
+        config = make_config(
+            "training.keep_best=3", f"training.num_epochs={epochs}", f"training.path={path}",
+            "early_stopping.enabled=false", "training.optimizer.kwargs={lr: 0.05}",
+        )  # fmt: skip
+        _, history, _ = train(config, **kwargs)
+        return config, history
+
+    config, history = run(tmp_path / "whole", 6)
+    ranked = sorted(history, key=lambda r: (r["val_loss"], r["epoch"]))
+    best = sorted(r["epoch"] for r in ranked[:3])
+    folder = config.run_dir / "checkpoints"
+    kept = sorted(int(p.stem.removeprefix("best_epoch_")) for p in folder.glob("best_epoch_*.pt"))
+    assert kept == best
+    for epoch in best:  # each holds its epoch: the validation loss it had
+        state = torch.load(folder / f"best_epoch_{epoch:04d}.pt", weights_only=True)
+        assert state["history"][-1]["epoch"] == epoch
+    run(tmp_path / "part", 3)
+    resumed, _ = run(tmp_path / "part", 6, resume=True)
+    assert sorted(p.name for p in (resumed.run_dir / "checkpoints").glob("best_epoch_*.pt")) == [
+        f"best_epoch_{e:04d}.pt" for e in best
+    ]

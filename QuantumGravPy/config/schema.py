@@ -250,6 +250,9 @@ class TrainingConfig:
     lr_scheduler: SchedulerConfig | None = None  # null: a constant learning rate
     num_workers: int = field(default=0, metadata=_NON_NEGATIVE)  # data-loading worker processes
     checkpoint_every: int = field(default=0, metadata=_NON_NEGATIVE)  # 0: only best and last
+    # also keep the k best epochs' checkpoints (by early_stopping.metric), as
+    # checkpoints/best_epoch_NNNN.pt; 1: best.pt alone
+    keep_best: int = field(default=1, metadata=_POSITIVE)
     # null (shuffle), class_balanced, progressive, weighted (graph attribute "weight"), or a
     # dotted path to f(dataset, **sampler_kwargs) -> Sampler; distributed automatically
     sampler: str | None = None

@@ -11,6 +11,7 @@ them raise if it fails, instead of waiting at the next collective).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ from .run_state import RunState
 from .timing import stragglers
 
 T = TypeVar("T")
+BEST_EPOCH = "best_epoch_"  # training.keep_best's checkpoints: best_epoch_NNNN.pt
 
 
 def _call(fn: Callable[[], T]) -> T:
@@ -85,6 +87,8 @@ class RunRecords:
                 self.checkpoints.save(f"epoch_{epoch:04d}.pt", contents)
             if improved:
                 self.checkpoints.save("best.pt", contents)
+            if self.config.training.keep_best > 1:
+                self.keep_best(contents)
             self.directory.track(row, rank_rows)
             self.checkpoints.save(rd.LAST, contents)
             self.directory.write_records(self.state.history, rank_rows)
@@ -98,6 +102,28 @@ class RunRecords:
             )  # fmt: skip
 
         self.share(write)
+
+    def keep_best(self, contents: dict) -> None:
+        """training.keep_best k: the k best epochs so far, by the first early-stopping column
+        in its direction (ties: the earlier epoch; NaN last), each as best_epoch_NNNN.pt; the
+        epoch just ended saved if it is one of them, a file of one that no longer is removed.
+        Worked out from the history, so a resumed run keeps the same files."""
+        stopping = self.early_stopping
+        column, sign = stopping.columns[0], 1 if stopping.first.mode == "min" else -1
+
+        def rank(row: dict) -> tuple:
+            value = row.get(column, math.nan)
+            return (math.isnan(value), sign * value if not math.isnan(value) else 0, row["epoch"])
+
+        best = sorted(self.state.history, key=rank)[: self.config.training.keep_best]
+        kept = {row["epoch"] for row in best}
+        epoch = self.state.epoch
+        if epoch in kept:
+            self.checkpoints.save(f"{BEST_EPOCH}{epoch:04d}.pt", contents)
+        for path in self.checkpoints.folder.glob(f"{BEST_EPOCH}*.pt"):
+            number = path.stem.removeprefix(BEST_EPOCH)
+            if number.isdigit() and int(number) not in kept:
+                path.unlink(missing_ok=True)
 
     def write_summary(
         self,
