@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,16 +17,22 @@ from ..errors import ConfigError, QGError, RunError, cause, in_user_code
 # A string naming an importable object, such as "torch.nn.CrossEntropyLoss".
 DottedPath = Annotated[str, "dotted-path"]
 
-# Folders of config files loaded by this process: a module beside a config is found there (as
-# in the current directory) when it is not on the Python path.
-CONFIG_FOLDERS: list[Path] = []
+# Folders of config files loaded by this process (or by the one that started it: kept in the
+# environment, which spawned ranks inherit): a module beside a config is found there, as in the
+# current directory, when it is not on the Python path.
+FOLDERS_VARIABLE = "QG_CONFIG_FOLDERS"
+CONFIG_FOLDERS: list[Path] = [
+    Path(f) for f in os.environ.get(FOLDERS_VARIABLE, "").split(os.pathsep) if f
+]
 
 
-def config_folder(path: Path) -> None:
-    """Remember the folder of a config file just loaded, for modules beside it."""
-    folder = path.resolve().parent
-    if folder not in CONFIG_FOLDERS:
-        CONFIG_FOLDERS.append(folder)
+def config_folder(path: Path, *, folder: bool = False) -> None:
+    """Remember the folder of a config file just loaded (or, with ``folder``, ``path`` itself:
+    where a run's config was loaded from when it trained), for modules beside it."""
+    found = path.resolve() if folder else path.resolve().parent
+    if found not in CONFIG_FOLDERS:
+        CONFIG_FOLDERS.append(found)
+        os.environ[FOLDERS_VARIABLE] = os.pathsep.join(map(str, CONFIG_FOLDERS))
 
 
 def _beside(name: str) -> bool:

@@ -20,6 +20,7 @@ from torch_geometric.data import Batch
 from torch_geometric.data.data import BaseData
 
 from ..config import Config, config_to_dict, load_config, task_list
+from ..config.dotted import config_folder
 from ..data import dataset_from_config, graph_feature_width, num_node_features
 from ..errors import CheckpointError, RunDirectoryError
 from ..models import build_model
@@ -91,6 +92,9 @@ def run_files(run_dir: str | Path, checkpoint: str | Path | None) -> tuple[Path,
             f"{run_dir}: not a run directory (no {rd.CONFIG}; a run directory is what training "
             "writes to training.path)"
         )
+    for entry in rd.read_environment(run_dir):  # modules beside the config it trained from
+        for folder in entry.get("config_folders", []):
+            config_folder(Path(folder), folder=True)
     if checkpoint is None:
         path = run_dir / rd.CHECKPOINTS / BEST
         if not path.is_file():

@@ -228,16 +228,19 @@ def read_ranks(path: Path, *, up_to: int | None = None) -> list[dict[str, float]
     return [row for row in rows if up_to is None or row.get("epoch", 0) <= up_to]
 
 
+def read_environment(path: Path) -> list[dict[str, Any]]:
+    """The run's starts and resumes from environment.json; none if it is missing or damaged."""
+    try:
+        entries = json.loads((Path(path) / ENVIRONMENT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
 def record_environment(path: Path, entry: dict[str, Any]) -> None:
-    """Append ``entry`` to the run's list of starts and resumes in environment.json."""
-    entries = []
-    if (path / ENVIRONMENT).exists():
-        try:
-            entries = json.loads((path / ENVIRONMENT).read_text(encoding="utf-8"))
-        except ValueError:
-            entries = []  # a damaged record is replaced rather than stopping the run
-        if not isinstance(entries, list):
-            entries = []
+    """Append ``entry`` to the run's list of starts and resumes in environment.json (a
+    damaged record is replaced rather than stopping the run)."""
+    entries = read_environment(path)
     write_atomic(path / ENVIRONMENT, json.dumps([*entries, entry], indent=2) + "\n")
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..config import Config
+from ..config.dotted import CONFIG_FOLDERS
 
 # --- random states -------------------------------------------------------------------------------
 
@@ -127,6 +128,9 @@ def environment(device: torch.device | None = None, world_size: int = 1) -> dict
     env: dict[str, Any] = {
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": list(sys.argv),
+        # where its config files were: modules named in them beside them (qg predict finds
+        # them there again)
+        "config_folders": [str(f) for f in CONFIG_FOLDERS],
         "quantumgravpy": installed("QuantumGravPy"),
         "python": platform.python_version(),
         **{name: installed(name) for name in NUMERIC_PACKAGES},
