@@ -6,9 +6,11 @@ import pickle
 
 import pytest
 import torch
+import yaml
 from conftest import train
 
 import QuantumGravPy as qg
+from QuantumGravPy.config import config_to_dict
 from QuantumGravPy.data import make_loader
 from QuantumGravPy.runs.checkpoint import save_checkpoint
 from QuantumGravPy.training import TrainingDivergedError
@@ -364,3 +366,64 @@ def test_keep_best_keeps_the_k_best_epochs_checkpoints_and_no_other(make_config,
     assert sorted(p.name for p in (resumed.run_dir / "checkpoints").glob("best_epoch_*.pt")) == [
         f"best_epoch_{e:04d}.pt" for e in best
     ]
+
+
+def recorded(path):
+    import json
+    from pathlib import Path
+
+    found = {}
+    for file in sorted(Path(path).parent.glob(Path(path).name + ".*")):
+        found[int(file.suffix[1:])] = [json.loads(line) for line in file.read_text().splitlines()]
+    return found
+
+
+@pytest.mark.timeout(240)
+def test_callbacks_are_told_of_each_point_of_a_run_on_the_ranks_they_ask_for(
+    make_config, tmp_path, capsys
+):
+    """training.callbacks: a user's object hears the run start, each epoch's row, each
+    checkpoint written, the end of training and the test, in that order, on the first process
+    (or every one, with every_rank); a failing callback is one line naming it and its method;
+    a class with none of the methods is refused when the trainer is built."""
+    from conftest import assert_refused, run_main
+
+    log = tmp_path / "calls"
+    config = make_config(
+        "training.num_epochs=2", "early_stopping.enabled=false",
+        f"training.callbacks=[{{type: user_data.Recorder, kwargs: {{path: '{log}'}}}}]",
+    )  # fmt: skip
+    _, history, metrics = train(config)
+    calls = recorded(log)[0]
+    points = [c["point"] for c in calls]
+    assert points[0] == "on_train_start" and points[-2:] == ["on_train_end", "on_test_end"]
+    epochs = [c for c in calls if c["point"] == "on_epoch_end"]
+    assert [(c["epoch"], c["val_loss"]) for c in epochs] == [
+        (r["epoch"], r["val_loss"]) for r in history
+    ]
+    saved = [c["name"] for c in calls if c["point"] == "on_checkpoint"]
+    assert saved.count("last.pt") == 2 and "best.pt" in saved
+    assert calls[-1]["test_loss"] == metrics["test_loss"]
+    # two processes: the first only, or every rank with every_rank
+    for every, ranks in ((False, [0]), (True, [0, 1])):
+        path = tmp_path / f"ddp-{every}"
+        hooks = f"[{{type: user_data.Recorder, kwargs: {{path: '{path}', every_rank: {str(every).lower()}}}}}]"
+        cfg = tmp_path / f"c-{every}.yaml"
+        cfg.write_text(yaml.safe_dump(config_to_dict(config)))
+        result = run_main(
+            capsys, "train", cfg, "parallel.world_size=2", f"training.callbacks={hooks}",
+            f"training.path={tmp_path / f'run-{every}'}",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        found = recorded(path)
+        assert sorted(found) == ranks
+        assert all(c["point"] != "on_checkpoint" for c in found.get(1, []))  # the writer's only
+    failing = f"[{{type: user_data.Recorder, kwargs: {{path: '{log}2', fail_at: on_epoch_end}}}}]"
+    result = run_main(capsys, "train", cfg, f"training.callbacks={failing}",
+                      f"training.path={tmp_path / 'failing'}")  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert "on_epoch_end failed on purpose" in line and "user_data.Recorder.on_epoch_end" in line
+    refused = run_main(capsys, "train", cfg, "training.callbacks=[{type: user_data.NoHooks}]",
+                       f"training.path={tmp_path / 'refused'}")  # fmt: skip
+    assert_refused(refused, "training.callbacks[0]", "none of the methods")

@@ -243,3 +243,38 @@ def rings_with_edge_signs(num_graphs: int = 120) -> list[Data]:
             Data(x=torch.ones(n, 2), edge_index=edges, edge_attr=attr, y=torch.tensor([i % 2]))
         )
     return graphs
+
+
+class Recorder:
+    """A training.callbacks object: appends what it is told to a JSON-lines file of its own
+    (``path``, with the rank in its name), to be read back by a test."""
+
+    def __init__(self, path: str, every_rank: bool = False, fail_at: str | None = None):
+        self.path, self.every_rank, self.fail_at = path, every_rank, fail_at
+
+    def _write(self, trainer, point, **what):
+        import json
+
+        if point == self.fail_at:
+            raise ValueError(f"{point} failed on purpose")
+        with open(f"{self.path}.{trainer.rank}", "a") as f:
+            f.write(json.dumps({"point": point, **what}) + "\n")
+
+    def on_train_start(self, trainer):
+        self._write(trainer, "on_train_start")
+
+    def on_epoch_end(self, trainer, row):
+        self._write(trainer, "on_epoch_end", epoch=row["epoch"], val_loss=row["val_loss"])
+
+    def on_checkpoint(self, trainer, path):
+        self._write(trainer, "on_checkpoint", name=str(path).rsplit("/", 1)[-1])
+
+    def on_train_end(self, trainer, history):
+        self._write(trainer, "on_train_end", epochs=len(history))
+
+    def on_test_end(self, trainer, metrics):
+        self._write(trainer, "on_test_end", test_loss=metrics["test_loss"])
+
+
+class NoHooks:
+    """Not a callback: none of the methods."""

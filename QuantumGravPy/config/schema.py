@@ -16,6 +16,7 @@ from typing import Any, Literal
 from ..errors import ConfigError
 from .checks import check_padding
 from .dotted import DottedPath, resolve
+from .hooks import CallbackConfig
 from .optim import OptimizerConfig, SchedulerConfig
 from .tasks import TaskConfig, validate_tasks
 
@@ -253,6 +254,7 @@ class TrainingConfig:
     # also keep the k best epochs' checkpoints (by early_stopping.metric), as
     # checkpoints/best_epoch_NNNN.pt; 1: best.pt alone
     keep_best: int = field(default=1, metadata=_POSITIVE)
+    callbacks: tuple[CallbackConfig, ...] = ()  # called at points of the run (docs: Training)
     # null (shuffle), class_balanced, progressive, weighted (graph attribute "weight"), or a
     # dotted path to f(dataset, **sampler_kwargs) -> Sampler; distributed automatically
     sampler: str | None = None

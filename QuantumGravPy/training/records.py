@@ -19,6 +19,7 @@ from ..config import Config, shown_columns
 from ..data.provenance import provenance, with_sources
 from ..runs import directory as rd
 from ..runs.run_directory import RunDirectory
+from .callbacks import Callbacks
 from .checkpointing import Checkpoints
 from .early_stopping import MetricStopping
 from .run_state import RunState
@@ -48,11 +49,15 @@ class RunRecords:
         world_size: int,
         judged: bool = False,
         share: Callable[[Callable[[], Any]], Any] = _call,
+        trainer: Any = None,
     ):
         self.config, self.directory, self.checkpoints = config, directory, checkpoints
         self.state, self.early_stopping, self.logger = state, early_stopping, logger
         self.world_size, self.judged, self.share = world_size, judged, share
         self.opened = False  # on every process, once open() has run
+        # training.callbacks, told of the records as they are written
+        main = getattr(trainer, "is_main", True)
+        self.callbacks = Callbacks(config.training.callbacks, trainer, main=main)
 
     def open(self, environment: dict[str, Any], *, resuming: bool) -> None:
         """Open the run directory (config.yaml, train.log; ``resuming``, the directory's run
@@ -70,6 +75,7 @@ class RunRecords:
             )
         )
         self.opened = True
+        self.callbacks("on_train_start")
 
     def write_epoch(
         self, row: dict[str, Any], improved: bool, contents: dict, rank_rows: list[dict]
@@ -83,14 +89,17 @@ class RunRecords:
 
         def write() -> None:
             epoch, every = self.state.epoch, self.config.training.checkpoint_every
+            saved = []
             if every and epoch % every == 0:
-                self.checkpoints.save(f"epoch_{epoch:04d}.pt", contents)
+                saved.append(self.checkpoints.save(f"epoch_{epoch:04d}.pt", contents))
             if improved:
-                self.checkpoints.save("best.pt", contents)
+                saved.append(self.checkpoints.save("best.pt", contents))
             if self.config.training.keep_best > 1:
-                self.keep_best(contents)
+                saved += self.keep_best(contents)
             self.directory.track(row, rank_rows)
-            self.checkpoints.save(rd.LAST, contents)
+            saved.append(self.checkpoints.save(rd.LAST, contents))
+            for path in saved:
+                self.callbacks("on_checkpoint", path, main_only=True)
             self.directory.write_records(self.state.history, rank_rows)
             for line in stragglers(rank_rows, self.config.monitor.straggler_ratio):
                 self.logger.warning("straggler: %s", line)
@@ -102,8 +111,9 @@ class RunRecords:
             )  # fmt: skip
 
         self.share(write)
+        self.callbacks("on_epoch_end", row)
 
-    def keep_best(self, contents: dict) -> None:
+    def keep_best(self, contents: dict) -> list:
         """training.keep_best k: the k best epochs so far, by the first early-stopping column
         in its direction (ties: the earlier epoch; NaN last), each as best_epoch_NNNN.pt; the
         epoch just ended saved if it is one of them, a file of one that no longer is removed.
@@ -117,13 +127,14 @@ class RunRecords:
 
         best = sorted(self.state.history, key=rank)[: self.config.training.keep_best]
         kept = {row["epoch"] for row in best}
-        epoch = self.state.epoch
+        epoch, saved = self.state.epoch, []
         if epoch in kept:
-            self.checkpoints.save(f"{BEST_EPOCH}{epoch:04d}.pt", contents)
+            saved.append(self.checkpoints.save(f"{BEST_EPOCH}{epoch:04d}.pt", contents))
         for path in self.checkpoints.folder.glob(f"{BEST_EPOCH}*.pt"):
             number = path.stem.removeprefix(BEST_EPOCH)
             if number.isdigit() and int(number) not in kept:
                 path.unlink(missing_ok=True)
+        return saved
 
     def write_summary(
         self,
@@ -151,6 +162,10 @@ class RunRecords:
             self.directory.write_summary(summary, test_metrics, rows)
 
         self.share(write)
+        if test_metrics is None:
+            self.callbacks("on_train_end", state.history)
+        else:
+            self.callbacks("on_test_end", test_metrics)
 
     def close(self, *, complete: bool) -> None:
         """Close the trackers (``complete``: the run trained to its end), detach the log."""

@@ -163,7 +163,7 @@ class Trainer:
             log_prefix=self.log_prefix, overwrite=overwrite, tags=tags,
         )  # fmt: skip
         self.records = RunRecords(
-            config=config, directory=directory, checkpoints=self.checkpoints,
+            config=config, directory=directory, checkpoints=self.checkpoints, trainer=self,
             state=self.state, early_stopping=self.early_stopping, logger=self.logger,
             world_size=self.world_size, judged=judge is not None, share=self.on_main,
         )  # fmt: skip

@@ -1,0 +1,73 @@
+"""``training.callbacks``: the user's objects, called at points of a run.
+
+A callback is a class named by its dotted path in ``training.callbacks`` (with its ``kwargs``),
+built once per process, with any of these methods (each left out is not called)::
+
+    class Notify:
+        every_rank = False                      # True: called in every process, not only the first
+
+        def on_train_start(self, trainer): ...
+        def on_epoch_end(self, trainer, row): ...   # row: the epoch's history.csv row (a dict)
+        def on_checkpoint(self, trainer, path): ... # a checkpoint just written (first process only)
+        def on_train_end(self, trainer, history): ...
+        def on_test_end(self, trainer, metrics): ...
+
+``trainer`` is the run's :class:`~QuantumGravPy.Trainer` (or TrainerDDP): its ``config``,
+``model``, ``optimizer``, ``rank``, ``run_dir`` and so on. Callbacks look and record; what they
+change in the trainer is theirs to answer for. An exception in one ends the run as any error in
+the user's code does: one line naming the callback, the method and the line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..config import check_kwargs, resolve
+from ..config.hooks import CallbackConfig
+from ..errors import ConfigError, QGError, RunError, cause, in_user_code
+
+POINTS = ("on_train_start", "on_epoch_end", "on_checkpoint", "on_train_end", "on_test_end")
+
+
+class Callbacks:
+    """The callbacks of ``sections`` (``training.callbacks``) for ``trainer``, in this process
+    (``main``: the first process, where callbacks run unless they say ``every_rank``)."""
+
+    def __init__(self, sections: Sequence[CallbackConfig], trainer: Any, *, main: bool):
+        self.trainer, self.main = trainer, main
+        self.items: list[tuple[str, Any]] = []
+        for i, section in enumerate(sections):
+            key = f"training.callbacks[{i}]"
+            cls = resolve(section.type, key=f"{key}.type")
+            check_kwargs(cls, dict(section.kwargs), f"{key}.kwargs", name=section.type)
+            try:
+                obj = cls(**section.kwargs)
+            except (QGError, RunError):
+                raise
+            except Exception as e:
+                doing = f"building {key} {section.type}"
+                mistake = ConfigError(f"{key}: {doing} failed: {cause(e)}")
+                raise in_user_code(e, doing) or mistake from e
+            if not any(callable(getattr(obj, p, None)) for p in POINTS):
+                raise ConfigError(
+                    f"{key}: {section.type} has none of the methods a callback may have "
+                    f"({', '.join(POINTS)})"
+                )
+            self.items.append((section.type, obj))
+
+    def __call__(self, point: str, *args: Any, main_only: bool = False) -> None:
+        """Call each callback's ``point`` method with the trainer and ``args``, where it runs."""
+        for name, obj in self.items:
+            method = getattr(obj, point, None)
+            if method is None:
+                continue
+            if not self.main and (main_only or not getattr(obj, "every_rank", False)):
+                continue
+            try:
+                method(self.trainer, *args)
+            except (QGError, RunError):
+                raise
+            except Exception as e:
+                doing = f"in training.callbacks {name}.{point}"
+                raise in_user_code(e, doing) or RunError(f"{cause(e)} {doing}") from e
