@@ -181,3 +181,20 @@ def test_a_data_function_beside_the_config_or_in_the_working_folder_is_found(tmp
     line = missing.stderr.strip().splitlines()[-1]
     assert "no module named 'theirdata'" in line and str(project) in line, line
     assert "put the folder holding theirdata.py on PYTHONPATH" in line
+
+
+def test_the_digest_of_the_same_graphs_is_the_same_whatever_objects_they_carry():
+    """Objects among a graph's attributes count by their type: their repr may hold an address
+    (another in every process) and a set's order follows the process's hash seed."""
+    from torch_geometric.data import Data
+
+    from QuantumGravPy.data.digest import digest
+
+    def graphs(tag):
+        return [Data(x=torch.ones(2, 1), edge_index=torch.tensor([[0], [1]]), tag=tag, note="a")]
+
+    assert digest(graphs(object())) == digest(graphs(object()))
+    assert digest(graphs({"p", "q"})) == digest(graphs({"q", "p"}))
+    changed = graphs(None)
+    changed[0].x[0, 0] = 2.0
+    assert digest(changed) != digest(graphs(None))

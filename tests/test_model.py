@@ -199,3 +199,17 @@ def test_edge_features_reach_an_edge_aware_conv_and_a_conv_that_ignores_them_is_
     _, history, _ = run("torch_geometric.nn.GraphConv", "graph")
     assert history[-1]["val_accuracy"] < 0.8  # the nodes alike: nothing tells the classes apart
     assert "edges carry 2 feature(s) (edge_attr), which model.conv" in capsys.readouterr().err
+
+
+def test_an_edge_aware_model_takes_a_graph_without_edges_and_names_missing_edge_features():
+    from torch_geometric.data import Data
+
+    from QuantumGravPy.models.gnn import GNNModel
+
+    model = GNNModel(2, 2, conv="torch_geometric.nn.GINEConv", edge_channels=3).eval()
+    lonely = Data(x=torch.ones(1, 2), edge_index=torch.zeros(2, 0, dtype=torch.long),
+                  edge_attr=torch.zeros(0, 3))  # fmt: skip
+    assert model(Batch.from_data_list([lonely])).shape == (1, 2)
+    bare = Data(x=torch.ones(2, 2), edge_index=torch.tensor([[0], [1]]))
+    with pytest.raises(ValueError, match="reads 3 edge feature"):
+        model(Batch.from_data_list([bare]))

@@ -142,6 +142,18 @@ def test_a_per_step_schedule_is_stepped_each_optimizer_step_and_resumes(make_con
     whole = run(tmp_path / "whole", 4)
     run(tmp_path / "part", 2)
     assert run(tmp_path / "part", 4, resume=True) == whole
+    # its length left out (built when training starts): stopped after epoch 2, resumed
+    stop = (
+        f"training.callbacks=[{{type: user_data.StopOnce, kwargs: {{marker: '{tmp_path / 'm'}'}}}}]"
+    )
+    stopped = make_config(
+        one_cycle(), "training.num_epochs=4", f"training.path={tmp_path / 's'}", stop
+    )
+    with pytest.raises(qg.RunError, match="stopped after epoch 2"):
+        train(stopped)
+    _, resumed, _ = train(stopped, resume=True)
+    assert [row["lr"] for row in resumed] == [row["lr"] for row in history]
+    assert [row["train_loss"] for row in resumed] == [row["train_loss"] for row in history]
     with pytest.raises(qg.ConfigError, match="interval: step, but ReduceLROnPlateau"):
         qg.Trainer(make_config(PLATEAU[:-1] + ", interval: step}", "training.num_epochs=1"))
 

@@ -39,7 +39,8 @@ def _beside(name: str) -> bool:
     """Whether the config's folder or the current directory holds module ``name`` (a
     ``name.py`` or a package ``name/``) and was not on the Python path: then it is put at its
     end (after installed packages: it never shadows one), and spawned processes inherit it."""
-    for folder in [*CONFIG_FOLDERS, Path.cwd()]:
+    # the config loaded last first: a module of the same name beside an earlier one is not it
+    for folder in [*reversed(CONFIG_FOLDERS), Path.cwd()]:
         if (folder / f"{name}.py").is_file() or (folder / name / "__init__.py").is_file():
             if str(folder) in sys.path:
                 return False

@@ -29,7 +29,8 @@ FIRST = 10_000  # graphs compared one by one to name the first that differs
 
 
 def graph_digest(graph: Any) -> bytes:
-    """16 bytes that change with any attribute of ``graph``: its name, dtype, shape or value."""
+    """16 bytes that change with any tensor, number or string attribute of ``graph``: its
+    name, dtype, shape or value (other objects count by their type alone)."""
     h = hashlib.blake2b(digest_size=16)
     for key, value in sorted(graph.to_dict().items()):
         h.update(key.encode())
@@ -37,8 +38,10 @@ def graph_digest(graph: Any) -> bytes:
             h.update(f"{value.dtype}{tuple(value.shape)}".encode())
             flat = value.detach().cpu().contiguous().reshape(-1)
             h.update(flat.view(torch.uint8).numpy())  # hashed in place, not copied
-        else:
+        elif isinstance(value, (bool, int, float, str, bytes)) or value is None:
             h.update(repr(value).encode())
+        else:  # an object's repr may hold its address, a set's order the process's hash seed
+            h.update(type(value).__name__.encode())
     return h.digest()
 
 

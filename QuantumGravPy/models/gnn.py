@@ -207,7 +207,14 @@ class GNNModel(nn.Module):
 
     def forward(self, batch: Batch | Data) -> Tensor | dict[str, Tensor]:
         x, edge_index = batch.x, batch.edge_index
-        edges = batch.edge_attr.reshape(edge_index.shape[1], -1) if self.edge_channels else None
+        edges = None
+        if self.edge_channels:  # built for edge features: every batch must bring them
+            if getattr(batch, "edge_attr", None) is None:
+                raise ValueError(
+                    f"the model reads {self.edge_channels} edge feature(s) (edge_attr), and "
+                    "these graphs have none"
+                )
+            edges = batch.edge_attr.reshape(edge_index.shape[1], self.edge_channels)
         index = (
             batch.batch if batch.batch is not None else x.new_zeros(x.shape[0], dtype=torch.long)
         )

@@ -155,7 +155,8 @@ def predict(
         files = None
     config = load_config(config_path, input_overrides(files, overrides))
     logs.configure_logging(config.log_level)  # the preparation's and the batches' progress
-    config = with_available_targets(config)
+    if graphs is None:  # the files' labels; graphs given hold theirs or not
+        config = with_available_targets(config)
     # the model is loaded once here: a checkpoint that does not fit fails before data is read
     tasks = model_from_checkpoint(config, checkpoint, "cpu").tasks
     # each node's element as its file numbers it: only node-level tasks need it (and a cache

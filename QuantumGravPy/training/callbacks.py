@@ -56,13 +56,14 @@ class Callbacks:
                 )
             self.items.append((section.type, obj))
 
-    def __call__(self, point: str, *args: Any, main_only: bool = False) -> None:
-        """Call each callback's ``point`` method with the trainer and ``args``, where it runs."""
+    def __call__(self, point: str, *args: Any, every_rank: bool = False) -> None:
+        """Call ``point`` with the trainer and ``args`` on the callbacks that run here: with
+        ``every_rank`` those that say so, in every process; else the others, on the first."""
+        if not every_rank and not self.main:
+            return
         for name, obj in self.items:
             method = getattr(obj, point, None)
-            if method is None:
-                continue
-            if not self.main and (main_only or not getattr(obj, "every_rank", False)):
+            if method is None or bool(getattr(obj, "every_rank", False)) != every_rank:
                 continue
             try:
                 method(self.trainer, *args)

@@ -75,7 +75,7 @@ class RunRecords:
             )
         )
         self.opened = True
-        self.callbacks("on_train_start")
+        self.tell("on_train_start")
 
     def write_epoch(
         self, row: dict[str, Any], improved: bool, contents: dict, rank_rows: list[dict]
@@ -98,8 +98,9 @@ class RunRecords:
                 saved += self.keep_best(contents)
             self.directory.track(row, rank_rows)
             saved.append(self.checkpoints.save(rd.LAST, contents))
-            for path in saved:
-                self.callbacks("on_checkpoint", path, main_only=True)
+            for path in saved:  # on the process that wrote them
+                self.callbacks("on_checkpoint", path)
+                self.callbacks("on_checkpoint", path, every_rank=True)
             self.directory.write_records(self.state.history, rank_rows)
             for line in stragglers(rank_rows, self.config.monitor.straggler_ratio):
                 self.logger.warning("straggler: %s", line)
@@ -111,7 +112,7 @@ class RunRecords:
             )  # fmt: skip
 
         self.share(write)
-        self.callbacks("on_epoch_end", row)
+        self.tell("on_epoch_end", row)
 
     def keep_best(self, contents: dict) -> list:
         """training.keep_best k: the k best epochs so far, by the first early-stopping column
@@ -163,9 +164,16 @@ class RunRecords:
 
         self.share(write)
         if test_metrics is None:
-            self.callbacks("on_train_end", state.history)
+            self.tell("on_train_end", state.history)
         else:
-            self.callbacks("on_test_end", test_metrics)
+            self.tell("on_test_end", test_metrics)
+
+    def tell(self, point: str, *args: Any) -> None:
+        """training.callbacks' ``point``: the first process's through ``share`` (a failure
+        there ends every process rather than leaving them waiting), then every process's own."""
+        if self.callbacks.items:
+            self.share(lambda: self.callbacks(point, *args))
+            self.callbacks(point, *args, every_rank=True)
 
     def close(self, *, complete: bool) -> None:
         """Close the trackers (``complete``: the run trained to its end), detach the log."""

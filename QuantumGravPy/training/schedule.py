@@ -55,18 +55,35 @@ class Schedule:
         if not self.deferred:
             self.scheduler = build_scheduler(section, optimizer, **self.options)
 
-    def start(self, steps_per_epoch: int) -> None:
+    def start(self, steps_per_epoch: int, *, fixed: bool = True) -> None:
         """Training starts with ``steps_per_epoch`` optimizer steps an epoch: a step schedule
-        whose length was left out is built to last the run."""
+        whose length was left out is built to last the run. ``fixed``: whether every epoch
+        takes that many (node-budget batches are packed anew each epoch: their number varies,
+        and a schedule stepped past its end fails)."""
         if self.scheduler is not None:
             return
+        if not fixed:
+            key = length_key(resolve(self.section.type, key="training.lr_scheduler.type"))
+            raise ConfigError(
+                "training.lr_scheduler.interval: step with training.batch_nodes: an epoch's "
+                "optimizer steps vary, so the schedule cannot be as long as the run; give its "
+                f"length (training.lr_scheduler.kwargs.{key}) with room to spare"
+            )
         length = self.num_epochs * max(steps_per_epoch, 1)
+        # resuming: the optimizer's groups as the checkpoint left them (rate, momentum), which
+        # building the schedule sets to its start and loading its state does not set back
+        groups = [
+            {k: v for k, v in group.items() if k != "params"}
+            for group in self.optimizer.param_groups
+        ]
         self.scheduler = build_scheduler(
             self.section, self.optimizer, **self.options, length=length
         )
-        if self._pending is not None:
+        if self._pending is not None:  # where the schedule stood at the checkpoint
             self.scheduler.load_state_dict(self._pending)
             self._pending = None
+            for group, saved in zip(self.optimizer.param_groups, groups, strict=True):
+                group.update(saved)
 
     def after_step(self) -> None:
         if self.per_step and self.scheduler is not None:

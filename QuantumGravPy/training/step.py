@@ -87,7 +87,8 @@ class TrainingPass:
         if self.schedule is not None:
             k = self.batches_per_step
             batches = len(loader) - len(loader) % k if self.training.drop_last else len(loader)
-            self.schedule.start(-(-batches // k))
+            fixed = self.training.batch_nodes is None  # node budgets: packed anew each epoch
+            self.schedule.start(-(-batches // k), fixed=fixed)
 
     @property
     def batches_per_step(self) -> int:

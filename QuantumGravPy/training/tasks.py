@@ -8,7 +8,6 @@ where a target the data lacks or a task that cannot fit it is refused, naming th
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -240,7 +239,27 @@ def make_loss(tc: TaskConfig, key: str) -> Callable[..., Tensor]:
             return loss(**kwargs)
         except (TypeError, ValueError, RuntimeError) as e:
             raise ConfigError(f"{key}.loss_kwargs: {tc.loss_name} refused them: {e}") from e
-    return functools.partial(loss, **kwargs) if kwargs else loss
+    return _Bound(loss, kwargs) if kwargs else loss
+
+
+class _Bound:
+    """A loss function with its ``loss_kwargs``; tensors among them go where the outputs are
+    (their device, and float64 in a float64 run), once per place."""
+
+    def __init__(self, fn: Callable[..., Tensor], kwargs: dict[str, Any]):
+        self.fn, self.kwargs = fn, kwargs
+        self._placed: dict[tuple, dict[str, Any]] = {}
+
+    def __call__(self, outputs: Tensor, target: Tensor) -> Tensor:
+        dtype = torch.float64 if outputs.dtype == torch.float64 else torch.float32
+        key = (outputs.device, dtype)
+        placed = self._placed.get(key)
+        if placed is None:
+            placed = self._placed[key] = {
+                k: v.to(outputs.device, dtype) if isinstance(v, Tensor) else v
+                for k, v in self.kwargs.items()
+            }
+        return self.fn(outputs, target, **placed)
 
 
 def _numbers(value: Any) -> bool:
