@@ -7,9 +7,11 @@ config compared with the one it was trained with, key by key.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,6 +73,28 @@ def trained_config(config: Config | Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in flatten(tree).items() if not _resumable(k)}
 
 
+def optional_defaults() -> dict[str, Any]:
+    """The default of every key, with a default, of the config's optional sections (those that
+    are null unless given, such as ``training.lr_scheduler``), by its flattened name."""
+    found: dict[str, Any] = {}
+
+    def walk(cls: type, prefix: str, inside: bool) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            kinds = [a for a in typing.get_args(hints[f.name]) if dataclasses.is_dataclass(a)]
+            inner = hints[f.name] if dataclasses.is_dataclass(hints[f.name]) else None
+            optional = bool(kinds) and type(None) in typing.get_args(hints[f.name])
+            if inner is not None or optional:
+                walk(inner or kinds[0], f"{prefix}{f.name}.", inside or optional)
+            elif inside and f.default is not dataclasses.MISSING:
+                found[f"{prefix}{f.name}"] = f.default
+            elif inside and f.default_factory is not dataclasses.MISSING:
+                found[f"{prefix}{f.name}"] = f.default_factory()
+
+    walk(Config, "", False)
+    return found
+
+
 def config_digest(config: Config | Mapping[str, Any]) -> str:
     text = json.dumps(trained_config(config), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -94,7 +118,14 @@ def check_resume(
     saved = state["config"]
     t = per_process(config, world_size).training
     defaults = trained_config(Config())
-    before = {**defaults, **trained_config(saved)}
+    present = trained_config(saved)
+    # the keys of an optional section (null by default) the checkpoint's section lacks
+    defaults |= {
+        key: value
+        for key, value in optional_defaults().items()
+        if any(k.startswith(key.rsplit(".", 1)[0] + ".") for k in present)
+    }
+    before = {**defaults, **present}
     now = {**defaults, **trained_config(config)}
     changes = [
         f"{key}: {before.get(key, '(absent)')!r} -> {now.get(key, '(absent)')!r}"
