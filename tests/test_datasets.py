@@ -141,6 +141,13 @@ def test_a_dataset_function_that_differs_between_ranks_is_refused(config_file, c
     assert not (tmp_path / "run" / "checkpoints").exists()
     seeded = run_main(capsys, "train", cfg, "data.dataset=user_data.seeded_shuffled_rings", *ranks)
     assert seeded.returncode == 0, seeded.stderr
+    # the function failing in one process only: every process ends, naming it (none waits)
+    elsewhere = f"training.path={tmp_path / 'failing'}"
+    failing = run_main(
+        capsys, "train", cfg, "data.dataset=user_data.fails_on_rank_1", *ranks, elsewhere
+    )
+    assert failing.returncode != 0
+    assert "rank 1 cannot read its graphs" in failing.stderr.strip().splitlines()[-1]
 
 
 @pytest.mark.timeout(240)

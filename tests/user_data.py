@@ -293,3 +293,12 @@ class StopOnce:
         if row["epoch"] == self.epoch and not os.path.exists(self.marker):
             open(self.marker, "w").close()
             raise RuntimeError(f"stopped after epoch {self.epoch}")
+
+
+def fails_on_rank_1(num_graphs: int = 80) -> list[Data]:
+    """A data.dataset function that cannot read its graphs in the second process of a job."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_rank() == 1:
+        raise RuntimeError("rank 1 cannot read its graphs")
+    return imbalanced_rings(num_graphs)

@@ -63,12 +63,13 @@ def digest(dataset: Any) -> tuple[int, bytes]:
 
 
 def check_same_on_every_rank(
-    dataset: Any, *, source: str, gather: Callable[[Any], list[Any]]
+    dataset: Any, mine: tuple[int, bytes], *, source: str, gather: Callable[[Any], list[Any]]
 ) -> None:
     """Raise :class:`~QuantumGravPy.errors.DataError` on every rank unless every rank's
-    ``dataset`` has rank 0's digest. ``gather(obj)``: every rank's ``obj``, in rank order (a
-    collective: every rank calls this). ``source`` names where the graphs came from."""
-    every = gather(digest(dataset))
+    ``dataset`` has rank 0's digest; ``mine``: this rank's :func:`digest` (worked out before,
+    where a failure reaches every rank). ``gather(obj)``: every rank's ``obj``, in rank order
+    (a collective: every rank calls this). ``source`` names where the graphs came from."""
+    every = gather(mine)
     odd = next((r for r, d in enumerate(every) if d != every[0]), None)
     if odd is None:
         return

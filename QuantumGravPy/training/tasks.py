@@ -8,13 +8,14 @@ where a target the data lacks or a task that cannot fit it is refused, naming th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.utils.data import Dataset
 
 from ..config import Config, TaskConfig, check_kwargs, resolve, task_list
@@ -81,11 +82,6 @@ class Task:
         if self.scaled:  # a standardised target: learnt in units of the training split's spread
             mean, std = self._scaling_like(target)
             target = (target - mean) / std
-        if isinstance(self.loss_fn, nn.Module):  # its weights (loss_kwargs) where outputs are
-            where = (outputs.device, torch.float64 if outputs.dtype == torch.float64 else None)
-            if self._copies.get("loss") != where:
-                self.loss_fn.to(outputs.device, where[1] or torch.float32)
-                self._copies["loss"] = where
         return self.loss_fn(outputs, target)
 
     def predictions(self, outputs: Tensor) -> Tensor:
@@ -226,7 +222,7 @@ def scalings(tasks: Sequence[Task]) -> dict[str, dict[str, list[float]] | None]:
 
 def make_loss(tc: TaskConfig, key: str) -> Callable[..., Tensor]:
     """A task's loss, called as ``loss(outputs, target)``: its class built with
-    ``loss_kwargs`` (lists of numbers as float tensors), or its function with them bound."""
+    ``loss_kwargs`` (lists of numbers as float tensors), or its function called with them."""
     loss = resolve(tc.loss_name, key=f"{key}.loss")
     kwargs = {
         k: torch.tensor(v, dtype=torch.float32) if _numbers(v) else v
@@ -235,31 +231,36 @@ def make_loss(tc: TaskConfig, key: str) -> Callable[..., Tensor]:
     given = 0 if isinstance(loss, type) else 2  # a function also takes outputs and target
     check_kwargs(loss, kwargs, f"{key}.loss_kwargs", given=given, name=tc.loss_name)
     if isinstance(loss, type):
-        try:
-            return loss(**kwargs)
+        try:  # built here once, so that what it refuses is named before training
+            built = loss(**kwargs)
         except (TypeError, ValueError, RuntimeError) as e:
             raise ConfigError(f"{key}.loss_kwargs: {tc.loss_name} refused them: {e}") from e
-    return _Bound(loss, kwargs) if kwargs else loss
+        if not kwargs:
+            return built
+    return _Placed(loss, kwargs) if kwargs else loss
 
 
-class _Bound:
-    """A loss function with its ``loss_kwargs``; tensors among them go where the outputs are
-    (their device, and float64 in a float64 run), once per place."""
+class _Placed:
+    """A loss with its ``loss_kwargs``, whose tensors go where the outputs are (their device,
+    and float64 in a float64 run): a class built there with them, a function called with
+    them; once per place."""
 
-    def __init__(self, fn: Callable[..., Tensor], kwargs: dict[str, Any]):
-        self.fn, self.kwargs = fn, kwargs
-        self._placed: dict[tuple, dict[str, Any]] = {}
+    def __init__(self, loss: Callable[..., Any], kwargs: dict[str, Any]):
+        self.loss, self.kwargs = loss, kwargs
+        self._placed: dict[tuple, Callable[..., Tensor]] = {}
 
     def __call__(self, outputs: Tensor, target: Tensor) -> Tensor:
         dtype = torch.float64 if outputs.dtype == torch.float64 else torch.float32
-        key = (outputs.device, dtype)
-        placed = self._placed.get(key)
-        if placed is None:
-            placed = self._placed[key] = {
+        fn = self._placed.get((outputs.device, dtype))
+        if fn is None:
+            placed = {
                 k: v.to(outputs.device, dtype) if isinstance(v, Tensor) else v
                 for k, v in self.kwargs.items()
             }
-        return self.fn(outputs, target, **placed)
+            built = isinstance(self.loss, type)
+            fn = self.loss(**placed) if built else functools.partial(self.loss, **placed)
+            self._placed[(outputs.device, dtype)] = fn
+        return fn(outputs, target)
 
 
 def _numbers(value: Any) -> bool:

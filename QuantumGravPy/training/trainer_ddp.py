@@ -26,7 +26,7 @@ from torch_geometric.loader import DataLoader
 
 from ..config import Config
 from ..data import SHARED_BUILD_MIN, dataset_from_config, epoch_sampler
-from ..data.digest import check_same_on_every_rank
+from ..data.digest import check_same_on_every_rank, digest
 from ..errors import ConfigError
 from ..logs import LOGGER_NAME, configure_logging
 from ..models import shard_units
@@ -212,10 +212,14 @@ class TrainerDDP(Trainer):
 
     def load_dataset(self) -> Dataset | list:
         if self.config.data.dataset is not None:
-            # the user's function runs in every rank: its graphs must be the same in each
-            dataset = super().load_dataset()
+            # the user's function runs in every rank (a failure in one reaches every rank),
+            # and its graphs must be the same in each
+            dataset = self._everywhere(super().load_dataset)
+            mine = self._everywhere(lambda: digest(dataset))
             source = f"data.dataset ({self.config.data.dataset})"
-            check_same_on_every_rank(dataset, source=source, gather=distributed.all_gather_object)
+            check_same_on_every_rank(
+                dataset, mine, source=source, gather=distributed.all_gather_object
+            )
             return dataset
         # The first process on each machine builds a missing cache, with as many processes as
         # the job has there when the work pays for starting them; the others wait, then read it.
