@@ -416,18 +416,29 @@ def test_a_losss_own_arguments_weigh_the_training_and_bad_ones_are_named(make_co
         assert not (classes.run_dir.parent / "refused").exists()
 
 
-def test_a_loss_functions_weights_go_where_the_outputs_are():
-    """loss_kwargs of a loss function (not a class): a list of numbers becomes a tensor in the
-    outputs' float type (float64 in a float64 run), as torch's own loss would need."""
+CUDA = pytest.param(
+    "cuda",
+    marks=[
+        pytest.mark.gpu,
+        pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+    ],
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+@pytest.mark.parametrize("loss", ["torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLoss"])
+def test_a_losss_weights_go_where_the_outputs_are(device, loss):
+    """loss_kwargs of a loss function or class: a list of numbers becomes a tensor on the
+    outputs' device and in their float type (float64 in a float64 run), as torch's own loss
+    needs."""
     from QuantumGravPy.config import TaskConfig
     from QuantumGravPy.training.tasks import make_loss
 
-    config = TaskConfig(
-        name="c", loss="torch.nn.functional.cross_entropy", loss_kwargs={"weight": [1.0, 3.0]}
-    )
-    loss = make_loss(config, "tasks[0]")
-    outputs, target = torch.randn(5, 2, dtype=torch.float64), torch.tensor([0, 1, 1, 0, 1])
-    expected = torch.nn.functional.cross_entropy(
-        outputs, target, weight=torch.tensor([1.0, 3.0], dtype=torch.float64)
-    )
-    torch.testing.assert_close(loss(outputs, target), expected)
+    config = TaskConfig(name="c", loss=loss, loss_kwargs={"weight": [1.0, 3.0]})
+    made = make_loss(config, "tasks[0]")
+    for dtype in (torch.float64, torch.float32):
+        outputs = torch.randn(5, 2, dtype=dtype, device=device)
+        target = torch.tensor([0, 1, 1, 0, 1], device=device)
+        weight = torch.tensor([1.0, 3.0], dtype=dtype, device=device)
+        expected = torch.nn.functional.cross_entropy(outputs, target, weight=weight)
+        torch.testing.assert_close(made(outputs, target), expected)
