@@ -48,12 +48,14 @@ class DataConfig:
     split: tuple[float, float, float] = (0.7, 0.15, 0.15)  # train, validation, test
     dataset: DottedPath | None = None  # a function returning your own Dataset or list of Data
     dataset_kwargs: dict[str, Any] = field(default_factory=dict)  # keyword arguments for it
-    # paths or glob patterns of .zarr stores and .h5/.hdf5 files of causal sets (as
-    # QuantumGrav.jl writes them); set: they replace the generated data (see "Your own data")
+    # paths or glob patterns of .zarr stores and .h5/.hdf5 files (causal sets as QuantumGrav.jl
+    # writes them, or general graphs) and .pt files of saved PyG graphs; set: they replace the
+    # generated data (see "Your own data")
     files: tuple[str, ...] = ()
-    # groups: one group per causal set (cset_1, cset_2, ...); stacked: arrays with the sample
-    # index first; auto: groups if the file has cset_N groups
-    layout: Literal["auto", "groups", "stacked"] = "auto"
+    # groups: one group per causal set (cset_1, ...); stacked: arrays with the sample index
+    # first; graphs: one group per general graph (edge_index, x, ...; .pt files always); auto:
+    # graphs if the groups hold edge_index, else groups if there are cset_N groups, else stacked
+    layout: Literal["auto", "groups", "stacked", "graphs"] = "auto"
     # the array of each causal matrix; null: adj, adjacency_matrix, causal_matrix or relations
     relations: str | None = None
     links: str | None = None  # the link matrix instead; null: linkmat, link_matrix or links

@@ -41,7 +41,7 @@ from .datasets import (
     in_memory_values,
 )
 from .disk import DiskDataset
-from .files import FileDataset, FileSource, check_file_targets, read_files
+from .files import FileDataset, FileSource, read_files
 from .loaders import (
     batch_device,
     epoch_sampler,
@@ -61,6 +61,7 @@ from .samplers import (
     build_sampler,
 )
 from .targets import (
+    check_file_targets,
     check_target,
     label_notice,
     num_edge_features,

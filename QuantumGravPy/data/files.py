@@ -18,7 +18,9 @@ Every causal set becomes a graph as the embedded ones are: its elements in a nat
 (every relation points to a later element), its links as edges in both directions, node
 features computed from the causal structure (or read from per-element arrays), and the arrays
 of ``data.targets`` as graph attributes (one value per causal set) or node attributes (one per
-element). zarr and h5py are the ``files`` extra.
+element). zarr and h5py are the ``files`` extra. Files of general graphs (the ``graphs``
+layout, and saved PyG graphs) are read as they are (:mod:`.graph_files`), through the same
+cache, storage and provenance.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ import torch
 from torch_geometric.data import Data
 
 from .. import logs
-from ..config import UserFunction, task_list
-from ..errors import ConfigError, DataError
+from ..config import UserFunction
+from ..errors import DataError
 from ..physics import (
     NotAnOrder,
     NotTwoDimensional,
@@ -48,6 +50,7 @@ from ..physics import (
     transitive_closure,
 )
 from .cache import DigestCachedDataset, collect
+from .graph_files import numbers, read_graph
 from .stores import Samples, find_files, fingerprint, open_store
 
 log = logging.getLogger(__name__)
@@ -75,16 +78,6 @@ def _orientation(matrix: np.ndarray, setting: str, where: str) -> bool:
         "(its elements are not in a natural order); set data.transpose: true for matrices "
         "written by Julia (column-major), false for ones written by Python"
     )
-
-
-def _values(array: np.ndarray, where: str) -> torch.Tensor:
-    if array.dtype.kind == "f":
-        if not np.isfinite(array).all():
-            raise DataError(f"{where} holds NaN or infinite values")
-        return torch.from_numpy(array.astype(np.float32))
-    if array.dtype.kind in "biu":
-        return torch.from_numpy(array.astype(np.int64))
-    raise DataError(f"{where}: expected numbers, found {array.dtype}")
 
 
 class _Sample(NamedTuple):
@@ -149,7 +142,7 @@ def read_sample(
             raise DataError(f"{where}: data.light_cone_ranks: {e}") from None
     attributes: dict[str, torch.Tensor] = {}
     for attribute, name in cfg.targets.items():
-        value = _values(read(name), f"{where}: {name!r}").reshape(-1)
+        value = numbers(read(name), f"{where}: {name!r}").reshape(-1)
         if value.numel() == n and n != 1:
             attributes[attribute] = value if order is None else value[order]
         elif value.numel() == 1:
@@ -163,7 +156,7 @@ def read_sample(
     if cfg.node_features is not None:
         columns = []
         for name in cfg.node_features:
-            value = _values(read(name), f"{where}: {name!r}").float()
+            value = numbers(read(name), f"{where}: {name!r}").float()
             if transpose and samples.layout == "groups" and value.dim() == 2:
                 value = value.t()  # Julia's n x F matrix reads as F x n (stacked: S x n x F)
             if value.dim() == 0 or value.shape[0] != n:
@@ -197,45 +190,6 @@ def file_counts(data_cfg: Any) -> list[int]:
         with open_store(path) as store:
             counts.append(Samples(store, path, data_cfg).count)
     return counts
-
-
-def check_file_targets(config: Any) -> None:
-    """Before anything is read: every task's target must be one of ``data.targets``, the
-    attributes a graph of ``data.files`` gets. The error suggests the mapping when the first
-    file holds an array of the target's name. Skipped when a hook (``data.reader``,
-    ``data.pre_transform``, ``data.transform``) may add attributes itself."""
-    data = config.data
-    if not data.files or data.reader or data.pre_transform or data.transform:
-        return
-    explicit = bool(config.tasks)
-    for i, task in enumerate(task_list(config)):
-        name = task.target_name
-        if name in data.targets:
-            continue
-        key = f"tasks[{i}].target" if explicit else "data.targets"
-        what = f"task {task.name!r}" if explicit else "the config has no tasks:, so its one task"
-        reads = ", ".join(data.targets) or "nothing"
-        arrays = _first_arrays(data)
-        if name in arrays:
-            hint = f"; the files hold an array {name!r}: set data.targets: {{{name}: {name}}}"
-        else:
-            held = f" (the first causal set holds {', '.join(sorted(arrays))})" if arrays else ""
-            hint = f"; map it to an array of the files, data.targets: {{{name}: ARRAY}}{held}"
-        raise ConfigError(
-            f"{key}: {what} learns the graph attribute {name!r}, but data.targets reads "
-            f"{reads} from data.files{hint}"
-        )
-
-
-def _first_arrays(data_cfg: Any) -> set[str]:
-    """The array names of the first causal set of the first file (empty if it cannot be read:
-    reading the files later says why)."""
-    try:
-        path = find_files(data_cfg.files)[0]
-        with open_store(path) as store:
-            return Samples(store, path, data_cfg).arrays
-    except Exception:
-        return set()
 
 
 class FileSource:
@@ -309,7 +263,8 @@ def iter_range(
             continue
         with open_store(path) as store:
             samples = Samples(store, path, data_cfg)
-            transpose = False if reader is not None else _file_orientation(samples, data_cfg)
+            arrays = reader is None and samples.layout != "graphs"  # causal sets' matrices
+            transpose = _file_orientation(samples, data_cfg) if arrays else False
             for index, graph in _graphs(samples, first, last, transpose, reader, provenance):
                 bar.update()
                 if pre_filter is not None and not pre_filter(graph):
@@ -349,6 +304,10 @@ def _graphs(
                     f"returned {type(graph).__name__}, expected a torch_geometric Data"
                 )
             yield index, graph
+        return
+    if samples.layout == "graphs":
+        for index in range(first, last):
+            yield index, read_graph(samples, index)
         return
     block: list[tuple[int, _Sample]] = []
     elements = 0

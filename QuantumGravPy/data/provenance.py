@@ -42,7 +42,7 @@ def provenance(config: Any, dataset: Dataset) -> dict[str, np.ndarray]:
     for path in files:
         with open_store(path) as store:
             found = Samples(store, path, dataclasses.replace(data, targets={}))
-            groups.append(found.groups if found.layout == "groups" else None)
+            groups.append(found.groups)  # None: stacked arrays, or saved graphs
     if any(g is not None for g in groups):
         columns["group"] = np.asarray(
             [

@@ -1,8 +1,10 @@
-"""Opening Zarr stores and HDF5 files of causal sets, and finding their samples and arrays.
+"""Opening data files (Zarr stores, HDF5 files, saved graphs), and finding their samples and
+arrays.
 
-:class:`Samples` knows a file's layout (one group per causal set, or stacked arrays with the
-sample index first), how many causal sets it holds, and reads one array of one of them as
-stored (unpadded). What the arrays mean is :mod:`.files`' business.
+:class:`Samples` knows a file's layout (one group per causal set, stacked arrays with the
+sample index first, or one group per general graph), how many samples it holds, and reads one
+array of one of them as stored (unpadded). A file of saved graphs (``.pt``) is the graphs
+layout, its samples the graphs themselves. What the arrays mean is :mod:`.files`' business.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ RELATION_NAMES = ("adj", "adjacency_matrix", "causal_matrix", "relations")
 LINK_NAMES = ("linkmat", "link_matrix", "links")
 SIZE_NAMES = ("cset_size", "size", "n")
 _GROUP = re.compile(r"cset_(\d+)")
+_NUMBERED = re.compile(r"(.*?)(\d+)")  # a graph's group: any name ending in its number
+EDGES = "edge_index"  # what makes a group a general graph's
 
 
 def open_store(path: Path) -> AbstractContextManager:
@@ -69,11 +73,18 @@ class Samples:
     def __init__(self, store: Any, path: Path, data_cfg: Any):
         self.store, self.path, self.cfg = store, path, data_cfg
         self.format = format_of(path)
+        self.groups: list[str] | None = None
+        if self.format.holds_graphs:
+            self._saved_graphs()
+            return
         keys = self.format.members(store, path)
         layout = data_cfg.layout
         if layout == "auto":
-            layout = "groups" if any(_GROUP.fullmatch(k) for k in keys) else "stacked"
+            layout = self._layout(keys)
         self.layout = layout
+        if layout == "graphs":
+            self._graph_groups(keys)
+            return
         if layout == "groups":
             numbers = sorted(int(m.group(1)) for k in keys if (m := _GROUP.fullmatch(k)))
             if not numbers:
@@ -108,9 +119,70 @@ class Samples:
             self._require(name, "data.targets" if name in self.cfg.targets.values() else
                           "data.node_features")  # fmt: skip
 
+    def _layout(self, keys: list[str]) -> str:
+        """``data.layout: auto``: graphs when the first numbered group holds ``edge_index``,
+        else a group per causal set when there are ``cset_N`` groups, else stacked arrays."""
+        numbered = sorted((k for k in keys if _NUMBERED.fullmatch(k)), key=_number)
+        if numbered and EDGES not in keys and self.format.is_group(self.store, numbered[0]):
+            if EDGES in self.format.members(self.store, self.path, numbered[0]):
+                return "graphs"
+        return "groups" if any(_GROUP.fullmatch(k) for k in keys) else "stacked"
+
+    def _graph_groups(self, keys: list[str]) -> None:
+        """The graphs layout of an array file: a group per graph, named by a prefix and a
+        number (``graph_1``, ``g7``, ``12``), in the order of the numbers."""
+        found = [(int(m.group(2)), m.group(1), k) for k in keys if (m := _NUMBERED.fullmatch(k))]
+        prefixes = sorted({prefix for _, prefix, _ in found})
+        if not found:
+            raise DataError(
+                f"{self.path}: data.layout is graphs, but it holds no groups graph_1, graph_2, "
+                f"... (it holds {', '.join(keys) or 'nothing'})"
+            )
+        if len(prefixes) > 1:
+            raise DataError(
+                f"{self.path}: the groups of graphs must be named alike, a name and a number "
+                f"(graph_1, graph_2, ...); found {', '.join(repr(p + 'N') for p in prefixes)}"
+            )
+        self.groups = [k for _, _, k in sorted(found)]
+        self.count = len(self.groups)
+        self.arrays = set(self.format.members(self.store, self.path, self.groups[0]))
+        self._graph_checks()
+
+    def _saved_graphs(self) -> None:
+        """A file of saved graphs: its graphs are the samples, their attributes the arrays."""
+        if self.cfg.layout not in ("auto", "graphs"):
+            raise DataError(
+                f"{self.path}: data.layout is {self.cfg.layout}, but a {self.format.title} holds "
+                "graphs (data.layout: auto or graphs)"
+            )
+        self.layout = "graphs"
+        self.count = len(self.store)
+        self.arrays = set(self.store[0].keys())
+        self._graph_checks()
+
+    def _graph_checks(self) -> None:
+        """What a file of general graphs must hold, and the keys that do not apply to it."""
+        for key in ("relations", "links", "size"):
+            if getattr(self.cfg, key) is not None:
+                raise DataError(
+                    f"{self.path}: data.{key} names an array of causal sets, but the file holds "
+                    f"general graphs (edge_index per graph); remove data.{key}"
+                )
+        self._require(EDGES, "a graph")
+        for name in (*self.cfg.targets.values(), *(self.cfg.node_features or ())):
+            self._require(name, "data.targets" if name in self.cfg.targets.values() else
+                          "data.node_features")  # fmt: skip
+        if "x" not in self.arrays and not self.cfg.node_features:
+            where = f"group {self.groups[0]}" if self.groups else "the first graph"
+            raise DataError(
+                f"{self.path}: {where} has no node features: store them as x (nodes x features) "
+                "or name per-node arrays with data.node_features"
+            )
+
     def _require(self, name: str, key: str) -> None:
         if name not in self.arrays:
-            where = f"group {self.groups[0]}" if self.layout == "groups" else "the file"
+            where = "the file" if self.layout == "stacked" else "the first graph"
+            where = f"group {self.groups[0]}" if self.groups else where
             raise DataError(
                 f"{self.path}: {key} names array {name!r}, which {where} does not hold "
                 f"(it holds {', '.join(sorted(self.arrays))})"
@@ -135,7 +207,9 @@ class Samples:
         )
 
     def where(self, index: int) -> str:
-        return self.groups[index] if self.layout == "groups" else f"sample {index}"
+        if self.groups is not None:
+            return self.groups[index]
+        return f"graph {index}" if self.layout == "graphs" else f"sample {index}"
 
     def read(self, index: int, name: str) -> np.ndarray:
         """Array ``name`` of sample ``index`` as stored (unpadded in the stacked layout)."""
@@ -151,7 +225,7 @@ class Samples:
             ) from e
 
     def _read(self, index: int, name: str) -> np.ndarray:
-        if self.layout == "groups":
+        if self.groups is not None:
             array = self.format.read_fast(self.store, self.path, self.groups[index], name)
             if array is not None:
                 return array
@@ -171,3 +245,9 @@ class Samples:
             return full[:n, :n]
         row = np.asarray(array[index])
         return row if row.ndim == 0 else row[:n]
+
+
+def _number(key: str) -> int:
+    """The number a group's name ends in (groups without one last)."""
+    m = _NUMBERED.fullmatch(key)
+    return int(m.group(2)) if m else 1 << 62

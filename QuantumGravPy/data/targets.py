@@ -8,13 +8,16 @@ regression target, which need every training value once).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch.utils.data import Dataset
 from torch_geometric.data import Data, InMemoryDataset
 
-from ..config import TaskConfig
+from ..config import TaskConfig, task_list
 from ..errors import ConfigError, DataError
 from .datasets import in_memory_values
+from .stores import Samples, find_files, open_store
 
 
 def num_node_features(dataset: Dataset | list[Data]) -> int:
@@ -99,3 +102,54 @@ def target_statistics(
     mean = values.mean(dim=0)
     std = values.std(dim=0, unbiased=False)
     return mean, torch.where(std > 0, std, torch.ones_like(std))
+
+
+def check_file_targets(config: Any) -> None:
+    """Before anything is read: every task's target must be one of ``data.targets``, the
+    attributes a graph of ``data.files`` gets. The error suggests the mapping when the first
+    file holds an array of the target's name. Skipped when a hook (``data.reader``,
+    ``data.pre_transform``, ``data.transform``) may add attributes itself."""
+    data = config.data
+    if not data.files or data.reader or data.pre_transform or data.transform:
+        return
+    explicit = bool(config.tasks)
+    first: tuple[str, set[str]] | None = None
+    for i, task in enumerate(task_list(config)):
+        name = task.target_name
+        if name in data.targets:
+            continue
+        first = first or _first_arrays(data)
+        if first is None:  # the files cannot be read: reading them says why
+            return
+        layout, arrays = first
+        if layout == "graphs" and name in arrays:  # general graphs: every array is read
+            continue
+        key = f"tasks[{i}].target" if explicit else "data.targets"
+        what = f"task {task.name!r}" if explicit else "the config has no tasks:, so its one task"
+        reads = ", ".join(data.targets) or "nothing"
+        if layout == "graphs":
+            raise ConfigError(
+                f"{key}: {what} learns the attribute {name!r}, which the graphs of data.files do "
+                f"not hold (the first holds {', '.join(sorted(arrays))})"
+            )
+        if name in arrays:
+            hint = f"; the files hold an array {name!r}: set data.targets: {{{name}: {name}}}"
+        else:
+            held = f" (the first causal set holds {', '.join(sorted(arrays))})" if arrays else ""
+            hint = f"; map it to an array of the files, data.targets: {{{name}: ARRAY}}{held}"
+        raise ConfigError(
+            f"{key}: {what} learns the graph attribute {name!r}, but data.targets reads "
+            f"{reads} from data.files{hint}"
+        )
+
+
+def _first_arrays(data_cfg: Any) -> tuple[str, set[str]] | None:
+    """The layout of the first file and the array names of its first sample (None if it
+    cannot be read: reading the files later says why)."""
+    try:
+        path = find_files(data_cfg.files)[0]
+        with open_store(path) as store:
+            samples = Samples(store, path, data_cfg)
+            return samples.layout, samples.arrays
+    except Exception:
+        return None

@@ -6,6 +6,7 @@ through :mod:`.files` as exactly the graphs it came from.
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 from collections.abc import Iterator
@@ -17,10 +18,10 @@ import torch
 from torch_geometric.data import Data
 
 from .. import logs
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..physics import causal_structure
 from .causal_sets import generate_causal_set_graphs
-from .formats import FORMATS, described
+from .formats import FORMATS, described, writable
 
 
 def write_causal_sets(
@@ -40,7 +41,7 @@ def write_causal_sets(
     store is written under a temporary name and renamed when complete.
     """
     path = Path(path)
-    fmt = FORMATS.get(file_format, key="--format")()
+    fmt = _writer(file_format)
     if path.exists():
         raise DataError(f"--output: {path} exists; choose another path or remove it")
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
@@ -69,6 +70,19 @@ def write_causal_sets(
     return path
 
 
+def _writer(name: str) -> Any:
+    """The format ``--format`` names, among those written (files of graphs are only read)."""
+    writers = {cls.name: cls for cls in writable()}
+    if name in writers:
+        return writers[name]()
+    known = ", ".join(writers)
+    if name in {cls.name for cls in FORMATS}:
+        raise ConfigError(f"--format: {name} files are read, not written; write {known}")
+    close = difflib.get_close_matches(str(name), writers, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise ConfigError(f"--format: unknown {name!r} (known: {known}){hint}")
+
+
 def write_embedded(
     data_cfg: Any, output: str | Path, *, file_format: str | None = None, chunk: int = 256
 ) -> Path:
@@ -76,9 +90,11 @@ def write_embedded(
     generated ``chunk`` at a time, so a large dataset never sits in memory whole."""
     output = Path(output)
     if file_format is None:
-        named = [cls.name for cls in FORMATS if cls().claims(output)]
+        named = [cls.name for cls in writable() if cls().claims(output)]
         if not named:
-            raise DataError(f"--output: {output} is {described()}; name the format with --format")
+            raise DataError(
+                f"--output: {output} is {described(written=True)}; name the format with --format"
+            )
         file_format = named[0]
 
     def causal_sets() -> Iterator[tuple[Data, torch.Tensor, torch.Tensor]]:

@@ -1,10 +1,11 @@
 """What every file format is asked: the :class:`FileFormat` base.
 
-A format of causal-set files (Zarr, HDF5) owns what differs between them: the suffixes that
+A format of array files (Zarr, HDF5) owns what differs between them: the suffixes that
 name it, opening a file read-only, listing the members of the file or of one of its groups,
 reading an array fast where it can, and creating, writing and closing a file. What the arrays
 mean, the layouts (a group per causal set, or stacked arrays), and checking them are the same
-for every format (:mod:`..stores`, :mod:`..files`).
+for every format (:mod:`..stores`, :mod:`..files`). A format that holds whole graphs (saved
+PyG graphs, :mod:`.saved_format`) sets ``holds_graphs``: opening it gives the list of graphs.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class FileFormat:
     title: ClassVar[str] = ""  # what a file of it is called in messages ("HDF5 file")
     named: ClassVar[str] = ""  # how its name ends, in messages ("an .h5/.hdf5 file")
     module: ClassVar[str] = ""  # the library that reads it (of the 'files' extra)
+    # whole graphs (Data objects), not arrays: opened, it is a list of them; never written
+    holds_graphs: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -53,6 +56,10 @@ class FileFormat:
     def members(self, store: Any, path: Path, group: str | None = None) -> list[str]:
         """The names of the groups and arrays directly in the file (or in its ``group``)."""
         return list(store.keys() if group is None else store[group].keys())
+
+    def is_group(self, store: Any, name: str) -> bool:
+        """Whether member ``name`` of the file is a group (not an array)."""
+        return hasattr(store[name], "keys")
 
     def read_fast(self, store: Any, path: Path, group: str, name: str) -> np.ndarray | None:
         """Array ``name`` of ``group``, read past the library where the format allows it;
@@ -80,9 +87,15 @@ def format_of(path: Path) -> FileFormat:
     raise DataError(f"{path} is {described()}")
 
 
-def described() -> str:
-    """``not an .h5/.hdf5 file or a .zarr store``, from the registered formats."""
-    return "not " + " or ".join(cls.named for cls in FORMATS)
+def described(*, written: bool = False) -> str:
+    """``not an .h5/.hdf5 file or a .zarr store``, from the registered formats (``written``:
+    those ``qg generate`` writes)."""
+    return "not " + " or ".join(cls.named for cls in (writable() if written else FORMATS))
+
+
+def writable() -> list[type[FileFormat]]:
+    """The formats ``qg generate --format`` writes: those of arrays."""
+    return [cls for cls in FORMATS if not cls.holds_graphs]
 
 
 def suffixes() -> tuple[str, ...]:
