@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 REQUIREMENTS ?= requirements-cpu.txt
 
-.PHONY: demo test test-gpu lint bench bench-gpu docs docs-serve docs-notebook clean
+.PHONY: demo test test-gpu test-research lint bench bench-gpu docs docs-serve docs-notebook clean
 
 $(STAMP): setup.cfg pyproject.toml $(REQUIREMENTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ test: $(STAMP)
 # The CUDA paths, on a machine with a GPU (skipped elsewhere, so make test passes without one).
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu
+
+# The physics research in bench/ (the bounds and ceilings behind the physics targets) against
+# exact results: not the product, so not in make test.
+test-research: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m pytest -q -n 2 bench/tests
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet ruff

@@ -89,14 +89,15 @@ def test_custom_multitask_model_example_trains_its_own_class(tmp_path):
 def test_the_own_graphs_example_trains_on_1_and_2_processes_and_predicts(tmp_path):
     """examples/own_graphs, as the Your own graphs page runs it: a data function and a model
     of one's own beside the config, found there by the installed qg command from another
-    folder; 2 processes (16 graphs each a step) and 1 (32), then qg predict on the run."""
+    folder, on 2 processes (16 graphs each a step); the same graphs written to an HDF5 file
+    (save_graphs.py) and read through data.files on 1 process (32 graphs a step), kept on disk;
+    then qg predict on that run. (qg predict on a data function's run: test_predict.py.)"""
     import csv
     import math
     from pathlib import Path
 
     qg_command = Path(sys.executable).with_name("qg")
-    config = ROOT / "examples" / "own_graphs" / "config.yaml"
-    small = ["training.num_epochs=4", "data.dataset_kwargs={num_graphs: 160, seed: 0}"]
+    example = ROOT / "examples" / "own_graphs"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
     def qg(*args):
@@ -107,9 +108,15 @@ def test_the_own_graphs_example_trains_on_1_and_2_processes_and_predicts(tmp_pat
         assert result.returncode == 0, result.stderr
         return result
 
-    qg("train", config, *small, "training.path=two")
-    qg("train", config, *small, "training.path=one", "parallel.world_size=1",
-       "training.batch_size=32")  # fmt: skip
+    qg("train", example / "config.yaml", "training.num_epochs=4", "training.path=two",
+       "data.dataset_kwargs={num_graphs: 160, seed: 0}")  # fmt: skip
+    made = subprocess.run(
+        [sys.executable, example / "save_graphs.py", "--num-graphs", "160"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    qg("train", example / "from_files.yaml", "training.num_epochs=4", "training.path=one",
+       "parallel.world_size=1", "training.batch_size=32", "data.storage=disk")  # fmt: skip
 
     def history(run):
         with open(tmp_path / run / "history.csv") as f:
@@ -117,41 +124,22 @@ def test_the_own_graphs_example_trains_on_1_and_2_processes_and_predicts(tmp_pat
 
     two, one = history("two"), history("one")
     assert len(two) == len(one) == 4
-    # The same steps on the same graphs: one batch of 32 against two of 16 whose gradients are
-    # averaged, the same sums in another order (float32 rounding, ~1e-7 a step, which Adam
-    # carries on: ~1e-4 after 4 epochs here); another split or batch would differ by 1e-2 and more.
+    # The same steps on the same graphs (the file's are the function's, bit for bit:
+    # test_graph_files.py): one batch of 32 against two of 16 whose gradients are averaged, the
+    # same sums in another order (float32 rounding, ~1e-7 a step, which Adam carries on: ~1e-4
+    # after 4 epochs here); another split or batch would differ by 1e-2 and more.
     for a, b in zip(two, one, strict=True):
         assert a["train_planted_accuracy"] == b["train_planted_accuracy"]
         assert math.isclose(float(a["val_loss"]), float(b["val_loss"]), rel_tol=2e-3)
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["test_planted_accuracy"] >= 0.8, summary
-    qg("predict", "two", "--output", "predictions.csv")
+    qg("predict", "one", "--output", "predictions.csv")
     with open(tmp_path / "predictions.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 160 and rows[0]["source"] == "communities.make_graphs"
+    assert len(rows) == 160
     right = sum(r["planted_class"] == r["planted_true"] for r in rows)
     assert right / len(rows) >= 0.8
-    assert (tmp_path / "predictions_nodes.csv").is_file()
-
-    # The same graphs written to an HDF5 file of graphs (save_graphs.py) and read through
-    # data.files, kept on disk: the same splits and batches on the same processes, kernels and
-    # shapes, so the same history to the bit; predictions name the file and the group.
-    made = subprocess.run(
-        [sys.executable, ROOT / "examples" / "own_graphs" / "save_graphs.py", "--num-graphs",
-         "160"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    files_config = ROOT / "examples" / "own_graphs" / "from_files.yaml"
-    qg("train", files_config, "training.num_epochs=4", "training.path=files", "data.storage=disk")
-    files = history("files")
-    learned = [k for k in two[0] if k.startswith(("train_", "val_"))]
-    assert [[r[k] for k in learned] for r in files] == [[r[k] for k in learned] for r in two]
-    qg("predict", "files", "--output", "from_files.csv")
-    with open(tmp_path / "from_files.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert len(rows) == 160
+    # the file as data.files names it, the graph's position in it and its group
     assert (rows[5]["source"], rows[5]["index"], rows[5]["group"]) == (
-        "communities.h5",
-        "5",
-        "graph_6",
-    )  # the file as data.files names it
+        "communities.h5", "5", "graph_6")  # fmt: skip
+    assert (tmp_path / "predictions_nodes.csv").is_file()

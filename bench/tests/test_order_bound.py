@@ -15,7 +15,7 @@ import torch
 from QuantumGravPy.physics import uniform_diamond
 from QuantumGravPy.physics.curved import conformal_motion, log_conformal_factor, motion_density
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import curvature_bound
 import order_bound
 
@@ -174,7 +174,7 @@ def test_the_mixing_check_passes_independent_draws_and_fails_a_chain_that_stays(
 
 
 def test_the_script_runs_from_the_command_line(tmp_path):
-    script = Path(__file__).resolve().parent.parent / "bench" / "order_bound.py"
+    script = Path(__file__).resolve().parent.parent / "order_bound.py"
     args = ["--n", "12", "--sets", "2", "--sweeps", "8", "--burn", "3", "--search", "20000"]
     done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

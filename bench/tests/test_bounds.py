@@ -19,7 +19,7 @@ from QuantumGravPy.physics.curved import (
 )
 from QuantumGravPy.physics.sprinkling import conformal_sprinkling
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import curvature_bound
 import ricci_bound
 

@@ -16,7 +16,7 @@ import torch
 
 from QuantumGravPy.physics import uniform_diamond
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(BENCH))
 import curvature_bound  # noqa: E402
 import order_bound  # noqa: E402
