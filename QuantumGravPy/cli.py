@@ -50,7 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if worker_traceback:  # a rank crashed on something other than bad input: show where
             print(worker_traceback.rstrip(), file=sys.stderr)
         print(f"error: {_rank_prefix()}{e}", file=sys.stderr)
-        return EXIT_USER_ERROR if not worker_traceback else EXIT_FAILED
+        # a rank that failed or went silent elsewhere: the user's mistake only if it was one
+        users = getattr(e, "users", True)
+        return EXIT_USER_ERROR if users and not worker_traceback else EXIT_FAILED
     except RunError as e:
         if args.debug:
             traceback.print_exc()

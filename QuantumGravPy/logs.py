@@ -3,8 +3,10 @@ progress of long phases, as bars on a terminal and as lines in a log."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -172,3 +174,23 @@ def _duration(seconds: float) -> str:
     if hours:
         return f"{hours}h{minutes:02d}m"
     return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+
+
+@contextlib.contextmanager
+def waiting(logger: logging.Logger, what: str, *, every_s: float = 30.0) -> Iterator[None]:
+    """Within the block, ``logger`` says every ``every_s`` seconds that this process is still
+    waiting for ``what`` and for how long (a rank waiting for another's long work)."""
+    done = threading.Event()
+    start = time.monotonic()
+
+    def note() -> None:
+        while not done.wait(every_s):
+            logger.info("waiting for %s (%s so far)", what, _duration(time.monotonic() - start))
+
+    logger.info("waiting for %s", what)
+    thread = threading.Thread(target=note, name="qg-waiting", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()

@@ -5,6 +5,7 @@ import os
 
 import pytest
 import torch
+import yaml
 from conftest import assert_refused, run_main
 
 import QuantumGravPy as qg
@@ -205,3 +206,27 @@ def test_the_digest_of_the_same_graphs_is_the_same_whatever_objects_they_carry()
     changed = graphs(None)
     changed[0].x[0, 0] = 2.0
     assert digest(changed) != digest(graphs(None))
+
+
+def test_a_cache_that_cannot_be_read_is_built_again_naming_it(tmp_path, capsys):
+    """A processed cache cut short (a killed copy, a full shared disk) is derived data: the
+    run builds it again, saying which file and why, instead of ending in torch's traceback."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "data": {"root": str(tmp_path / "data"), "num_graphs": 40, "num_points": [8, 12]},
+                "model": {"hidden_channels": 8, "num_layers": 1, "head_channels": [8]},
+                "training": {"path": str(tmp_path / "run"), "num_epochs": 1, "plots": False},
+            }
+        )
+    )
+    assert run_main(capsys, "generate", config).returncode == 0
+    (cache,) = (tmp_path / "data" / "processed").glob("causal_sets_*.pt")
+    whole = cache.read_bytes()
+    cache.write_bytes(whole[: len(whole) // 2])
+    trained = run_main(capsys, "train", config)
+    assert trained.returncode == 0, trained.stderr
+    assert f"{cache}: the processed cache cannot be read" in trained.stderr
+    assert "building it again" in trained.stderr and "Traceback" not in trained.stderr
+    assert cache.stat().st_size == len(whole)

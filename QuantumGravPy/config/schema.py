@@ -324,6 +324,9 @@ class ParallelConfig:
     )
     find_unused_parameters: bool = False  # DDP's option for models that skip parameters
     timeout_s: float = field(default=300.0, metadata=_POSITIVE)  # a silent rank ends the job
+    # jobs on several hosts: the network interface that joins them (eth0, ib0), for gloo's and
+    # NCCL's sockets (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); null: as they find it
+    interface: str | None = None
     # Average gradients through shared memory when all ranks are CPU processes on one x86-64
     # machine (much less waiting than gloo on busy cores; the same numbers). false: always gloo.
     shared_memory: bool = True

@@ -14,12 +14,13 @@ import hashlib
 import json
 import logging
 import os
+import pickle
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from torch_geometric.data import Data, InMemoryDataset
 
-from ..errors import DataError
+from ..errors import DataError, cause
 from .ranges import DistributedRangeSplitter, in_parallel
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,22 @@ class DigestCachedDataset(InMemoryDataset):
         self.progress = progress
         self.world_size = world_size  # processes that build a missing cache
         super().__init__(root, transform=transform, log=False)
-        self.load(self.processed_paths[0])
+        path = self.processed_paths[0]
+        try:
+            self.load(path)
+        except (PermissionError, FileNotFoundError):
+            raise
+        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:
+            # truncated or half copied (a killed copy, a full shared disk): it is derived from
+            # the data, so it is built again rather than ending the run
+            log.warning(
+                "%s: the processed cache cannot be read (%s); building it again from the data",
+                path,
+                cause(e).split(". ")[0],
+            )
+            os.unlink(path)
+            self.process()
+            self.load(path)
 
     @property
     def raw_file_names(self) -> list[str]:

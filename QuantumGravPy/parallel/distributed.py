@@ -11,11 +11,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import re
 import socket
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -28,125 +26,13 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
     allreduce_hook as allreduce_hook,
 )
 
-from ..errors import QGError
+from . import failures
+
+# the launcher's variables and the errors, long imported from here
+from .environment import ProcessEnv, first_slurm_host, process_env, restart_count  # noqa: F401
+from .errors import DistributedError, PortInUseError, RankFailedError, RankTimeoutError
 
 DEFAULT_TIMEOUT_S = 300.0
-
-
-class DistributedError(QGError):
-    """The process group could not be set up, or a collective failed."""
-
-
-class PortInUseError(DistributedError):
-    """The rendezvous port is taken by another program."""
-
-    def __init__(self, addr: str, port: int):
-        super().__init__(
-            f"port {port} on {addr} is already in use; set parallel.master_port to a free port, "
-            "or leave it null to have one chosen"
-        )
-        self.port = port
-
-
-class RankTimeoutError(DistributedError):
-    """Another rank did not arrive at a collective within the timeout."""
-
-
-class RankFailedError(DistributedError):
-    """Another rank failed; this one stops instead of waiting for it."""
-
-
-@dataclass(frozen=True)
-class ProcessEnv:
-    """Where this process sits in a job started by torchrun or srun."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    master_addr: str
-    master_port: int | None
-    launcher: str  # "torchrun" or "slurm"
-
-
-# --- environment -----------------------------------------------------------------------------
-
-
-def restart_count(environ: Mapping[str, str] | None = None) -> int:
-    """How often the launcher has restarted this job: torchrun's ``--max-restarts`` counter, or
-    SLURM's requeue counter. A restarted job resumes its run instead of starting over."""
-    env = os.environ if environ is None else environ
-    for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"):
-        value = env.get(name, "").strip()
-        if value:
-            try:
-                return int(value)
-            except ValueError:
-                raise DistributedError(f"cannot read {name}={value!r}: not a number") from None
-    return 0
-
-
-def first_slurm_host(nodelist: str) -> str:
-    """The first host of a SLURM node list: ``gpu[03-05,07],cpu1`` -> ``gpu03``."""
-    match = re.match(r"([^,\[]+)(\[([^\]]+)\])?", nodelist.strip())
-    if not match:
-        raise DistributedError(f"cannot read SLURM_JOB_NODELIST {nodelist!r}")
-    prefix, _, ranges = match.groups()
-    if ranges is None:
-        return prefix
-    first = ranges.split(",")[0].split("-")[0]
-    return prefix + first
-
-
-def _slurm_tasks_per_node(value: str) -> int:
-    # "4(x2),3" -> 4: the count on the first node, which is the one for local ranks on it at most
-    return int(re.match(r"\d+", value).group())
-
-
-def process_env(environ: Mapping[str, str] | None = None) -> ProcessEnv | None:
-    """The job this process belongs to, from torchrun's or SLURM's variables; None if neither.
-
-    torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
-    srun sets SLURM_PROCID, SLURM_NTASKS (SLURM_STEP_NUM_TASKS for the step), SLURM_LOCALID and
-    SLURM_JOB_NODELIST; the master is the first node of the list, and the port comes from
-    MASTER_PORT or, failing that, from the job id, so that every task agrees without talking.
-    A SLURM job with one task is not a distributed job.
-    """
-    env = os.environ if environ is None else environ
-    try:
-        if "RANK" in env and "WORLD_SIZE" in env:
-            rank, world_size = int(env["RANK"]), int(env["WORLD_SIZE"])
-            local_rank = int(env.get("LOCAL_RANK", rank))
-            port = env.get("MASTER_PORT")
-            return ProcessEnv(
-                rank=rank,
-                world_size=world_size,
-                local_rank=local_rank,
-                local_world_size=int(env.get("LOCAL_WORLD_SIZE", world_size)),
-                master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
-                master_port=int(port) if port else None,
-                launcher="torchrun",
-            )
-        if "SLURM_PROCID" in env and ("SLURM_STEP_NUM_TASKS" in env or "SLURM_NTASKS" in env):
-            world_size = int(env.get("SLURM_STEP_NUM_TASKS", env.get("SLURM_NTASKS")))
-            if world_size < 2:
-                return None
-            nodelist = env.get("SLURM_STEP_NODELIST", env.get("SLURM_JOB_NODELIST", "127.0.0.1"))
-            per_node = env.get("SLURM_STEP_TASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE"))
-            port = env.get("MASTER_PORT")
-            job_id = int(env.get("SLURM_JOB_ID", "0"))
-            return ProcessEnv(
-                rank=int(env["SLURM_PROCID"]),
-                world_size=world_size,
-                local_rank=int(env.get("SLURM_LOCALID", "0")),
-                local_world_size=_slurm_tasks_per_node(per_node) if per_node else world_size,
-                master_addr=env.get("MASTER_ADDR") or first_slurm_host(nodelist),
-                master_port=int(port) if port else 20000 + job_id % 20000,
-                launcher="slurm",
-            )
-    except ValueError as e:
-        raise DistributedError(f"cannot read the launcher's environment variables: {e}") from e
-    return None
 
 
 def free_port(addr: str = "127.0.0.1") -> int:
@@ -258,25 +144,10 @@ def initialize_ddp(
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master_addr, str(port)
     timeout = timedelta(seconds=timeout_s)
     try:
-        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-            # torchrun's agent keeps its store across restarts (--max-restarts): the addresses
-            # the ranks of a failed attempt published are still in it, so every attempt gets
-            # keys of its own. Otherwise a restarted rank may dial a dead one.
-            store = dist.PrefixStore(
-                f"QuantumGravPy/attempt_{restart_count()}",
-                dist.TCPStore(master_addr, port, world_size, is_master=False, timeout=timeout),
-            )
-            dist.init_process_group(
-                backend, store=store, rank=rank, world_size=world_size, timeout=timeout
-            )
-        else:
-            dist.init_process_group(
-                backend,
-                init_method=f"tcp://{master_addr}:{port}",
-                rank=rank,
-                world_size=world_size,
-                timeout=timeout,
-            )
+        store = _store(master_addr, port, world_size, is_master=rank == 0, timeout=timeout)
+        dist.init_process_group(
+            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
+        )
     except dist.DistNetworkError as e:
         if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
             raise PortInUseError(master_addr, port) from None
@@ -287,7 +158,28 @@ def initialize_ddp(
             f"(parallel.timeout_s): {str(e).splitlines()[0]}"
         ) from e
     _LOCAL_RANK, _LOCAL_WORLD_SIZE, _TIMEOUT_S = local_rank, local_world_size, timeout_s
+    failures.watch(
+        lambda seconds: _store(master_addr, port, None, timeout=timedelta(seconds=seconds)),
+        rank,
+        world_size,
+    )
     return device
+
+
+def _store(
+    addr: str, port: int, world_size: int | None, *, is_master: bool = False, timeout: timedelta
+) -> dist.Store:
+    """The job's key-value store: the process group meets through it, and ranks tell each
+    other of failures in it (:mod:`.failures`). Rank 0 holds it, unless torchrun's agent does."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # torchrun's agent keeps its store across restarts (--max-restarts): the addresses the
+        # ranks of a failed attempt published are still in it, so every attempt gets keys of
+        # its own. Otherwise a restarted rank may dial a dead one.
+        return dist.PrefixStore(
+            f"QuantumGravPy/attempt_{restart_count()}",
+            dist.TCPStore(addr, port, world_size, is_master=False, timeout=timeout),
+        )
+    return dist.TCPStore(addr, port, world_size, is_master=is_master, timeout=timeout)
 
 
 def cleanup_ddp() -> None:
@@ -297,6 +189,9 @@ def cleanup_ddp() -> None:
     collected first, while the group they use still exists: collected later, at interpreter
     exit, one occasionally aborted the process ("terminate called without an active exception").
     """
+    global _PATIENT
+    failures.stop_watching()
+    _PATIENT = None
     if dist.is_initialized():
         gc.collect()
         dist.destroy_process_group()
@@ -367,6 +262,9 @@ def _collective(name: str, fn, *args, **kwargs):
                 f"no answer from the other ranks within {_TIMEOUT_S:g} s "
                 f"(parallel.timeout_s) in {name}; a rank has stopped answering"
             ) from e
+        told = failures.seen()  # what the rank that failed said, if it could
+        if told is not None:
+            raise RankFailedError(told.message, users=told.users) from e
         if isinstance(e, dist.DistNetworkError) or "gloo/transport" in str(e):
             raise RankFailedError(
                 f"lost contact with another rank in {name}; it has probably failed "
@@ -422,10 +320,26 @@ def all_gather(tensor: torch.Tensor) -> torch.Tensor:
     return out.view(get_world_size(), *tensor.shape)
 
 
-def all_gather_object(obj: Any) -> list[Any]:
-    """Every rank's ``obj``, in rank order."""
+def all_gather_object(obj: Any, *, patient: bool = False) -> list[Any]:
+    """Every rank's ``obj``, in rank order. ``patient``: wait for the others as long as it
+    takes (a rank preparing the data for all), not ``parallel.timeout_s``; a rank that dies
+    still ends the wait at once."""
     if not is_initialized():
         return [obj]
     result: list[Any] = [None] * get_world_size()
-    _collective("all_gather", dist.all_gather_object, result, obj)
+    group = _patient_group() if patient else None
+    _collective("all_gather", dist.all_gather_object, result, obj, group=group)
     return result
+
+
+_PATIENT: Any = None
+_PATIENT_DAYS = 7
+
+
+def _patient_group() -> Any:
+    """Every rank again, in a gloo group whose collectives wait days: made at the first patient
+    gather, which every rank reaches (creating a group is itself a collective)."""
+    global _PATIENT
+    if _PATIENT is None:
+        _PATIENT = dist.new_group(backend="gloo", timeout=timedelta(days=_PATIENT_DAYS))
+    return _PATIENT

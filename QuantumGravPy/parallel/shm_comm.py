@@ -29,7 +29,7 @@ import uuid
 import numpy as np
 import torch
 
-from . import distributed
+from . import distributed, sharing
 from .distributed import RankTimeoutError
 
 _COUNTER_BYTES = 8
@@ -39,9 +39,13 @@ _SPINS_BEFORE_YIELD = 200
 
 
 def supported(device: torch.device, params: list[torch.nn.Parameter]) -> bool:
-    """Whether this job can use it: float32 CPU ranks, all on this machine, on x86-64.
+    """Whether this job can use it: float32 CPU ranks, all sharing this machine's memory, on
+    x86-64.
 
-    A collective: every rank must call it.
+    Whether the ranks share memory is found by sharing some (:mod:`.sharing`: a token in
+    ``/dev/shm``). Host names are no proof: two containers, or two nodes configured alike, can
+    have the same one, and a buffer each maps from its own memory would leave every rank
+    averaging with nobody. A collective: every rank must call it.
     """
     local = (
         device.type == "cpu"
@@ -50,8 +54,7 @@ def supported(device: torch.device, params: list[torch.nn.Parameter]) -> bool:
         and platform.machine().lower() in ("x86_64", "amd64")
         and all(p.dtype == torch.float32 for p in params)
     )
-    votes = distributed.all_gather_object((platform.node(), local))
-    return len(votes) > 1 and len({host for host, _ in votes}) == 1 and all(ok for _, ok in votes)
+    return distributed.get_world_size() > 1 and sharing.everyone_sees(_SHM_DIR, here=local)
 
 
 def _map(name: str, size: int, *, create: bool) -> mmap.mmap:

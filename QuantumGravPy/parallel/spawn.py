@@ -21,6 +21,7 @@ import pickle
 import re
 import tempfile
 import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedExc
 
 from ..config import Config
 from ..errors import COMMAND_LINE_ENV, QGError, RunError, on_command_line
-from . import distributed
+from . import distributed, failures, network
 from .distributed import PortInUseError
 
 # Seconds a rank gets to exit by itself once another has failed, before it is terminated.
@@ -74,6 +75,8 @@ def run_distributed(
             start_method="forkserver",
         )[0]
     _thread_lock_for_bars()
+    network.use_interface(p.interface)
+    network.check_reachable(env, backend)
     distributed.initialize_ddp(
         env.rank,
         env.world_size,
@@ -84,9 +87,37 @@ def run_distributed(
         local_rank=env.local_rank,
         local_world_size=env.local_world_size,
     )
-    result = fn(env.rank, env.world_size, *args)
+    try:
+        result = fn(env.rank, env.world_size, *args)
+    except BaseException as e:
+        told = failures.seen()  # this rank stops because another failed: say what that was
+        if told is not None and not isinstance(e, KeyboardInterrupt):
+            raise distributed.RankFailedError(told.message, users=told.users) from e
+        message = _tell(env.rank, e)
+        if message is not None and not isinstance(e, (QGError, RunError, KeyboardInterrupt)):
+            raise WorkerError(message, rank=env.rank, traceback=traceback.format_exc()) from e
+        raise
     distributed.cleanup_ddp()
     return result
+
+
+def _tell(rank: int, error: BaseException) -> str | None:
+    """Tell the ranks on every host why this one stops (:mod:`.failures`): its rank, host and
+    error, which they report instead of a broken connection; returns what it told. A rank
+    stopping because another failed or went silent tells nothing: the first failure is the one
+    to report."""
+    if isinstance(error, (distributed.RankFailedError, distributed.RankTimeoutError)):
+        return None
+    where = f"rank {rank} ({failures.host()})"
+    if isinstance(error, KeyboardInterrupt):
+        message, users = f"{where} was interrupted", True
+    elif isinstance(error, (QGError, RunError)):
+        message, users = f"{where}: {error}", isinstance(error, QGError)
+    else:
+        first = (str(error).strip().splitlines() or [""])[0]
+        message, users = f"{where} failed: {type(error).__name__}: {first}", False
+    failures.announce(rank, message, users=users)
+    return message
 
 
 def _thread_lock_for_bars() -> None:

@@ -16,6 +16,7 @@ It overrides small hooks of :class:`~QuantumGravPy.training.trainer.Trainer` and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -28,9 +29,9 @@ from ..config import Config
 from ..data import SHARED_BUILD_MIN, dataset_from_config, epoch_sampler
 from ..data.digest import check_same_on_every_rank, digest
 from ..errors import ConfigError
-from ..logs import LOGGER_NAME, configure_logging
+from ..logs import LOGGER_NAME, configure_logging, waiting
 from ..models import shard_units
-from ..parallel import distributed, shm_comm
+from ..parallel import distributed, sharing, shm_comm
 from ..parallel.distributed import DistributedError, RankFailedError
 from ..parallel.strategies import Strategy
 from ..runs.reproducibility import seed_everything
@@ -190,8 +191,12 @@ class TrainerDDP(Trainer):
             raise RankFailedError(f"rank 0 failed: {failure}")
         return result
 
-    def _everywhere(self, fn: Callable[[], T], *, run_here: bool = True) -> T | None:
-        """Run ``fn`` on the ranks with ``run_here``; any failure is raised on every rank."""
+    def _everywhere(
+        self, fn: Callable[[], T], *, run_here: bool = True, patient: bool = False
+    ) -> T | None:
+        """Run ``fn`` on the ranks with ``run_here``; any failure is raised on every rank.
+        ``patient``: the ranks wait for each other as long as ``fn`` takes (preparing data),
+        not ``parallel.timeout_s``."""
         result, error = None, None
         if run_here:
             try:
@@ -199,7 +204,7 @@ class TrainerDDP(Trainer):
             except Exception as e:
                 error = e
         failures = distributed.all_gather_object(
-            None if error is None else f"{type(error).__name__}: {error}"
+            None if error is None else f"{type(error).__name__}: {error}", patient=patient
         )
         if error is not None:
             raise error
@@ -214,28 +219,38 @@ class TrainerDDP(Trainer):
         if self.config.data.dataset is not None:
             # the user's function runs in every rank (a failure in one reaches every rank),
             # and its graphs must be the same in each
-            dataset = self._everywhere(super().load_dataset)
+            dataset = self._everywhere(super().load_dataset, patient=True)
             mine = self._everywhere(lambda: digest(dataset))
             source = f"data.dataset ({self.config.data.dataset})"
             check_same_on_every_rank(
                 dataset, mine, source=source, gather=distributed.all_gather_object
             )
             return dataset
-        # The first process on each machine builds a missing cache, with as many processes as
-        # the job has there when the work pays for starting them; the others wait, then read it.
-        first = self.local_rank == 0
+        # One process builds a missing cache, with as many processes as the job has on its
+        # machine when the work pays for starting them: rank 0 when every rank sees its
+        # data.root (one file system), else the first of each machine. The others wait as
+        # long as that takes (not parallel.timeout_s), saying so, then read it.
+        shared = sharing.everyone_sees(self.config.data.root)
+        builds = self.rank == 0 if shared else self.local_rank == 0
         local = distributed.get_local_world_size()
-        dataset = self._everywhere(
-            lambda: dataset_from_config(
-                self.config.data,
-                progress=self.is_main,
-                world_size=local,
-                processes=local,
-                min_per_process=SHARED_BUILD_MIN,
-            ),
-            run_here=first,
-        )
-        if first:
+        builder = "rank 0" if shared else "the first rank of this machine"
+        with (
+            contextlib.nullcontext()
+            if builds
+            else waiting(self.rank_logger, f"{builder} to prepare the data")
+        ):
+            dataset = self._everywhere(
+                lambda: dataset_from_config(
+                    self.config.data,
+                    progress=self.is_main,
+                    world_size=local,
+                    processes=local,
+                    min_per_process=SHARED_BUILD_MIN,
+                ),
+                run_here=builds,
+                patient=True,
+            )
+        if builds:
             return dataset
         return dataset_from_config(self.config.data, progress=False, processes=local)
 

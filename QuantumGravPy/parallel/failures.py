@@ -1,0 +1,139 @@
+"""Failures told across the ranks of a job, on any number of hosts.
+
+A rank whose work raised writes what happened (its rank, host and error) into the job's store
+before it ends (:func:`announce`). The others read it (:func:`seen`) when a collective breaks
+because that rank is gone, and end with its message instead of a broken connection. A watcher
+thread in every rank also reads the store every second: a rank that would otherwise wait (in
+an NCCL collective, which waits out the whole timeout, or computing alone) ends with the same
+line :data:`GRACE_S` seconds after the failure was told, if its own code has not ended it by
+then.
+
+The first failure told is the one every rank reports (a rank that fails because another did
+tells nothing). A rank that dies without a word (killed, its host gone) is found by the
+collectives' own errors and timeouts, as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+_FIRST = "QuantumGravPy/failed/first"
+_SEEN = "QuantumGravPy/failed/seen"
+_POLL_S = 1.0
+GRACE_S = 10.0  # after a failure is told, the rank's own code has this long to end by itself
+_TOLD_WAIT_S = 3.0  # how long a failing rank waits for the others to have read it
+_CONNECT_S = 5.0  # connecting to the store while failing: not the whole collective timeout
+
+
+@dataclass(frozen=True)
+class Failure:
+    rank: int
+    message: str
+    users: bool  # a mistake of the user's (exit status 2), or not (1)
+
+
+# connect(timeout_s) -> a new client of the job's store
+Connect = Callable[[float], Any]
+
+
+class _Watch:
+    def __init__(self, connect: Connect, rank: int):
+        self.connect, self.rank = connect, rank
+        self.found: Failure | None = None
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="qg-failures", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            store = self.connect(_CONNECT_S)
+        except Exception:  # no store to read (the job is ending): nothing to watch
+            return
+        while not self.stopped.wait(_POLL_S):
+            try:
+                found = _read(store, self.rank)
+            except Exception:  # the store's host has ended: the collectives say the rest
+                return
+            if found is not None:
+                self.found = found
+                try:
+                    store.add(_SEEN, 1)
+                except Exception:
+                    pass
+                break
+        if self.found is None or self.stopped.wait(GRACE_S):
+            return  # no failure, or this rank ended by itself
+        print(f"error: [RANK {self.rank}] {self.found.message}", file=sys.stderr, flush=True)
+        os._exit(2 if self.found.users else 1)
+
+
+_WATCH: _Watch | None = None
+_WORLD_SIZE = 1
+
+
+def watch(connect: Connect, rank: int, world_size: int) -> None:
+    """Start this rank's watcher (in :func:`~.distributed.initialize_ddp`)."""
+    global _WATCH, _WORLD_SIZE
+    stop_watching()
+    _WORLD_SIZE = world_size
+    if world_size > 1:
+        _WATCH = _Watch(connect, rank)
+
+
+def stop_watching() -> None:
+    """The rank is ending by itself (in :func:`~.distributed.cleanup_ddp`)."""
+    global _WATCH
+    if _WATCH is not None:
+        _WATCH.stopped.set()
+        _WATCH = None
+
+
+def announce(rank: int, message: str, *, users: bool) -> None:
+    """Tell the other ranks that this one failed, with ``message`` (which names it), and wait
+    a moment for them to have read it: this rank may hold the store."""
+    watching = _WATCH
+    if watching is None:
+        return
+    try:
+        store = watching.connect(_CONNECT_S)
+        told = json.dumps({"rank": rank, "message": message, "users": users})
+        store.compare_set(_FIRST, "", told)  # the first failure told is the one reported
+        deadline = time.monotonic() + _TOLD_WAIT_S
+        while store.add(_SEEN, 0) < _WORLD_SIZE - 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    except Exception:  # the store is gone: the others find out from the collectives
+        pass
+
+
+def seen() -> Failure | None:
+    """The failure another rank told, if any (read now when the watcher has not yet)."""
+    watching = _WATCH
+    if watching is None:
+        return None
+    if watching.found is None:
+        try:
+            watching.found = _read(watching.connect(_CONNECT_S), watching.rank)
+        except Exception:
+            return None
+    return watching.found
+
+
+def _read(store: Any, me: int) -> Failure | None:
+    if not store.check([_FIRST]):
+        return None
+    told = json.loads(store.get(_FIRST))
+    if told["rank"] == me:
+        return None
+    return Failure(told["rank"], told["message"], told["users"])
+
+
+def host() -> str:
+    return socket.gethostname()

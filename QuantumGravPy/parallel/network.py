@@ -1,0 +1,78 @@
+"""The address a rank gives the other hosts of a job that spans machines.
+
+gloo finds the address it tells the other ranks from the host's name. Where that name resolves
+to a loopback address (127.0.1.1, which many installations write into ``/etc/hosts``) or to
+nothing, gloo falls back to 127.0.0.1 and the other hosts connect to themselves: one fails
+after seconds with ``connectFullMesh failed``, another waits out a connect timeout that
+``parallel.timeout_s`` does not govern. Naming the interface that joins the hosts
+(``parallel.interface``, or ``GLOO_SOCKET_IFNAME``) makes gloo use that interface's address;
+NCCL's own sockets take the same name (``NCCL_SOCKET_IFNAME``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+
+from ..errors import ConfigError
+from .environment import ProcessEnv
+from .errors import DistributedError
+
+
+def interfaces() -> list[str]:
+    """This host's network interfaces, by name."""
+    return [name for _, name in socket.if_nameindex()]
+
+
+def use_interface(name: str | None) -> None:
+    """``parallel.interface``: gloo and NCCL use ``name``, which this host must have."""
+    if name is None:
+        return
+    held = interfaces()
+    if name not in held:
+        raise ConfigError(
+            f"parallel.interface: this host ({socket.gethostname()}) has no interface {name!r} "
+            f"(it has {', '.join(held)})"
+        )
+    os.environ["GLOO_SOCKET_IFNAME"] = name
+    os.environ["NCCL_SOCKET_IFNAME"] = name
+
+
+def check_reachable(env: ProcessEnv, backend: str) -> None:
+    """Before a job of several hosts meets: refuse a host the others could not reach, because
+    gloo would give them a loopback address for it. Jobs on one host (all ranks here, or a
+    rendezvous on a loopback address) and named interfaces are left alone."""
+    if backend != "gloo" or env.local_world_size >= env.world_size:
+        return
+    if os.environ.get("GLOO_SOCKET_IFNAME") or _loopback(env.master_addr):
+        return
+    name = socket.gethostname()
+    try:
+        addresses = sorted({info[4][0] for info in socket.getaddrinfo(name, None)})
+    except OSError:
+        addresses = []
+    if addresses and not all(_loopback(a) for a in addresses):
+        return
+    what = (
+        f"resolves to {', '.join(addresses)}, a loopback address"
+        if addresses
+        else "resolves to no address"
+    )
+    others = [i for i in interfaces() if i != "lo"] or ["none found"]
+    raise DistributedError(
+        f"this host's name {name!r} {what}, which gloo would give the other hosts of this "
+        f"{env.world_size}-process job to reach it; set parallel.interface to the network "
+        f"interface that joins the hosts (this host has {', '.join(others)}), or "
+        "GLOO_SOCKET_IFNAME"
+    )
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a name: what it resolves to
+        try:
+            return all(_loopback(i[4][0]) for i in socket.getaddrinfo(address, None))
+        except OSError:
+            return False

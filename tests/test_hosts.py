@@ -1,0 +1,195 @@
+"""Jobs on two hosts (network namespaces, tests/hosts.py), started as users start them: two
+torchrun commands, one a host, that meet over the hosts' own addresses. What is checked: such a
+job learns what one host's two processes learn; a rank that fails on one host ends the other
+with its rank, host and error; a host the others could not reach is refused at once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import small_raw_config
+from hosts import ADDRESSES, INTERFACE, two_hosts
+
+from QuantumGravPy.config import load_config
+from QuantumGravPy.data import dataset_from_config
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("hosts")]
+
+PORT = 29512
+TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
+
+
+def write_config(tmp_path: Path, data_root: Path, **sections) -> Path:
+    raw = small_raw_config(tmp_path, data_root)
+    raw["parallel"] = {"timeout_s": 30}
+    for key, value in sections.items():
+        raw.setdefault(key, {}).update(value)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    dataset_from_config(load_config(path).data, progress=False)  # the cache, built once
+    return path
+
+
+def torchrun(host, node_rank: int, config: Path, *overrides: str) -> list[str]:
+    return [
+        TORCHRUN, "--nnodes=2", "--nproc_per_node=1", f"--node_rank={node_rank}",
+        f"--master_addr={ADDRESSES[0]}", f"--master_port={PORT}",
+        "-m", "QuantumGravPy", "train", str(config), *overrides,
+    ]  # fmt: skip
+
+
+def run_on_both(hosts, tmp_path: Path, config: Path, *overrides: str, wait_s: float):
+    """The job's two torchrun commands, one on each host; (exit status, output, seconds) of
+    each, in host order. Both must end within ``wait_s``."""
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("PYTHONPATH",)}
+    start = time.monotonic()
+    procs = [
+        host.popen(torchrun(host, i, config, *overrides), env=env, cwd=tmp_path,
+                   log=tmp_path / f"host{i}.log")
+        for i, host in enumerate(hosts)
+    ]  # fmt: skip
+    results = []
+    for i, proc in enumerate(procs):
+        try:
+            code = proc.wait(timeout=max(1.0, wait_s - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise AssertionError(
+                f"host {i} still runs after {wait_s} s:\n" + (tmp_path / f"host{i}.log").read_text()
+            ) from None
+        results.append((code, (tmp_path / f"host{i}.log").read_text(), time.monotonic() - start))
+    return results
+
+
+def test_a_job_on_two_hosts_learns_what_two_processes_on_one_learn(tmp_path, data_root):
+    """Both hosts named alike ("node"), each with its own /dev/shm: gradients must cross the
+    network, not a shared buffer that each host maps from its own memory."""
+    config = write_config(tmp_path, data_root)
+    with two_hosts(("node", "node")) as hosts:
+        results = run_on_both(
+            hosts, tmp_path, config, f"training.path={tmp_path / 'two_hosts'}",
+            f"parallel.interface={INTERFACE}", "log_level=INFO", wait_s=200,
+        )  # fmt: skip
+    for code, output, _ in results:
+        assert code == 0, output
+    one_host = subprocess.run(
+        [sys.executable, "-m", "QuantumGravPy", "train", str(config), "parallel.world_size=2",
+         f"training.path={tmp_path / 'one_host'}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=200,
+    )  # fmt: skip
+    assert one_host.returncode == 0, one_host.stderr
+    two = json.loads((tmp_path / "two_hosts" / "summary.json").read_text())
+    one = json.loads((tmp_path / "one_host" / "summary.json").read_text())
+    assert two["world_size"] == one["world_size"] == 2
+    # gloo's all-reduce over the network and the shared-memory sum on one host add the same
+    # two gradients, possibly in another order: float32 rounding, carried by Adam over 3 epochs
+    assert two["test_accuracy"] == one["test_accuracy"]  # a count over the same test graphs
+    assert two["test_loss"] == pytest.approx(one["test_loss"], rel=1e-3)
+    assert "gradients averaged via gloo" in (tmp_path / "two_hosts" / "train.log").read_text()
+
+
+BOOM = '''
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch_geometric.nn import global_mean_pool
+
+
+class Boom(nn.Module):
+    """A small model of one's own, whose rank 1 raises at its third training step."""
+
+    def __init__(self, in_channels, outputs):
+        super().__init__()
+        ((self.name, (size, _)),) = outputs.items()  # one task: {name: (outputs, level)}
+        self.linear = nn.Linear(in_channels, size)
+        self.calls = 0
+
+    def forward(self, batch):
+        self.calls += self.training
+        if self.training and dist.get_rank() == 1 and self.calls == 3:
+            raise ValueError("boom on purpose")
+        return {self.name: self.linear(global_mean_pool(batch.x, batch.batch))}
+'''
+
+
+def test_a_rank_that_fails_on_one_host_ends_both_naming_its_rank_host_and_error(
+    tmp_path, data_root
+):
+    (tmp_path / "boom.py").write_text(BOOM)
+    config = write_config(tmp_path, data_root, model={"type": "boom.Boom"})
+    with two_hosts() as hosts:
+        results = run_on_both(
+            hosts, tmp_path, config, f"parallel.interface={INTERFACE}", wait_s=30 + 60
+        )
+    (code0, out0, _), (code1, out1, _) = results
+    assert code0 != 0 and code1 != 0
+    told = "rank 1 (node1)"
+    assert told in out0 and "ValueError: boom on purpose" in out0, out0
+    assert "boom on purpose" in out1, out1
+
+
+def test_a_host_whose_name_resolves_to_a_loopback_address_is_refused_with_the_fix(
+    tmp_path, data_root
+):
+    config = write_config(tmp_path, data_root)
+    with two_hosts(resolve="loopback") as hosts:
+        results = run_on_both(hosts, tmp_path, config, wait_s=30 + 30)
+    for i, (_, output, seconds) in enumerate(results):
+        line = [x for x in output.splitlines() if x.startswith("error:")]
+        assert line, output
+        assert f"this host's name 'node{i}' resolves to 127.0.1.1, a loopback address" in line[0]
+        assert "parallel.interface" in line[0] and INTERFACE in line[0], line[0]
+        assert seconds < 30, (seconds, output)  # at once, not after a timeout
+
+
+SLOW = """
+import time
+
+
+def pause(graph):
+    time.sleep(0.07)  # 400 graphs: 28 s, more than 3 x parallel.timeout_s
+    return graph
+"""
+
+
+def test_data_prepared_for_longer_than_the_timeout_is_waited_for_and_built_once(tmp_path):
+    """Both hosts start together on a shared file system with no cache: rank 0 builds it
+    (once, for both), the other waits past parallel.timeout_s, saying so, and then trains."""
+    import torch
+    from torch_geometric.data import Data
+
+    generator = torch.Generator().manual_seed(0)
+    graphs = [
+        Data(x=torch.rand(6, 3, generator=generator),
+             edge_index=torch.randint(0, 6, (2, 12), generator=generator), y=torch.tensor([i % 2]))
+        for i in range(400)
+    ]  # fmt: skip
+    torch.save(graphs, tmp_path / "graphs.pt")
+    (tmp_path / "slow.py").write_text(SLOW)
+    raw = {
+        "log_level": "INFO",
+        "data": {"files": [str(tmp_path / "graphs.pt")], "root": str(tmp_path / "data"),
+                 "pre_transform": "slow.pause"},
+        "tasks": [{"name": "y", "target": "y"}],
+        "model": {"hidden_channels": 8, "num_layers": 1, "head_channels": [8]},
+        "training": {"path": str(tmp_path / "run"), "device": "cpu", "num_epochs": 1,
+                     "plots": False},
+        "parallel": {"timeout_s": 8},
+    }  # fmt: skip
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    with two_hosts() as hosts:
+        results = run_on_both(hosts, tmp_path, config, f"parallel.interface={INTERFACE}",
+                              wait_s=180)  # fmt: skip
+    (code0, out0, _), (code1, out1, _) = results
+    assert code0 == 0 and code1 == 0, out0 + out1
+    assert (out0 + out1).count("processing 400 samples") == 1, out0 + out1
+    assert "[RANK 1] INFO waiting for rank 0 to prepare the data" in out1, out1
+    assert (tmp_path / "run" / "summary.json").is_file()
