@@ -6,6 +6,7 @@ with its rank, host and error; a host the others could not reach is refused at o
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -47,7 +48,7 @@ def torchrun(host, node_rank: int, config: Path, *overrides: str) -> list[str]:
 def run_on_both(hosts, tmp_path: Path, config: Path, *overrides: str, wait_s: float):
     """The job's two torchrun commands, one on each host; (exit status, output, seconds) of
     each, in host order. Both must end within ``wait_s``."""
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("PYTHONPATH",)}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     start = time.monotonic()
     procs = [
         host.popen(torchrun(host, i, config, *overrides), env=env, cwd=tmp_path,
@@ -116,6 +117,28 @@ class Boom(nn.Module):
         if self.training and dist.get_rank() == 1 and self.calls == 3:
             raise ValueError("boom on purpose")
         return {self.name: self.linear(global_mean_pool(batch.x, batch.batch))}
+
+
+class Slow(Boom):
+    """As Boom without failing: a tenth of a second a step, to be killed in the middle."""
+
+    def forward(self, batch):
+        import time
+
+        time.sleep(0.1)
+        return {self.name: self.linear(global_mean_pool(batch.x, batch.batch))}
+
+
+class Busy(Boom):
+    """As Boom, and rank 0 computes alone for two minutes at that step (as a rank waits in an
+    NCCL collective, or validates alone): only the watcher can end it sooner."""
+
+    def forward(self, batch):
+        if self.training and dist.get_rank() == 0 and self.calls == 2:
+            import time
+
+            time.sleep(120)
+        return super().forward(batch)
 '''
 
 
@@ -133,6 +156,47 @@ def test_a_rank_that_fails_on_one_host_ends_both_naming_its_rank_host_and_error(
     told = "rank 1 (node1)"
     assert told in out0 and "ValueError: boom on purpose" in out0, out0
     assert "boom on purpose" in out1, out1
+
+
+def test_a_rank_busy_alone_when_another_fails_ends_within_seconds(tmp_path, data_root):
+    (tmp_path / "boom.py").write_text(BOOM)
+    config = write_config(tmp_path, data_root, model={"type": "boom.Busy"})
+    with two_hosts() as hosts:
+        (code0, out0, seconds0), _ = run_on_both(
+            hosts, tmp_path, config, f"parallel.interface={INTERFACE}", wait_s=100
+        )
+    assert code0 != 0
+    assert "error: [RANK 0] rank 1 (node1) failed: ValueError: boom on purpose" in out0, out0
+    # the failure comes a few seconds in; the watcher ends rank 0 GRACE_S (10 s) after it,
+    # long before its two minutes alone would have
+    assert seconds0 < 60, seconds0
+
+
+def test_a_host_that_goes_down_is_named_by_the_other(tmp_path, data_root):
+    (tmp_path / "boom.py").write_text(BOOM)
+    config = write_config(tmp_path, data_root, model={"type": "boom.Slow"},
+                          training={"num_epochs": 100})  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    args = (config, f"parallel.interface={INTERFACE}", "log_level=INFO")
+    with two_hosts() as hosts:
+        procs = [
+            host.popen(torchrun(host, i, *args), env=env, cwd=tmp_path,
+                       log=tmp_path / f"host{i}.log")
+            for i, host in enumerate(hosts)
+        ]  # fmt: skip
+        deadline = time.monotonic() + 120
+        while "started: rank 1" not in (tmp_path / "host1.log").read_text():
+            assert time.monotonic() < deadline and procs[1].poll() is None
+            time.sleep(0.2)
+        time.sleep(2)  # some steps in
+        down = time.monotonic()
+        hosts[1].go_down()
+        code0 = procs[0].wait(timeout=30 + 15)  # parallel.timeout_s + 15 s
+        ended = time.monotonic() - down
+    out0 = (tmp_path / "host0.log").read_text()
+    assert code0 != 0
+    assert "lost contact with rank 1 (node1), which stopped answering" in out0, out0
+    assert ended < 30, ended
 
 
 def test_a_host_whose_name_resolves_to_a_loopback_address_is_refused_with_the_fix(
@@ -193,3 +257,26 @@ def test_data_prepared_for_longer_than_the_timeout_is_waited_for_and_built_once(
     assert (out0 + out1).count("processing 400 samples") == 1, out0 + out1
     assert "[RANK 1] INFO waiting for rank 0 to prepare the data" in out1, out1
     assert (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_a_two_node_srun_job_meets_at_the_first_node_of_its_list(tmp_path, data_root):
+    """What srun starts on each of two nodes: one task each, with SLURM's variables; the
+    master is the first host of SLURM_JOB_NODELIST (node0, which both hosts resolve to its
+    address, so no interface needs naming) and the port comes from the job id."""
+    config = write_config(tmp_path, data_root)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    slurm = {"SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "node[0-1]",
+             "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_JOB_ID": "4242"}  # fmt: skip
+    command = [sys.executable, "-m", "QuantumGravPy", "train", str(config), "log_level=INFO"]
+    with two_hosts() as hosts:
+        procs = [
+            host.popen(command, env={**env, **slurm, "SLURM_PROCID": str(i), "SLURM_NODEID":
+                       str(i), "SLURM_LOCALID": "0"}, cwd=tmp_path, log=tmp_path / f"task{i}.log")
+            for i, host in enumerate(hosts)
+        ]  # fmt: skip
+        codes = [p.wait(timeout=200) for p in procs]
+    logs = [(tmp_path / f"task{i}.log").read_text() for i in range(2)]
+    assert codes == [0, 0], logs
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["world_size"] == 2, summary
+    assert "rank 1 of 2" in logs[1] and "gradients averaged via gloo" in logs[0], logs

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -265,12 +266,26 @@ def _collective(name: str, fn, *args, **kwargs):
         told = failures.seen()  # what the rank that failed said, if it could
         if told is not None:
             raise RankFailedError(told.message, users=told.users) from e
-        if isinstance(e, dist.DistNetworkError) or "gloo/transport" in str(e):
-            raise RankFailedError(
-                f"lost contact with another rank in {name}; it has probably failed "
-                f"({str(e).splitlines()[0]})"
-            ) from e
+        lost = lost_contact(e, name)
+        if lost is not None:
+            raise lost from e
         raise
+
+
+def lost_contact(error: BaseException, during: str) -> RankFailedError | None:
+    """``error`` as the loss of another rank, naming it and its host where the job's store can
+    tell (:func:`.failures.silent`), if it is one: a connection that broke (what torch types as
+    DistNetworkError, or gloo's transport raises, in a collective or DDP's exchange)."""
+    text = str(error)
+    if not (isinstance(error, dist.DistNetworkError) or "gloo/transport" in text):
+        return None
+    gone = failures.silent()
+    who = f"{gone}, which stopped answering" if gone else "another rank"
+    line = next((x for x in text.splitlines() if "gloo" in x), text.splitlines()[0])
+    line = re.sub(r"^.*?gloo/transport/\S+\] ", "", line).split(". ")[0]  # gloo's own words
+    return RankFailedError(
+        f"lost contact with {who} in {during}: its process ended or its host went down ({line})"
+    )
 
 
 def _object_device() -> torch.device | None:

@@ -27,6 +27,8 @@ from typing import Any
 
 _FIRST = "QuantumGravPy/failed/first"
 _SEEN = "QuantumGravPy/failed/seen"
+_ALIVE = "QuantumGravPy/alive/"  # + rank: a counter each rank's watcher raises every second
+_HOST = "QuantumGravPy/host/"  # + rank: its host's name
 _POLL_S = 1.0
 GRACE_S = 10.0  # after a failure is told, the rank's own code has this long to end by itself
 _TOLD_WAIT_S = 3.0  # how long a failing rank waits for the others to have read it
@@ -57,8 +59,13 @@ class _Watch:
             store = self.connect(_CONNECT_S)
         except Exception:  # no store to read (the job is ending): nothing to watch
             return
+        try:
+            store.set(f"{_HOST}{self.rank}", host())
+        except Exception:
+            return
         while not self.stopped.wait(_POLL_S):
             try:
+                store.add(f"{_ALIVE}{self.rank}", 1)
                 found = _read(store, self.rank)
             except Exception:  # the store's host has ended: the collectives say the rest
                 return
@@ -124,6 +131,34 @@ def seen() -> Failure | None:
         except Exception:
             return None
     return watching.found
+
+
+def silent() -> str | None:
+    """Which ranks stopped answering (their processes ended, or their hosts went down), with
+    their hosts, found by whose counters in the store stopped rising; None if it cannot be
+    told."""
+    watching = _WATCH
+    if watching is None:
+        return None
+    try:
+        store = watching.connect(_CONNECT_S)
+    except Exception:  # the store itself is gone, and rank 0 held it
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            return None
+        return "rank 0 (which held the job's store)"
+    try:
+        others = [r for r in range(_WORLD_SIZE) if r != watching.rank]
+        before = [store.add(f"{_ALIVE}{r}", 0) for r in others]
+        time.sleep(2.5 * _POLL_S)
+        after = [store.add(f"{_ALIVE}{r}", 0) for r in others]
+        gone = [r for r, b, a in zip(others, before, after, strict=True) if a == b]
+        named = []
+        for r in gone:
+            held = store.check([f"{_HOST}{r}"])
+            named.append(f"rank {r} ({store.get(f'{_HOST}{r}').decode()})" if held else f"rank {r}")
+        return ", ".join(named) or None
+    except Exception:
+        return None
 
 
 def _read(store: Any, me: int) -> Failure | None:

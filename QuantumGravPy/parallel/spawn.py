@@ -93,6 +93,11 @@ def run_distributed(
         told = failures.seen()  # this rank stops because another failed: say what that was
         if told is not None and not isinstance(e, KeyboardInterrupt):
             raise distributed.RankFailedError(told.message, users=told.users) from e
+        lost = None
+        if not isinstance(e, distributed.DistributedError):  # told already
+            lost = distributed.lost_contact(e, "training")  # DDP's own exchange, say
+        if lost is not None:
+            raise lost from e
         message = _tell(env.rank, e)
         if message is not None and not isinstance(e, (QGError, RunError, KeyboardInterrupt)):
             raise WorkerError(message, rank=env.rank, traceback=traceback.format_exc()) from e
