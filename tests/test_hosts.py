@@ -1,5 +1,6 @@
-"""Jobs on two hosts (network namespaces, tests/hosts.py), started as users start them: two
-torchrun commands, one a host, that meet over the hosts' own addresses. What is checked: such a
+"""Jobs on two hosts (network namespaces, tests/hosts.py), started as users start them: one
+torchrun command on each host (static or c10d rendezvous), or the one command srun starts on
+each node of a two-node job, with SLURM's variables; they meet over the hosts' own addresses. What is checked: such a
 job learns what one host's two processes learn; a rank that fails on one host ends the other
 with its rank, host and error; a host the others could not reach is refused at once."""
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import small_raw_config
+from conftest import run_forked, small_raw_config
 from hosts import ADDRESSES, INTERFACE, two_hosts
 
 from QuantumGravPy.config import load_config
@@ -45,16 +46,46 @@ def torchrun(host, node_rank: int, config: Path, *overrides: str) -> list[str]:
     ]  # fmt: skip
 
 
-def run_on_both(hosts, tmp_path: Path, config: Path, *overrides: str, wait_s: float):
-    """The job's two torchrun commands, one on each host; (exit status, output, seconds) of
-    each, in host order. Both must end within ``wait_s``."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+# What a test's own process may hold (from jobs it ran in-process) that a job must not inherit.
+_LAUNCHER = ("MASTER_", "RANK", "WORLD_SIZE", "LOCAL_", "GROUP_", "SLURM_", "TORCHELASTIC_",
+             "GLOO_", "NCCL_", "PYTHONPATH", "QG_")  # fmt: skip
+
+
+def clean_env(**extra: str) -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith(_LAUNCHER)} | extra
+
+
+def srun_task(task: int) -> dict:
+    """The variables srun gives task ``task`` of a job of one task on each of two nodes; the
+    master is the first node of the list, its port from the job id (24242 here)."""
+    return {
+        "SLURM_PROCID": str(task), "SLURM_NODEID": str(task), "SLURM_LOCALID": "0",
+        "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "node[0-1]",
+        "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_JOB_ID": "4242",
+    }  # fmt: skip
+
+
+def start_on_both(hosts, tmp_path: Path, config: Path, *overrides: str, launcher: str):
+    """The job's two commands, one on each host, as ``launcher`` (torchrun or srun) starts
+    them; their output in host0.log and host1.log."""
+    procs = []
+    for i, host in enumerate(hosts):
+        if launcher == "torchrun":
+            argv, env = torchrun(host, i, config, *overrides), clean_env()
+        else:
+            argv = [sys.executable, "-m", "QuantumGravPy", "train", str(config), *overrides]
+            env = clean_env(**srun_task(i))
+        procs.append(host.popen(argv, env=env, cwd=tmp_path, log=tmp_path / f"host{i}.log"))
+    return procs
+
+
+def run_on_both(
+    hosts, tmp_path: Path, config: Path, *overrides: str, wait_s: float, launcher: str = "srun"
+):
+    """The job on both hosts (:func:`start_on_both`); (exit status, output, seconds) of each,
+    in host order. Both must end within ``wait_s``."""
     start = time.monotonic()
-    procs = [
-        host.popen(torchrun(host, i, config, *overrides), env=env, cwd=tmp_path,
-                   log=tmp_path / f"host{i}.log")
-        for i, host in enumerate(hosts)
-    ]  # fmt: skip
+    procs = start_on_both(hosts, tmp_path, config, *overrides, launcher=launcher)
     results = []
     for i, proc in enumerate(procs):
         try:
@@ -76,15 +107,12 @@ def test_a_job_on_two_hosts_learns_what_two_processes_on_one_learn(tmp_path, dat
     with two_hosts(("node", "node")) as hosts:
         results = run_on_both(
             hosts, tmp_path, config, f"training.path={tmp_path / 'two_hosts'}",
-            f"parallel.interface={INTERFACE}", "log_level=INFO", wait_s=200,
+            f"parallel.interface={INTERFACE}", "log_level=INFO", wait_s=200, launcher="torchrun",
         )  # fmt: skip
     for code, output, _ in results:
         assert code == 0, output
-    one_host = subprocess.run(
-        [sys.executable, "-m", "QuantumGravPy", "train", str(config), "parallel.world_size=2",
-         f"training.path={tmp_path / 'one_host'}"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=200,
-    )  # fmt: skip
+    one_host = run_forked("train", config, "parallel.world_size=2",
+                          f"training.path={tmp_path / 'one_host'}", cwd=tmp_path)  # fmt: skip
     assert one_host.returncode == 0, one_host.stderr
     two = json.loads((tmp_path / "two_hosts" / "summary.json").read_text())
     one = json.loads((tmp_path / "one_host" / "summary.json").read_text())
@@ -148,9 +176,7 @@ def test_a_rank_that_fails_on_one_host_ends_both_naming_its_rank_host_and_error(
     (tmp_path / "boom.py").write_text(BOOM)
     config = write_config(tmp_path, data_root, model={"type": "boom.Boom"})
     with two_hosts() as hosts:
-        results = run_on_both(
-            hosts, tmp_path, config, f"parallel.interface={INTERFACE}", wait_s=30 + 60
-        )
+        results = run_on_both(hosts, tmp_path, config, wait_s=30 + 60)
     (code0, out0, _), (code1, out1, _) = results
     assert code0 != 0 and code1 != 0
     told = "rank 1 (node1)"
@@ -162,9 +188,7 @@ def test_a_rank_busy_alone_when_another_fails_ends_within_seconds(tmp_path, data
     (tmp_path / "boom.py").write_text(BOOM)
     config = write_config(tmp_path, data_root, model={"type": "boom.Busy"})
     with two_hosts() as hosts:
-        (code0, out0, seconds0), _ = run_on_both(
-            hosts, tmp_path, config, f"parallel.interface={INTERFACE}", wait_s=100
-        )
+        (code0, out0, seconds0), _ = run_on_both(hosts, tmp_path, config, wait_s=100)
     assert code0 != 0
     assert "error: [RANK 0] rank 1 (node1) failed: ValueError: boom on purpose" in out0, out0
     # the failure comes a few seconds in; the watcher ends rank 0 GRACE_S (10 s) after it,
@@ -176,14 +200,8 @@ def test_a_host_that_goes_down_is_named_by_the_other(tmp_path, data_root):
     (tmp_path / "boom.py").write_text(BOOM)
     config = write_config(tmp_path, data_root, model={"type": "boom.Slow"},
                           training={"num_epochs": 100})  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    args = (config, f"parallel.interface={INTERFACE}", "log_level=INFO")
     with two_hosts() as hosts:
-        procs = [
-            host.popen(torchrun(host, i, *args), env=env, cwd=tmp_path,
-                       log=tmp_path / f"host{i}.log")
-            for i, host in enumerate(hosts)
-        ]  # fmt: skip
+        procs = start_on_both(hosts, tmp_path, config, "log_level=INFO", launcher="srun")
         deadline = time.monotonic() + 120
         while "started: rank 1" not in (tmp_path / "host1.log").read_text():
             assert time.monotonic() < deadline and procs[1].poll() is None
@@ -204,7 +222,7 @@ def test_a_host_whose_name_resolves_to_a_loopback_address_is_refused_with_the_fi
 ):
     config = write_config(tmp_path, data_root)
     with two_hosts(resolve="loopback") as hosts:
-        results = run_on_both(hosts, tmp_path, config, wait_s=30 + 30)
+        results = run_on_both(hosts, tmp_path, config, wait_s=30 + 30, launcher="torchrun")
     for i, (_, output, seconds) in enumerate(results):
         line = [x for x in output.splitlines() if x.startswith("error:")]
         assert line, output
@@ -250,8 +268,7 @@ def test_data_prepared_for_longer_than_the_timeout_is_waited_for_and_built_once(
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(raw))
     with two_hosts() as hosts:
-        results = run_on_both(hosts, tmp_path, config, f"parallel.interface={INTERFACE}",
-                              wait_s=180)  # fmt: skip
+        results = run_on_both(hosts, tmp_path, config, wait_s=180)
     (code0, out0, _), (code1, out1, _) = results
     assert code0 == 0 and code1 == 0, out0 + out1
     assert (out0 + out1).count("processing 400 samples") == 1, out0 + out1
@@ -259,24 +276,21 @@ def test_data_prepared_for_longer_than_the_timeout_is_waited_for_and_built_once(
     assert (tmp_path / "run" / "summary.json").is_file()
 
 
-def test_a_two_node_srun_job_meets_at_the_first_node_of_its_list(tmp_path, data_root):
-    """What srun starts on each of two nodes: one task each, with SLURM's variables; the
-    master is the first host of SLURM_JOB_NODELIST (node0, which both hosts resolve to its
-    address, so no interface needs naming) and the port comes from the job id."""
+def test_torchrun_with_c10d_rendezvous_as_pytorch_documents_it(tmp_path, data_root):
+    """The elastic launcher's own rendezvous (--rdzv-backend=c10d) instead of a static
+    master: the agent on the endpoint's host holds the store, and the job meets through it."""
     config = write_config(tmp_path, data_root)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    slurm = {"SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "node[0-1]",
-             "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_JOB_ID": "4242"}  # fmt: skip
-    command = [sys.executable, "-m", "QuantumGravPy", "train", str(config), "log_level=INFO"]
+    command = [
+        TORCHRUN, "--nnodes=2", "--nproc-per-node=1", "--rdzv-id=qg-test",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint={ADDRESSES[0]}:{PORT}",
+        "-m", "QuantumGravPy", "train", str(config), f"parallel.interface={INTERFACE}",
+    ]  # fmt: skip
     with two_hosts() as hosts:
         procs = [
-            host.popen(command, env={**env, **slurm, "SLURM_PROCID": str(i), "SLURM_NODEID":
-                       str(i), "SLURM_LOCALID": "0"}, cwd=tmp_path, log=tmp_path / f"task{i}.log")
+            host.popen(command, env=clean_env(), cwd=tmp_path, log=tmp_path / f"host{i}.log")
             for i, host in enumerate(hosts)
-        ]  # fmt: skip
+        ]
         codes = [p.wait(timeout=200) for p in procs]
-    logs = [(tmp_path / f"task{i}.log").read_text() for i in range(2)]
+    logs = [(tmp_path / f"host{i}.log").read_text() for i in range(2)]
     assert codes == [0, 0], logs
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["world_size"] == 2, summary
-    assert "rank 1 of 2" in logs[1] and "gradients averaged via gloo" in logs[0], logs
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["world_size"] == 2

@@ -45,8 +45,8 @@ def check_reachable(env: ProcessEnv, backend: str) -> None:
     rendezvous on a loopback address) and named interfaces are left alone."""
     if backend != "gloo" or env.local_world_size >= env.world_size:
         return
-    if os.environ.get("GLOO_SOCKET_IFNAME") or _loopback(env.master_addr):
-        return
+    if os.environ.get("GLOO_SOCKET_IFNAME") or _loopback_address(env.master_addr):
+        return  # a job told to meet at 127.0.0.1 is on one machine, whatever it says
     name = socket.gethostname()
     try:
         addresses = sorted({info[4][0] for info in socket.getaddrinfo(name, None)})
@@ -69,10 +69,13 @@ def check_reachable(env: ProcessEnv, backend: str) -> None:
 
 
 def _loopback(address: str) -> bool:
+    return ipaddress.ip_address(address.split("%")[0]).is_loopback  # fe80::1%eth0: its scope
+
+
+def _loopback_address(address: str) -> bool:
+    """Whether ``address`` is a loopback address as written (a name is not: the first node of
+    a SLURM job resolves to 127.0.1.1 on itself in the very trap checked for)."""
     try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:  # a name: what it resolves to
-        try:
-            return all(_loopback(i[4][0]) for i in socket.getaddrinfo(address, None))
-        except OSError:
-            return False
+        return _loopback(address)
+    except ValueError:
+        return address == "localhost"
