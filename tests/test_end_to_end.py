@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT, assert_refused, run_cli
+from conftest import ROOT, assert_refused, run_cli, run_forked
 
 
 def test_shipped_config_learns_the_dimension_of_causal_sets(tmp_path):
@@ -86,35 +86,28 @@ def test_custom_multitask_model_example_trains_its_own_class(tmp_path):
     assert (tmp_path / "run" / "regression_time.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_the_own_graphs_example_trains_on_1_and_2_processes_and_predicts(tmp_path):
+def test_the_own_graphs_example_trains_on_1_and_2_processes_and_predicts(tmp_path, monkeypatch):
     """examples/own_graphs, as the Your own graphs page runs it: a data function and a model
-    of one's own beside the config, found there by the installed qg command from another
-    folder, on 2 processes (16 graphs each a step); the same graphs written to an HDF5 file
-    (save_graphs.py) and read through data.files on 1 process (32 graphs a step), kept on disk;
-    then qg predict on that run. (qg predict on a data function's run: test_predict.py.)"""
+    of one's own beside the config, found there by qg run from another folder, on 2 processes
+    (16 graphs each a step); the same graphs written to an HDF5 file (save_graphs.py) and read
+    through data.files on 1 process (32 graphs a step), kept on disk; then qg predict on that
+    run. (qg predict on a data function's run: test_predict.py.)"""
     import csv
     import math
-    from pathlib import Path
+    import runpy
 
-    qg_command = Path(sys.executable).with_name("qg")
     example = ROOT / "examples" / "own_graphs"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
     def qg(*args):
-        result = subprocess.run(
-            [str(qg_command), *map(str, args)],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+        result = run_forked(*args, env=env, cwd=tmp_path, timeout=300)
         assert result.returncode == 0, result.stderr
         return result
 
     qg("train", example / "config.yaml", "training.num_epochs=4", "training.path=two",
        "data.dataset_kwargs={num_graphs: 160, seed: 0}")  # fmt: skip
-    made = subprocess.run(
-        [sys.executable, example / "save_graphs.py", "--num-graphs", "160"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
+    monkeypatch.syspath_prepend(str(example))  # as running the script puts its folder first
+    runpy.run_path(str(example / "save_graphs.py"))["save"](160, 0, tmp_path)
     qg("train", example / "from_files.yaml", "training.num_epochs=4", "training.path=one",
        "parallel.world_size=1", "training.batch_size=32", "data.storage=disk")  # fmt: skip
 
