@@ -21,7 +21,8 @@ from hosts import ADDRESSES, INTERFACE, two_hosts
 from QuantumGravPy.config import load_config
 from QuantumGravPy.data import dataset_from_config
 
-pytestmark = [pytest.mark.timeout(240), pytest.mark.xdist_group("hosts")]
+# Each test makes hosts of its own (namespaces and veth names of their own): they run in parallel.
+pytestmark = pytest.mark.timeout(240)
 
 PORT = 29512
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
