@@ -295,3 +295,26 @@ def test_torchrun_with_c10d_rendezvous_as_pytorch_documents_it(tmp_path, data_ro
     logs = [(tmp_path / f"host{i}.log").read_text() for i in range(2)]
     assert codes == [0, 0], logs
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["world_size"] == 2
+
+
+def test_a_host_that_never_joins_ends_the_other_within_the_timeout(tmp_path, data_root):
+    config = write_config(tmp_path, data_root)
+    with two_hosts() as hosts:
+        argv = [
+            sys.executable,
+            "-m",
+            "QuantumGravPy",
+            "train",
+            str(config),
+            "parallel.timeout_s=10",
+        ]
+        start = time.monotonic()
+        alone = hosts[0].popen(argv, env=clean_env(**srun_task(0)), cwd=tmp_path,
+                               log=tmp_path / "host0.log")  # fmt: skip
+        code = alone.wait(timeout=10 + 15)
+        seconds = time.monotonic() - start
+    out = (tmp_path / "host0.log").read_text()
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert code == 1 and len(errors) == 1, out  # not the user's mistake: exit status 1
+    assert "not all 2 ranks met at node0:24242 within 10 s (parallel.timeout_s)" in errors[0]
+    assert seconds < 10 + 15, seconds
