@@ -83,34 +83,38 @@ class _Watch:
 
 
 _WATCH: _Watch | None = None
+_CONNECT: Connect | None = None  # the job's store, kept after the watcher stops
+_RANK = 0
 _WORLD_SIZE = 1
+_FOUND: Failure | None = None  # what the watcher read, kept after it stops
 
 
 def watch(connect: Connect, rank: int, world_size: int) -> None:
     """Start this rank's watcher (in :func:`~.distributed.initialize_ddp`)."""
-    global _WATCH, _WORLD_SIZE
+    global _WATCH, _CONNECT, _RANK, _WORLD_SIZE, _FOUND
     stop_watching()
-    _WORLD_SIZE = world_size
+    _CONNECT, _RANK, _WORLD_SIZE, _FOUND = connect, rank, world_size, None
     if world_size > 1:
         _WATCH = _Watch(connect, rank)
 
 
 def stop_watching() -> None:
-    """The rank is ending by itself (in :func:`~.distributed.cleanup_ddp`)."""
-    global _WATCH
+    """The rank ends by itself now (in :func:`~.distributed.cleanup_ddp`, or handling a
+    failure): its watcher must not end the process. Telling and asking still work."""
+    global _WATCH, _FOUND
     if _WATCH is not None:
         _WATCH.stopped.set()
+        _FOUND = _FOUND or _WATCH.found
         _WATCH = None
 
 
 def announce(rank: int, message: str, *, users: bool) -> None:
     """Tell the other ranks that this one failed, with ``message`` (which names it), and wait
     a moment for them to have read it: this rank may hold the store."""
-    watching = _WATCH
-    if watching is None:
+    if _CONNECT is None or _WORLD_SIZE < 2:
         return
     try:
-        store = watching.connect(_CONNECT_S)
+        store = _CONNECT(_CONNECT_S)
         told = json.dumps({"rank": rank, "message": message, "users": users})
         store.compare_set(_FIRST, "", told)  # the first failure told is the one reported
         deadline = time.monotonic() + _TOLD_WAIT_S
@@ -122,32 +126,32 @@ def announce(rank: int, message: str, *, users: bool) -> None:
 
 def seen() -> Failure | None:
     """The failure another rank told, if any (read now when the watcher has not yet)."""
-    watching = _WATCH
-    if watching is None:
+    global _FOUND
+    if _CONNECT is None or _WORLD_SIZE < 2:
         return None
-    if watching.found is None:
+    _FOUND = _FOUND or (_WATCH.found if _WATCH is not None else None)
+    if _FOUND is None:
         try:
-            watching.found = _read(watching.connect(_CONNECT_S), watching.rank)
+            _FOUND = _read(_CONNECT(_CONNECT_S), _RANK)
         except Exception:
             return None
-    return watching.found
+    return _FOUND
 
 
 def silent() -> str | None:
     """Which ranks stopped answering (their processes ended, or their hosts went down), with
     their hosts, found by whose counters in the store stopped rising; None if it cannot be
     told."""
-    watching = _WATCH
-    if watching is None:
+    if _CONNECT is None or _WORLD_SIZE < 2:
         return None
     try:
-        store = watching.connect(_CONNECT_S)
+        store = _CONNECT(_CONNECT_S)
     except Exception:  # the store itself is gone, and rank 0 held it
         if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
             return None
         return "rank 0 (which held the job's store)"
     try:
-        others = [r for r in range(_WORLD_SIZE) if r != watching.rank]
+        others = [r for r in range(_WORLD_SIZE) if r != _RANK]
         before = [store.add(f"{_ALIVE}{r}", 0) for r in others]
         time.sleep(2.5 * _POLL_S)
         after = [store.add(f"{_ALIVE}{r}", 0) for r in others]

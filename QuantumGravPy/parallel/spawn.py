@@ -91,11 +91,13 @@ def run_distributed(
         result = fn(env.rank, env.world_size, *args)
     except BaseException as e:
         told = failures.seen()  # this rank stops because another failed: say what that was
+        lost = None
+        if told is None and not isinstance(e, distributed.DistributedError):  # else told
+            lost = distributed.lost_contact(e, "training")  # DDP's own exchange, say
+        # it ends by itself now (its own liveness counted until the others have asked)
+        failures.stop_watching()
         if told is not None and not isinstance(e, KeyboardInterrupt):
             raise distributed.RankFailedError(told.message, users=told.users) from e
-        lost = None
-        if not isinstance(e, distributed.DistributedError):  # told already
-            lost = distributed.lost_contact(e, "training")  # DDP's own exchange, say
         if lost is not None:
             raise lost from e
         message = _tell(env.rank, e)
