@@ -17,6 +17,7 @@ from torch_geometric.data import Data, InMemoryDataset
 from ..config import TaskConfig, task_list
 from ..errors import ConfigError, DataError
 from .datasets import in_memory_values
+from .formats import format_of
 from .stores import Samples, find_files, open_store
 
 
@@ -145,9 +146,13 @@ def check_file_targets(config: Any) -> None:
 
 def _first_arrays(data_cfg: Any) -> tuple[str, set[str]] | None:
     """The layout of the first file and the array names of its first sample (None if it
-    cannot be read: reading the files later says why)."""
+    cannot be read: reading the files later says why). None for a file of saved graphs too:
+    opening one reads all of it, at every run's start, cache or not; the tasks' own check of the
+    first graph (:func:`check_target`) names a missing target once the data is loaded."""
     try:
         path = find_files(data_cfg.files)[0]
+        if format_of(path).holds_graphs:
+            return None
         with open_store(path) as store:
             samples = Samples(store, path, data_cfg)
             return samples.layout, samples.arrays
