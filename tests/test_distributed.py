@@ -7,7 +7,12 @@ import torch
 
 import QuantumGravPy as qg
 from QuantumGravPy.parallel import distributed
-from QuantumGravPy.parallel.distributed import ddp_device_ids, first_slurm_host, process_env
+from QuantumGravPy.parallel.distributed import (
+    ddp_device_ids,
+    first_slurm_host,
+    hosts_of_ranks,
+    process_env,
+)
 
 
 def test_torchrun_variables_are_read():
@@ -52,6 +57,14 @@ def test_slurm_variables_are_read_with_the_first_node_as_master():
 )
 def test_first_host_of_a_slurm_nodelist(nodelist, first):
     assert first_slurm_host(nodelist) == first
+
+
+def test_the_host_of_each_rank_of_a_slurm_step_is_known_for_naming_a_missing_one():
+    env = {"SLURM_JOB_NODELIST": "gpu[08-10,7],cpu1", "SLURM_TASKS_PER_NODE": "2(x3),1,1"}
+    assert hosts_of_ranks(env) == ["gpu08"] * 2 + ["gpu09"] * 2 + ["gpu10"] * 2 + ["gpu7", "cpu1"]
+    # a node list and task counts that disagree say nothing rather than something wrong
+    assert hosts_of_ranks(dict(env, SLURM_TASKS_PER_NODE="2(x3)")) is None
+    assert hosts_of_ranks({"RANK": "0", **env}) is None  # torchrun inside an allocation
 
 
 def test_no_launcher_and_single_task_slurm_jobs_are_not_distributed():

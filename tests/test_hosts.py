@@ -298,23 +298,28 @@ def test_torchrun_with_c10d_rendezvous_as_pytorch_documents_it(tmp_path, data_ro
 
 
 def test_a_host_that_never_joins_ends_the_other_within_the_timeout(tmp_path, data_root):
+    """Two jobs at once, each with one host missing: in the first the second node never
+    starts, in the second (another job id, so another port) the first node, which holds the
+    store, never does. Each ends within the timeout naming the rank, and its node, that is
+    missing."""
     config = write_config(tmp_path, data_root)
+    argv = [sys.executable, "-m", "QuantumGravPy", "train", str(config), "parallel.timeout_s=10"]
     with two_hosts() as hosts:
-        argv = [
-            sys.executable,
-            "-m",
-            "QuantumGravPy",
-            "train",
-            str(config),
-            "parallel.timeout_s=10",
-        ]
         start = time.monotonic()
-        alone = hosts[0].popen(argv, env=clean_env(**srun_task(0)), cwd=tmp_path,
-                               log=tmp_path / "host0.log")  # fmt: skip
-        code = alone.wait(timeout=10 + 15)
+        alone = [
+            hosts[0].popen(argv, env=clean_env(**srun_task(0)), cwd=tmp_path,
+                           log=tmp_path / "host0.log"),
+            hosts[1].popen(argv, env=clean_env(**srun_task(1) | {"SLURM_JOB_ID": "4343"}),
+                           cwd=tmp_path, log=tmp_path / "host1.log"),
+        ]  # fmt: skip
+        codes = [p.wait(timeout=10 + 15) for p in alone]
         seconds = time.monotonic() - start
-    out = (tmp_path / "host0.log").read_text()
-    errors = [line for line in out.splitlines() if line.startswith("error:")]
-    assert code == 1 and len(errors) == 1, out  # not the user's mistake: exit status 1
-    assert "not all 2 ranks met at node0:24242 within 10 s (parallel.timeout_s)" in errors[0]
+    missing = {0: "rank 1 (on node1) never joined",
+               1: "rank 0 (on node0), which holds the job's store, never answered"}  # fmt: skip
+    for i, port in enumerate((24242, 24343)):
+        out = (tmp_path / f"host{i}.log").read_text()
+        errors = [line for line in out.splitlines() if line.startswith("error:")]
+        assert codes[i] == 1 and len(errors) == 1, out  # not the user's mistake: exit status 1
+        assert f"not all 2 ranks met at node0:{port} within 10 s (parallel.timeout_s)" in errors[0]
+        assert errors[0].endswith(missing[i]), errors[0]
     assert seconds < 10 + 15, seconds

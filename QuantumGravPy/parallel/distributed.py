@@ -30,7 +30,13 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
 from . import failures
 
 # the launcher's variables and the errors, long imported from here
-from .environment import ProcessEnv, first_slurm_host, process_env, restart_count  # noqa: F401
+from .environment import (  # noqa: F401
+    ProcessEnv,
+    first_slurm_host,
+    hosts_of_ranks,
+    process_env,
+    restart_count,
+)
 from .errors import DistributedError, PortInUseError, RankFailedError, RankTimeoutError
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -146,12 +152,24 @@ def initialize_ddp(
     timeout = timedelta(seconds=timeout_s)
     try:
         store = _store(master_addr, port, world_size, is_master=rank == 0, timeout=timeout)
+        missing = failures.meet(store, rank, world_size, timeout_s) if world_size > 1 else []
+        if missing:
+            raise RankTimeoutError(
+                f"not all {world_size} ranks met at {master_addr}:{port} within {timeout_s:g} s "
+                f"(parallel.timeout_s): {_never_joined(missing)} never joined"
+            )
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size, timeout=timeout
         )
     except dist.DistNetworkError as e:
         if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
             raise PortInUseError(master_addr, port) from None
+        if rank != 0 and "timed out" in str(e):
+            raise RankTimeoutError(
+                f"not all {world_size} ranks met at {master_addr}:{port} within {timeout_s:g} s "
+                f"(parallel.timeout_s): {_never_joined([0])}, which holds the job's store, "
+                "never answered"
+            ) from e
         raise DistributedError(f"cannot reach rank 0 at {master_addr}:{port}: {e}") from e
     except dist.DistStoreError as e:
         raise RankTimeoutError(
@@ -167,6 +185,13 @@ def initialize_ddp(
     return device
 
 
+def _never_joined(ranks: list[int]) -> str:
+    """``rank 1 (on node1)``, for ranks that never joined: their hosts where SLURM says them."""
+    hosts = hosts_of_ranks()
+    named = [f"rank {r}" + (f" (on {hosts[r]})" if hosts and r < len(hosts) else "") for r in ranks]
+    return ", ".join(named)
+
+
 def _store(
     addr: str, port: int, world_size: int | None, *, is_master: bool = False, timeout: timedelta
 ) -> dist.Store:
@@ -180,7 +205,10 @@ def _store(
             f"QuantumGravPy/attempt_{restart_count()}",
             dist.TCPStore(addr, port, world_size, is_master=False, timeout=timeout),
         )
-    return dist.TCPStore(addr, port, world_size, is_master=is_master, timeout=timeout)
+    # the master does not wait for the others here: failures.meet does, and names who is missing
+    return dist.TCPStore(
+        addr, port, world_size, is_master=is_master, timeout=timeout, wait_for_workers=False
+    )
 
 
 def cleanup_ddp() -> None:

@@ -98,3 +98,38 @@ def process_env(environ: Mapping[str, str] | None = None) -> ProcessEnv | None:
     except ValueError as e:
         raise DistributedError(f"cannot read the launcher's environment variables: {e}") from e
     return None
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """Every host of a SLURM node list, in order: ``gpu[03-05,07],cpu1`` -> ``gpu03, gpu04,
+    gpu05, gpu07, cpu1`` (numbers keep their zero padding)."""
+    hosts = []
+    for prefix, ranges in re.findall(r"([^,\[]+)(?:\[([^\]]*)\])?,?", nodelist.strip()):
+        if not ranges:
+            hosts.append(prefix)
+            continue
+        for part in ranges.split(","):
+            first, _, last = part.partition("-")
+            for number in range(int(first), int(last or first) + 1):
+                hosts.append(f"{prefix}{number:0{len(first)}d}")
+    return hosts
+
+
+def hosts_of_ranks(environ: Mapping[str, str] | None = None) -> list[str] | None:
+    """The host each rank of a SLURM job step runs on (SLURM's default block distribution:
+    the first node's tasks first), or None where the launcher does not say."""
+    env = os.environ if environ is None else environ
+    nodelist = env.get("SLURM_STEP_NODELIST", env.get("SLURM_JOB_NODELIST"))
+    per_node = env.get("SLURM_STEP_TASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE"))
+    if not nodelist or not per_node or "RANK" in env:
+        return None
+    try:
+        counts = []
+        for count, repeat in re.findall(r"(\d+)(?:\(x(\d+)\))?", per_node):
+            counts += [int(count)] * int(repeat or 1)
+        hosts = expand_nodelist(nodelist)
+    except ValueError:
+        return None
+    if len(counts) != len(hosts):
+        return None
+    return [host for host, count in zip(hosts, counts, strict=True) for _ in range(count)]

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 _FIRST = "QuantumGravPy/failed/first"
@@ -176,3 +177,15 @@ def _read(store: Any, me: int) -> Failure | None:
 
 def host() -> str:
     return socket.gethostname()
+
+
+def meet(store: Any, rank: int, world_size: int, timeout_s: float) -> list[int]:
+    """Say in the job's store that ``rank`` has joined (and on which host), and wait up to
+    ``timeout_s`` for every other rank to say so: the ranks that never did (none if all came)."""
+    keys = [f"{_HOST}{r}" for r in range(world_size)]
+    store.set(keys[rank], host())
+    try:
+        store.wait(keys, timedelta(seconds=timeout_s))
+    except RuntimeError:  # torch's DistStoreError: the wait timed out
+        return [r for r in range(world_size) if not store.check([keys[r]])]
+    return []
