@@ -6,6 +6,7 @@ with its rank, host and error; a host the others could not reach is refused at o
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from conftest import run_forked, small_raw_config
 from hosts import ADDRESSES, INTERFACE, two_hosts
@@ -216,6 +218,67 @@ def test_a_host_that_goes_down_is_named_by_the_other(tmp_path, data_root):
     assert code0 != 0
     assert "lost contact with rank 1 (node1), which stopped answering" in out0, out0
     assert ended < 30, ended
+
+
+def test_a_killed_host_replaced_under_torchrun_resumes_to_the_uninterrupted_result(
+    tmp_path, data_root
+):
+    """torchrun's c10d rendezvous with --max-restarts=1: host 1 goes down after an epoch and
+    a new torchrun starts on it (a replaced node). The surviving agent restarts its worker, the
+    two meet in a new round, and every rank resumes, the new host's too, whose agent has not
+    restarted anything. Each host is held to one core, as each of two processes on one host
+    is, so that the uninterrupted one-host job computes with the same kernels."""
+    (tmp_path / "boom.py").write_text(BOOM)
+    config = write_config(tmp_path, data_root, model={"type": "boom.Slow"},
+                          training={"num_epochs": 4, "drop_last": True})  # fmt: skip
+    command = [
+        TORCHRUN, "--nnodes=2", "--nproc-per-node=1", "--rdzv-id=qg-test", "--max-restarts=1",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint={ADDRESSES[0]}:{PORT}",
+        "-m", "QuantumGravPy", "train", str(config), f"parallel.interface={INTERFACE}",
+        f"training.path={tmp_path / 'replaced'}", "log_level=INFO",
+    ]  # fmt: skip
+    # torchrun's agents share one store across rounds unless told not to; a new agent then
+    # waits for keys the old round's agents wrote once (torch 2.13), so docs/distributed.md
+    # gives this variable for jobs whose hosts may be replaced
+    env = clean_env(TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
+    log = tmp_path / "replaced" / "train.log"
+    with two_hosts() as hosts:
+        procs = [
+            host.popen(["taskset", "-c", str(i), *command], env=env, cwd=tmp_path,
+                       log=tmp_path / f"host{i}.log")
+            for i, host in enumerate(hosts)
+        ]  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not (log.exists() and "epoch 1/4" in log.read_text()):
+            assert time.monotonic() < deadline and procs[1].poll() is None
+            time.sleep(0.1)
+        hosts[1].go_down()
+        procs[1].wait(timeout=30)
+        procs[1] = hosts[1].popen(["taskset", "-c", "1", *command], env=env, cwd=tmp_path,
+                                  log=tmp_path / "host1-replaced.log")  # fmt: skip
+        codes = [p.wait(timeout=180) for p in procs]
+    logs = [(tmp_path / name).read_text() for name in ("host0.log", "host1-replaced.log")]
+    assert codes == [0, 0], logs
+    assert "resumed from" in log.read_text(), log.read_text()
+    one_host = run_forked("train", config, "parallel.world_size=2", "training.num_epochs=4",
+                          "training.drop_last=true", f"training.path={tmp_path / 'one_host'}",
+                          cwd=tmp_path, cores={0, 1})  # fmt: skip
+    assert one_host.returncode == 0, one_host.stderr
+    replaced, uninterrupted = (run_record(tmp_path / name) for name in ("replaced", "one_host"))
+    assert [row["epoch"] for row in replaced[0]] == ["1", "2", "3", "4"]  # each epoch once
+    # the same sums in the same kernels (two addends add alike in any order): the same bits
+    assert replaced[0] == uninterrupted[0]
+    assert replaced[1].keys() == uninterrupted[1].keys()
+    assert all(torch.equal(replaced[1][k], uninterrupted[1][k]) for k in replaced[1])
+
+
+def run_record(run: Path) -> tuple[list[dict], dict]:
+    """A run's history (without its times) and its last weights."""
+    with open(run / "history.csv") as f:
+        history = [
+            {k: v for k, v in row.items() if k != "epoch_seconds"} for row in csv.DictReader(f)
+        ]
+    return history, torch.load(run / "checkpoints" / "last.pt", weights_only=True)["model"]
 
 
 def test_a_host_whose_name_resolves_to_a_loopback_address_is_refused_with_the_fix(

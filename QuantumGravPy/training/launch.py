@@ -29,7 +29,13 @@ def train_worker(
     force: bool = False,
 ) -> dict[str, Any]:
     """What every rank of a training job runs (:func:`~.fit.fit`); returns the (identical)
-    history and test metrics."""
+    history and test metrics.
+
+    A job restarted by its launcher resumes on every rank, even on a host that was replaced
+    and so starts counting restarts anew (torchrun's agent on a new machine): whether any
+    rank's launcher restarted it is asked of all."""
+    if any(distributed.all_gather_object(distributed.restart_count() > 0)):
+        overwrite, resume = False, True
     return fit(config, overwrite=overwrite, resume=resume, force=force)
 
 
