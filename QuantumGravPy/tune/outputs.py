@@ -47,14 +47,19 @@ def shown(trial: Any) -> bool:
     return trial.state.name != "WAITING" and not trial.user_attrs.get(SURPLUS)
 
 
-def write_outputs(study: Any, space: SearchSpace, study_dir: Path, *, final: bool = False) -> None:
-    """trials.csv, best.yaml and the plots; a failing plot costs a warning, never the study.
-    ``final``: the study's last word, which says why the importances were not drawn."""
+def write_outputs(
+    study: Any, space: SearchSpace, study_dir: Path, *, final: bool = False, plots: bool = True
+) -> None:
+    """trials.csv, best.yaml and (with ``plots``) the plots; a failing plot costs a warning,
+    never the study. ``final``: the study's last word, which says why the importances were not
+    drawn (the plots are always drawn then)."""
     trials = [t for t in study.get_trials(deepcopy=False) if shown(t)]
     write_atomic(study_dir / TRIALS_CSV, trials_csv(trials, space))
     best = best_trial(trials, space)
     if best is not None:
         write_atomic(study_dir / BEST_YAML, best_yaml(best, space, study_dir))
+    if not (plots or final):
+        return
     try:
         why_not = draw_plots(study, study_dir, space)
     except Exception as e:

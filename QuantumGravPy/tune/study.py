@@ -21,6 +21,7 @@ surplus: it is failed at once, marked ``surplus``, and counted nowhere.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import threading
@@ -46,6 +47,7 @@ from .trial import TrialLink, trial_worker
 STALE_AFTER_S = 300.0  # a running trial without a heartbeat for this long was abandoned
 HEARTBEATS_PER_STALE = 10  # heartbeats sent within that time (one each 30 s by default)
 LOG = "tune.log"
+REDRAW_S = 30.0  # the study's pictures are redrawn after a trial at most this often
 OWNER, HEARTBEAT = "qg_owner", "qg_heartbeat"
 
 
@@ -88,6 +90,7 @@ class Tuner:
         self.study = self._open_study(resume)
         self.study.set_user_attr("directory", str(self.dir.absolute()))
         self.lock = threading.Lock()  # asking, telling and the output files
+        self.drawn_at = -math.inf  # when the pictures were last drawn (time.monotonic())
         self.running: dict[int, Any] = {}  # trial id -> trial, of this process
         self.stopping = False
 
@@ -301,7 +304,11 @@ class Tuner:
             self.study.tell(trial, value, state=state)
             self._log_trial(trial.number, state, value, attrs, values)
             self.bar.update(1)
-            write_outputs(self.study, self.space, self.dir)
+            # the pictures at most every REDRAW_S (a drawing takes about a second, a long
+            # trial minutes); the table and the best config after every trial
+            draw = time.monotonic() - self.drawn_at >= REDRAW_S
+            write_outputs(self.study, self.space, self.dir, plots=draw)
+            self.drawn_at = time.monotonic() if draw else self.drawn_at
         return True
 
     def _train(self, trial: Any, values: dict[str, Any], run_dir: Path):
