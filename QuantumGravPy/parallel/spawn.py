@@ -32,6 +32,7 @@ from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedExc
 
 from ..config import Config
 from ..errors import COMMAND_LINE_ENV, QGError, RunError, on_command_line
+from ..logs import get_logger
 from . import distributed, failures, network
 from .distributed import PortInUseError
 
@@ -77,11 +78,16 @@ def run_distributed(
     _thread_lock_for_bars()
     network.use_interface(p.interface)
     network.check_reachable(env, backend)
+    port = env.master_port if env.master_port is not None else p.master_port
+    get_logger().info(
+        "rank %d of %d (%s): meeting the others at %s:%s, for up to %g s (parallel.timeout_s)",
+        env.rank, env.world_size, env.launcher, env.master_addr, port, p.timeout_s,
+    )  # fmt: skip
     distributed.initialize_ddp(
         env.rank,
         env.world_size,
         env.master_addr,
-        env.master_port if env.master_port is not None else p.master_port,
+        port,
         backend,
         p.timeout_s,
         local_rank=env.local_rank,
