@@ -171,6 +171,9 @@ class ForkedJob:
             raise subprocess.TimeoutExpired("qg", timeout)
         return self.returncode
 
+    def stderr_so_far(self) -> str:
+        return self._err.read_text() if self._err.exists() else ""
+
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         self.wait(timeout)
         return self._out.read_text(), self._err.read_text()

@@ -502,33 +502,16 @@ def test_a_user_error_inside_the_ranks_is_one_line(ddp_config_file, capsys):
 def test_ctrl_c_ends_every_rank(ddp_config_file):
     import signal
 
-    job = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "QuantumGravPy",
-            "train",
-            str(ddp_config_file),
-            "parallel.world_size=2",
-            "training.num_epochs=100000",
-            "early_stopping.enabled=false",
-        ],
-        cwd=ROOT,
-        env=launcher_env(),
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, like a job in a terminal
-        # Ctrl-C handled as in a terminal, whatever this worker's own disposition
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    # its own session and process group, like a job in a terminal, Ctrl-C handled as there
+    job = start_forked(
+        "train", ddp_config_file, "parallel.world_size=2", "training.num_epochs=100000",
+        "early_stopping.enabled=false", env=launcher_env(),
+    )  # fmt: skip
     try:
-        started = set()
-        for line in job.stderr:
-            if "INFO started: rank" in line:
-                started.add(line.split("[RANK ")[1][0])
-            if len(started) == 2:
-                break
-        assert started == {"0", "1"}
+        deadline = time.monotonic() + 120
+        while not all(f"[RANK {r}] INFO started: rank" in job.stderr_so_far() for r in (0, 1)):
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr_so_far()
+            time.sleep(0.1)
         os.killpg(job.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
         _, err = job.communicate(timeout=60)
     except BaseException:  # never leave a job of 100,000 epochs running for later tests
@@ -537,7 +520,7 @@ def test_ctrl_c_ends_every_rank(ddp_config_file):
     assert job.returncode == 130 and "interrupted" in err
     # and the one command that goes on from where it stopped
     again = f"to continue: qg train {ddp_config_file} parallel.world_size=2 "
-    assert again + "training.num_epochs=100000 early_stopping.enabled=false --resume" in err
+    assert again + "training.num_epochs=100000 early_stopping.enabled=false --resume" in err, err
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # the group empties once every rank has exited
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import struct
 
 from ..errors import ConfigError
 from .environment import ProcessEnv
@@ -45,8 +46,12 @@ def check_reachable(env: ProcessEnv, backend: str) -> None:
     rendezvous on a loopback address) and named interfaces are left alone."""
     if backend != "gloo" or env.local_world_size >= env.world_size:
         return
-    if os.environ.get("GLOO_SOCKET_IFNAME") or _loopback_address(env.master_addr):
+    if _loopback_address(env.master_addr):
         return  # a job told to meet at 127.0.0.1 is on one machine, whatever it says
+    named = os.environ.get("GLOO_SOCKET_IFNAME")
+    if named:
+        _check_interface(named)
+        return
     name = socket.gethostname()
     try:
         addresses = sorted({info[4][0] for info in socket.getaddrinfo(name, None)})
@@ -66,6 +71,38 @@ def check_reachable(env: ProcessEnv, backend: str) -> None:
         f"interface that joins the hosts (this host has {', '.join(others)}), or "
         "GLOO_SOCKET_IFNAME"
     )
+
+
+def _check_interface(name: str) -> None:
+    """The interface named for a job of several hosts must have an address the others can
+    reach: not the loopback interface's, and some address at all."""
+    address = interface_address(name)
+    if address is not None and not _loopback(address):
+        return
+    what = f"has the loopback address {address}" if address else "has no IPv4 address"
+    others = [i for i in interfaces() if i not in ("lo", name)] or ["none found"]
+    raise ConfigError(
+        f"parallel.interface (GLOO_SOCKET_IFNAME): {name!r} {what}, which the other hosts "
+        f"cannot reach; name the interface that joins the hosts (this host has "
+        f"{', '.join(others)})"
+    )
+
+
+def interface_address(name: str) -> str | None:
+    """The IPv4 address of this host's interface ``name``, or None (no such interface, none
+    assigned, or not Linux)."""
+    try:
+        import fcntl
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            request = struct.pack("256s", name[:15].encode())
+            answer = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request)
+    except (OSError, ImportError):
+        return None
+    return socket.inet_ntoa(answer[20:24])
+
+
+_SIOCGIFADDR = 0x8915  # Linux: an interface's address
 
 
 def _loopback(address: str) -> bool:
