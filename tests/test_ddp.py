@@ -591,3 +591,65 @@ def test_a_custom_sampler_is_wrapped_under_ddp(make_config):
     n = len(a) + len(b)
     merged = [x for pair in zip(a, b, strict=True) for x in pair]
     assert merged == list(range(n - 1, -1, -1))  # the ranks split the custom order between them
+
+
+# --- a rank preparing the data for the others --------------------------------------------------
+
+
+def fail_at_third_graph(graph):
+    """A data.pre_transform whose process ends (as if killed) or raises at the third graph,
+    as its environment says (QG_TEST_PREPARER)."""
+    fail_at_third_graph.seen = getattr(fail_at_third_graph, "seen", 0) + 1
+    if fail_at_third_graph.seen == 3:
+        if os.environ.get("QG_TEST_PREPARER") == "dies":
+            os._exit(3)
+        raise ValueError("a graph it cannot take")
+    return graph
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["raises", "dies"])
+def test_a_preparer_that_fails_ends_the_ranks_waiting_for_it(tmp_path, data_root, how):
+    """Two tasks of srun's on one host, no cache yet: rank 0 builds it while rank 1 waits
+    (longer than parallel.timeout_s, if need be). When rank 0 raises, or its process ends, in
+    the middle, rank 1 ends at once, saying which rank it waited for and why, if known."""
+    from torch_geometric.data import Data
+
+    generator = torch.Generator().manual_seed(0)
+    graphs = [
+        Data(x=torch.rand(6, 3, generator=generator),
+             edge_index=torch.randint(0, 6, (2, 12), generator=generator), y=torch.tensor([i % 2]))
+        for i in range(40)
+    ]  # fmt: skip
+    torch.save(graphs, tmp_path / "graphs.pt")
+    raw = small_raw_config(tmp_path, tmp_path / "data")
+    raw["data"] = {"files": [str(tmp_path / "graphs.pt")], "root": str(tmp_path / "data"),
+                   "pre_transform": "test_ddp.fail_at_third_graph"}  # fmt: skip
+    raw["tasks"] = [{"name": "y", "target": "y"}]
+    raw["log_level"] = "INFO"
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    port = str(free_port())
+    tasks = [
+        start_forked("train", config, env=launcher_env(
+            SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank), SLURM_NTASKS="2",
+            SLURM_TASKS_PER_NODE="2", SLURM_JOB_NODELIST="127.0.0.1", SLURM_JOB_ID="42",
+            MASTER_PORT=port, QG_TEST_PREPARER=how,
+        ))
+        for rank in (0, 1)
+    ]  # fmt: skip
+    start = time.monotonic()
+    (code0, (_, err0)), (code1, (_, err1)) = (
+        (task.communicate(timeout=90) and task.returncode, task.communicate()) for task in tasks
+    )
+    waited = time.monotonic() - start
+    assert "[RANK 1] INFO waiting for rank 0 to prepare the data" in err1, err1
+    errors1 = [line for line in err1.splitlines() if line.startswith("error:")]
+    assert code1 == 1 and len(errors1) == 1, err1
+    if how == "raises":
+        assert code0 == 1 and "ValueError: a graph it cannot take" in err0, err0
+        assert "rank 0 failed: ValueError: a graph it cannot take" in errors1[0], errors1
+    else:
+        assert code0 == 3, err0
+        assert "rank 0" in errors1[0], errors1
+    assert waited < 60, waited  # not the patient wait's days, nor parallel.timeout_s (300 s)

@@ -28,7 +28,7 @@ from torch_geometric.loader import DataLoader
 from ..config import Config
 from ..data import SHARED_BUILD_MIN, dataset_from_config, epoch_sampler
 from ..data.digest import check_same_on_every_rank, digest
-from ..errors import ConfigError
+from ..errors import ConfigError, QGError, RunError
 from ..logs import LOGGER_NAME, configure_logging, waiting
 from ..models import shard_units
 from ..parallel import distributed, sharing, shm_comm
@@ -204,7 +204,7 @@ class TrainerDDP(Trainer):
             except Exception as e:
                 error = e
         failures = distributed.all_gather_object(
-            None if error is None else f"{type(error).__name__}: {error}", patient=patient
+            None if error is None else _described(error), patient=patient
         )
         if error is not None:
             raise error
@@ -331,3 +331,11 @@ class TrainerDDP(Trainer):
         if self._shm is not None:
             self._shm.close()
             self._shm = None
+
+
+def _described(error: Exception) -> str:
+    """An error as another rank reports it: the library's own errors by their message (which
+    says what happened, and in whose code), others with their type."""
+    if isinstance(error, (QGError, RunError)):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
