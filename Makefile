@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 REQUIREMENTS ?= requirements-cpu.txt
 
-.PHONY: demo test test-gpu test-research lint bench bench-gpu docs docs-serve docs-notebook clean
+.PHONY: demo test test-jobs test-gpu test-research lint bench bench-gpu docs docs-serve docs-notebook clean
 
 $(STAMP): setup.cfg pyproject.toml $(REQUIREMENTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,14 @@ demo: $(STAMP)
 
 # Three workers on two cores: the tests that wait (for a timeout, a kill, a job's processes to
 # start) leave a core idle that a third worker fills (337 s against 371 s, back to back).
+# make test: the library in its own process and in the ranks it spawns, the command line, the
+# examples; make test-jobs: whole jobs started, stopped or spread as users do it (marked jobs).
+# CI runs both (.ci/run).
 test: $(STAMP)
-	$(PY) -m pytest -q -n 3 --dist loadgroup
+	$(PY) -m pytest -q -n 3 --dist loadgroup -m "not jobs"
+
+test-jobs: $(STAMP)
+	$(PY) -m pytest -q -n 3 --dist loadgroup -m jobs
 
 # The CUDA paths, on a machine with a GPU (skipped elsewhere, so make test passes without one).
 test-gpu: $(STAMP)

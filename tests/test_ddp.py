@@ -418,6 +418,7 @@ def history_without_times(run):
     return [{k: v for k, v in row.items() if k != "epoch_seconds"} for row in rows]
 
 
+@pytest.mark.jobs
 def test_spawn_torchrun_and_srun_give_the_same_run(ddp_config_file, tmp_path):
     spawned = run_forked(
         "train",
@@ -499,6 +500,7 @@ def test_a_user_error_inside_the_ranks_is_one_line(ddp_config_file, capsys):
     assert not any("Traceback" in line for line in err)
 
 
+@pytest.mark.jobs
 def test_ctrl_c_ends_every_rank(ddp_config_file):
     import signal
 
@@ -607,6 +609,7 @@ def fail_at_third_graph(graph):
     return graph
 
 
+@pytest.mark.jobs
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("how", ["raises", "dies"])
 def test_a_preparer_that_fails_ends_the_ranks_waiting_for_it(tmp_path, data_root, how):

@@ -24,7 +24,7 @@ from QuantumGravPy.config import load_config
 from QuantumGravPy.data import dataset_from_config
 
 # Each test makes hosts of its own (namespaces and veth names of their own): they run in parallel.
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.jobs]
 
 PORT = 29512
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))

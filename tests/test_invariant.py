@@ -104,6 +104,7 @@ def write_config(tmp_path, data_root, name, *overrides):
     return path
 
 
+@pytest.mark.jobs
 def test_killed_on_four_processes_resumed_on_two_ends_as_one_process_does(
     tmp_path, data_root, capsys
 ):

@@ -232,6 +232,7 @@ def test_a_different_config_is_refused_naming_the_keys_unless_forced(make_config
     assert_refused(misuse, "--force only applies to --resume")
 
 
+@pytest.mark.jobs
 def test_a_requeued_job_resumes_even_when_its_script_says_overwrite(make_config, tmp_path):
     cfg = make_config("training.num_epochs=1", "log_level=INFO")
     train(cfg)
@@ -339,6 +340,7 @@ SHARES_UNINTERRUPTED = pytest.mark.xdist_group("uninterrupted")
 KILL_IN_EPOCH = {1: "train:4:2", 2: "validate:4:1"}  # batch 2 of epoch 4; its validation
 
 
+@pytest.mark.jobs
 @SHARES_UNINTERRUPTED
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("world_size", [1, 2])
@@ -372,6 +374,7 @@ def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(
     assert (run / "summary.json").read_text() == (whole / "summary.json").read_text()
 
 
+@pytest.mark.jobs
 @SHARES_UNINTERRUPTED
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("strategy", ["zero", "fsdp"])
@@ -453,6 +456,7 @@ def test_a_two_process_run_continues_in_one_process_as_it_would_have_gone_on(
     assert_same_weights(a["ema"]["model"], b["ema"]["model"], tol=1e-8)
 
 
+@pytest.mark.jobs
 @SHARES_UNINTERRUPTED
 @pytest.mark.timeout(300)
 def test_torchrun_restarts_a_killed_worker_and_the_run_resumes(tmp_path, data_root, uninterrupted):

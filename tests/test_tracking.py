@@ -105,6 +105,7 @@ def test_a_bad_mlflow_uri_or_a_missing_extra_is_one_clear_error(make_config, tmp
         train(cfg)
 
 
+@pytest.mark.jobs
 def test_a_killed_and_resumed_job_has_each_epoch_once(tmp_path, data_root):
     path = kill_config(tmp_path, data_root, "cut", 1)
     raw = yaml.safe_load(path.read_text())

@@ -234,6 +234,7 @@ def test_ddp_trials_are_pruned_on_every_rank_and_run_two_at_a_time(tmp_path, dat
     assert any(b[0] < a[1] for a, b in itertools.pairwise(spans))
 
 
+@pytest.mark.jobs
 @pytest.mark.timeout(240)
 def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, data_root, capsys):
     space = seeded_lr_space(2)
@@ -275,6 +276,7 @@ def test_a_killed_study_resumes_without_losing_or_repeating_trials(tmp_path, dat
     assert again.returncode == 0 and len(stored_trials(study)) == len(after)
 
 
+@pytest.mark.jobs
 @pytest.mark.timeout(240)
 def test_ctrl_c_stops_parallel_trials_and_queues_them_again(tmp_path, data_root):
     space = {
@@ -553,6 +555,7 @@ def start_worker(config, space_file, *args, hostname=None):
     )
 
 
+@pytest.mark.jobs
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("storage, workers", [("journal", 2), ("postgresql", 3)])
 def test_workers_started_at_once_share_a_study_to_exactly_n_distinct_trials(
@@ -621,6 +624,7 @@ def test_a_database_url_without_its_driver_names_the_extra(postgres, monkeypatch
     assert "pip install 'QuantumGravPy[tune]'" in str(info.value)
 
 
+@pytest.mark.jobs
 @pytest.mark.timeout(300)
 def test_a_live_workers_trial_is_left_alone_and_a_silent_ones_run_again_after_the_stated_time(
     tmp_path, data_root, capsys
