@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.jobs
 def test_the_gpu_benchmark_runs_quickly_and_writes_its_rows(tmp_path):
     rows_file = tmp_path / "rows.jsonl"
     command = [

@@ -151,6 +151,7 @@ def test_a_dataset_function_that_differs_between_ranks_is_refused(config_file, c
     assert "rank 1 cannot read its graphs" in failing.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.jobs
 @pytest.mark.timeout(240)
 def test_a_data_function_beside_the_config_or_in_the_working_folder_is_found(tmp_path):
     """``qg train`` (the installed command, whose Python path holds neither folder) finds a

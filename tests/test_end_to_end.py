@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT, assert_refused, run_cli, run_forked
 
 
@@ -55,6 +56,7 @@ def run_example(name: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.jobs
 def test_single_process_example_runs(tmp_path):
     result = run_example("train_single_process.py", tmp_path)
     assert result.returncode == 0, result.stderr
@@ -67,6 +69,7 @@ def test_single_process_example_runs(tmp_path):
     assert_refused(again, "already holds a run")
 
 
+@pytest.mark.jobs
 def test_ddp_standalone_example_trains_with_two_processes(tmp_path):
     result = run_example("train_ddp_standalone_example.py", tmp_path, "--world-size=2")
     assert result.returncode == 0, result.stderr
@@ -77,6 +80,7 @@ def test_ddp_standalone_example_trains_with_two_processes(tmp_path):
         assert (tmp_path / "run" / picture).read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.jobs
 def test_custom_multitask_model_example_trains_its_own_class(tmp_path):
     result = run_example("custom_multitask_model.py", tmp_path)
     assert result.returncode == 0, result.stderr
