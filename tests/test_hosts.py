@@ -295,6 +295,18 @@ def test_a_host_whose_name_resolves_to_a_loopback_address_is_refused_with_the_fi
         assert seconds < 30, (seconds, output)  # at once, not after a timeout
 
 
+def test_the_loopback_interface_named_for_two_hosts_is_refused_on_both_at_once(tmp_path, data_root):
+    config = write_config(tmp_path, data_root)
+    with two_hosts() as hosts:
+        results = run_on_both(hosts, tmp_path, config, "parallel.interface=lo", wait_s=30 + 30)
+    for code, output, seconds in results:
+        line = [x for x in output.splitlines() if x.startswith("error:")]
+        assert code == 2 and len(line) == 1, output  # the user's mistake: exit status 2
+        assert "parallel.interface (GLOO_SOCKET_IFNAME): 'lo' has the loopback address" in line[0]
+        assert INTERFACE in line[0], line[0]  # the interface to name instead
+        assert seconds < 30, (seconds, output)  # at once, not after a timeout
+
+
 SLOW = """
 import time
 
@@ -332,7 +344,8 @@ def test_data_prepared_for_longer_than_the_timeout_is_waited_for_and_built_once(
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(raw))
     with two_hosts() as hosts:
-        results = run_on_both(hosts, tmp_path, config, wait_s=180)
+        # torchrun, one process on each host, as the issue's own two-process torchrun job
+        results = run_on_both(hosts, tmp_path, config, wait_s=180, launcher="torchrun")
     (code0, out0, _), (code1, out1, _) = results
     assert code0 == 0 and code1 == 0, out0 + out1
     assert (out0 + out1).count("processing 400 samples") == 1, out0 + out1
