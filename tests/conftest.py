@@ -252,6 +252,22 @@ def assert_refused(result: subprocess.CompletedProcess, *fragments: str) -> str:
     return lines[0]
 
 
+def save_graphs(path: Path, count: int) -> Path:
+    """``count`` small random graphs of two classes (6 nodes, 3 features, target ``y``) saved
+    as a list of PyG ``Data`` to ``path``, as a user of PyG saves theirs."""
+    import torch
+    from torch_geometric.data import Data
+
+    generator = torch.Generator().manual_seed(0)
+    graphs = [
+        Data(x=torch.rand(6, 3, generator=generator),
+             edge_index=torch.randint(0, 6, (2, 12), generator=generator), y=torch.tensor([i % 2]))
+        for i in range(count)
+    ]  # fmt: skip
+    torch.save(graphs, path)
+    return path
+
+
 def light_cone_order(pos):
     """Relations and links of a sprinkling from its coordinates alone, in numpy: i precedes j
     when j lies in i's future light cone; a link is a relation with no element in between."""

@@ -14,7 +14,15 @@ import psutil
 import pytest
 import torch
 import yaml
-from conftest import ROOT, TESTS, run_forked, run_ranks, small_raw_config, start_forked
+from conftest import (
+    ROOT,
+    TESTS,
+    run_forked,
+    run_ranks,
+    save_graphs,
+    small_raw_config,
+    start_forked,
+)
 
 import QuantumGravPy as qg
 from QuantumGravPy.parallel.distributed import available_cores, free_port
@@ -616,15 +624,7 @@ def test_a_preparer_that_fails_ends_the_ranks_waiting_for_it(tmp_path, data_root
     """Two tasks of srun's on one host, no cache yet: rank 0 builds it while rank 1 waits
     (longer than parallel.timeout_s, if need be). When rank 0 raises, or its process ends, in
     the middle, rank 1 ends at once, saying which rank it waited for and why, if known."""
-    from torch_geometric.data import Data
-
-    generator = torch.Generator().manual_seed(0)
-    graphs = [
-        Data(x=torch.rand(6, 3, generator=generator),
-             edge_index=torch.randint(0, 6, (2, 12), generator=generator), y=torch.tensor([i % 2]))
-        for i in range(40)
-    ]  # fmt: skip
-    torch.save(graphs, tmp_path / "graphs.pt")
+    save_graphs(tmp_path / "graphs.pt", 40)
     raw = small_raw_config(tmp_path, tmp_path / "data")
     raw["data"] = {"files": [str(tmp_path / "graphs.pt")], "root": str(tmp_path / "data"),
                    "pre_transform": "test_ddp.fail_at_third_graph"}  # fmt: skip

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import run_forked, small_raw_config
+from conftest import run_forked, save_graphs, small_raw_config
 from hosts import ADDRESSES, INTERFACE, two_hosts
 
 from QuantumGravPy.config import load_config
@@ -320,16 +320,7 @@ def pause(graph):
 def test_data_prepared_for_longer_than_the_timeout_is_waited_for_and_built_once(tmp_path):
     """Both hosts start together on a shared file system with no cache: rank 0 builds it
     (once, for both), the other waits past parallel.timeout_s, saying so, and then trains."""
-    import torch
-    from torch_geometric.data import Data
-
-    generator = torch.Generator().manual_seed(0)
-    graphs = [
-        Data(x=torch.rand(6, 3, generator=generator),
-             edge_index=torch.randint(0, 6, (2, 12), generator=generator), y=torch.tensor([i % 2]))
-        for i in range(400)
-    ]  # fmt: skip
-    torch.save(graphs, tmp_path / "graphs.pt")
+    save_graphs(tmp_path / "graphs.pt", 400)
     (tmp_path / "slow.py").write_text(SLOW)
     raw = {
         "log_level": "INFO",
