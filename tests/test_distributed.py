@@ -60,11 +60,22 @@ def test_first_host_of_a_slurm_nodelist(nodelist, first):
 
 
 def test_the_host_of_each_rank_of_a_slurm_step_is_known_for_naming_a_missing_one():
-    env = {"SLURM_JOB_NODELIST": "gpu[08-10,7],cpu1", "SLURM_TASKS_PER_NODE": "2(x3),1,1"}
-    assert hosts_of_ranks(env) == ["gpu08"] * 2 + ["gpu09"] * 2 + ["gpu10"] * 2 + ["gpu7", "cpu1"]
-    # a node list and task counts that disagree say nothing rather than something wrong
-    assert hosts_of_ranks(dict(env, SLURM_TASKS_PER_NODE="2(x3)")) is None
-    assert hosts_of_ranks({"RANK": "0", **env}) is None  # torchrun inside an allocation
+    env = {"SLURM_JOB_NODELIST": "gpu[08-10,7],cpu1", "SLURM_TASKS_PER_NODE": "2(x3),1,1",
+           "SLURM_PROCID": "3"}  # fmt: skip
+    expected = ["gpu08"] * 2 + ["gpu09"] * 2 + ["gpu10"] * 2 + ["gpu7", "cpu1"]
+    assert hosts_of_ranks(8, env) == expected
+    assert hosts_of_ranks(4, dict(env, SLURM_JOB_NODELIST="a[1-2],b[01-02]",
+                                  SLURM_TASKS_PER_NODE="1(x4)")) == ["a1", "a2", "b01", "b02"]  # fmt: skip
+    # what cannot be told for sure says nothing rather than something wrong: counts that do
+    # not match the nodes or the job, a list of another form, another distribution, torchrun
+    # inside an allocation, processes spawned in one (no srun task)
+    assert hosts_of_ranks(8, dict(env, SLURM_TASKS_PER_NODE="2(x3)")) is None
+    assert hosts_of_ranks(2, env) is None
+    assert hosts_of_ranks(2, dict(env, SLURM_JOB_NODELIST="node[1-2]-ib",
+                                  SLURM_TASKS_PER_NODE="1(x2)")) is None  # fmt: skip
+    assert hosts_of_ranks(8, dict(env, SLURM_DISTRIBUTION="cyclic")) is None
+    assert hosts_of_ranks(8, {"RANK": "0", **env}) is None
+    assert hosts_of_ranks(8, {k: v for k, v in env.items() if k != "SLURM_PROCID"}) is None
 
 
 def test_no_launcher_and_single_task_slurm_jobs_are_not_distributed():
@@ -145,3 +156,39 @@ def test_auto_backend_follows_the_training_device(make_config, monkeypatch):
     assert resolve_backend(make_config("parallel.backend=gloo", "training.device=cuda")) == "gloo"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_backend(make_config("training.device=auto")) == "gloo"
+
+
+def join_three(rank, port, delay_s, queue):
+    """Rank ``rank`` of a job of three, joining ``delay_s`` late; puts what it ended with."""
+    import time
+
+    from QuantumGravPy.parallel import distributed
+
+    time.sleep(delay_s)
+    try:
+        distributed.initialize_ddp(rank, 3, "127.0.0.1", port, "gloo", timeout_s=3)
+        distributed.cleanup_ddp()
+        queue.put((rank, "joined"))
+    except Exception as e:
+        queue.put((rank, f"{type(e).__name__}: {e}"))
+
+
+@pytest.mark.timeout(60)
+def test_every_rank_that_joined_names_the_same_missing_one():
+    """Rank 2 of three never comes. Rank 0, which holds the store, gives up first; rank 1,
+    which came later, must still name rank 2, not find the store gone."""
+    import multiprocessing
+
+    from QuantumGravPy.parallel.distributed import free_port
+
+    context = multiprocessing.get_context("forkserver")
+    queue, port = context.Queue(), free_port()
+    ranks = [context.Process(target=join_three, args=(r, port, r * 1.5, queue)) for r in (0, 1)]
+    for process in ranks:
+        process.start()
+    ended = dict(queue.get(timeout=45) for _ in ranks)
+    for process in ranks:
+        process.join(10)
+    for rank in (0, 1):
+        assert ended[rank].startswith("RankTimeoutError: not all 3 ranks met"), ended
+        assert ended[rank].endswith("rank 2 never joined"), ended

@@ -156,7 +156,7 @@ def initialize_ddp(
         if missing:
             raise RankTimeoutError(
                 f"not all {world_size} ranks met at {master_addr}:{port} within {timeout_s:g} s "
-                f"(parallel.timeout_s): {_never_joined(missing)} never joined"
+                f"(parallel.timeout_s): {_never_joined(missing, world_size)} never joined"
             )
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size, timeout=timeout
@@ -167,8 +167,8 @@ def initialize_ddp(
         if rank != 0 and "timed out" in str(e):
             raise RankTimeoutError(
                 f"not all {world_size} ranks met at {master_addr}:{port} within {timeout_s:g} s "
-                f"(parallel.timeout_s): {_never_joined([0])}, which holds the job's store, "
-                "never answered"
+                f"(parallel.timeout_s): {_never_joined([0], world_size)}, which holds the job's "
+                "store, never answered"
             ) from e
         raise DistributedError(f"cannot reach rank 0 at {master_addr}:{port}: {e}") from e
     except dist.DistStoreError as e:
@@ -185,9 +185,9 @@ def initialize_ddp(
     return device
 
 
-def _never_joined(ranks: list[int]) -> str:
+def _never_joined(ranks: list[int], world_size: int) -> str:
     """``rank 1 (on node1)``, for ranks that never joined: their hosts where SLURM says them."""
-    hosts = hosts_of_ranks()
+    hosts = hosts_of_ranks(world_size)
     named = [f"rank {r}" + (f" (on {hosts[r]})" if hosts and r < len(hosts) else "") for r in ranks]
     return ", ".join(named)
 

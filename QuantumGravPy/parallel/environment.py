@@ -102,26 +102,37 @@ def process_env(environ: Mapping[str, str] | None = None) -> ProcessEnv | None:
 
 def expand_nodelist(nodelist: str) -> list[str]:
     """Every host of a SLURM node list, in order: ``gpu[03-05,07],cpu1`` -> ``gpu03, gpu04,
-    gpu05, gpu07, cpu1`` (numbers keep their zero padding)."""
+    gpu05, gpu07, cpu1`` (numbers keep their zero padding). A list of another form (a suffix
+    after the brackets, nested ones) raises ValueError rather than being guessed at."""
     hosts = []
-    for prefix, ranges in re.findall(r"([^,\[]+)(?:\[([^\]]*)\])?,?", nodelist.strip()):
-        if not ranges:
+    for token in _NODE_TOKEN.finditer(nodelist.strip()):
+        prefix, ranges = token.group(1), token.group(2)
+        if ranges is None:
             hosts.append(prefix)
             continue
         for part in ranges.split(","):
             first, _, last = part.partition("-")
             for number in range(int(first), int(last or first) + 1):
                 hosts.append(f"{prefix}{number:0{len(first)}d}")
+    if ",".join(t.group(0) for t in _NODE_TOKEN.finditer(nodelist.strip())) != nodelist.strip():
+        raise ValueError(f"cannot read the node list {nodelist!r}")
     return hosts
 
 
-def hosts_of_ranks(environ: Mapping[str, str] | None = None) -> list[str] | None:
-    """The host each rank of a SLURM job step runs on (SLURM's default block distribution:
-    the first node's tasks first), or None where the launcher does not say."""
+_NODE_TOKEN = re.compile(r"([^,\[\]]+)(?:\[([\d,-]+)\])?(?=,|$)")
+
+
+def hosts_of_ranks(world_size: int, environ: Mapping[str, str] | None = None) -> list[str] | None:
+    """The host each of the ``world_size`` ranks of an srun job step runs on, by SLURM's
+    default block distribution (the first node's tasks first), or None where that cannot be
+    told for sure: not srun's tasks (torchrun's, or processes spawned in an allocation),
+    another distribution, or a node list and task counts that do not add up to the job."""
     env = os.environ if environ is None else environ
     nodelist = env.get("SLURM_STEP_NODELIST", env.get("SLURM_JOB_NODELIST"))
     per_node = env.get("SLURM_STEP_TASKS_PER_NODE", env.get("SLURM_TASKS_PER_NODE"))
-    if not nodelist or not per_node or "RANK" in env:
+    if not nodelist or not per_node or "RANK" in env or "SLURM_PROCID" not in env:
+        return None
+    if not env.get("SLURM_DISTRIBUTION", "block").startswith("block"):
         return None
     try:
         counts = []
@@ -130,6 +141,6 @@ def hosts_of_ranks(environ: Mapping[str, str] | None = None) -> list[str] | None
         hosts = expand_nodelist(nodelist)
     except ValueError:
         return None
-    if len(counts) != len(hosts):
+    if len(counts) != len(hosts) or sum(counts) != world_size:
         return None
     return [host for host, count in zip(hosts, counts, strict=True) for _ in range(count)]

@@ -23,13 +23,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 _FIRST = "QuantumGravPy/failed/first"
 _SEEN = "QuantumGravPy/failed/seen"
 _ALIVE = "QuantumGravPy/alive/"  # + rank: a counter each rank's watcher raises every second
 _HOST = "QuantumGravPy/host/"  # + rank: its host's name
+_MISSING = "QuantumGravPy/missing"  # the ranks that never joined, as rank 0 found them
+_MISSING_SEEN = "QuantumGravPy/missing/seen"
+_MEET_POLL_S = 0.05
 _POLL_S = 1.0
 GRACE_S = 10.0  # after a failure is told, the rank's own code has this long to end by itself
 _TOLD_WAIT_S = 3.0  # how long a failing rank waits for the others to have read it
@@ -181,11 +183,29 @@ def host() -> str:
 
 def meet(store: Any, rank: int, world_size: int, timeout_s: float) -> list[int]:
     """Say in the job's store that ``rank`` has joined (and on which host), and wait up to
-    ``timeout_s`` for every other rank to say so: the ranks that never did (none if all came)."""
+    ``timeout_s`` for every other rank to say so: the ranks that never did (none if all came).
+
+    Rank 0, which holds the store and started waiting first, gives up first: it writes who is
+    missing into the store and waits a moment for the ranks that joined to read it, so that
+    every one of them names the same ranks instead of finding the store gone."""
     keys = [f"{_HOST}{r}" for r in range(world_size)]
     store.set(keys[rank], host())
-    try:
-        store.wait(keys, timedelta(seconds=timeout_s))
-    except RuntimeError:  # torch's DistStoreError: the wait timed out
-        return [r for r in range(world_size) if not store.check([keys[r]])]
-    return []
+    deadline = time.monotonic() + timeout_s
+    while not store.check(keys):
+        if rank != 0 and store.check([_MISSING]):
+            missing = json.loads(store.get(_MISSING))
+            store.add(_MISSING_SEEN, 1)
+            return missing
+        if time.monotonic() > deadline:
+            break
+        time.sleep(_MEET_POLL_S)
+    else:
+        return []
+    missing = [r for r in range(world_size) if not store.check([keys[r]])]
+    if rank == 0:
+        store.set(_MISSING, json.dumps(missing))
+        joined = world_size - len(missing) - 1
+        told = time.monotonic() + _TOLD_WAIT_S
+        while store.add(_MISSING_SEEN, 0) < joined and time.monotonic() < told:
+            time.sleep(_MEET_POLL_S)
+    return missing

@@ -73,19 +73,19 @@ def check_reachable(env: ProcessEnv, backend: str) -> None:
     )
 
 
-def _check_interface(name: str) -> None:
-    """The interface named for a job of several hosts must have an address the others can
-    reach: not the loopback interface's, and some address at all."""
-    address = interface_address(name)
-    if address is not None and not _loopback(address):
-        return
-    what = f"has the loopback address {address}" if address else "has no IPv4 address"
-    others = [i for i in interfaces() if i not in ("lo", name)] or ["none found"]
-    raise ConfigError(
-        f"parallel.interface (GLOO_SOCKET_IFNAME): {name!r} {what}, which the other hosts "
-        f"cannot reach; name the interface that joins the hosts (this host has "
-        f"{', '.join(others)})"
-    )
+def _check_interface(names: str) -> None:
+    """The interfaces named for a job of several hosts (one, or a comma-separated list as gloo
+    takes them) must not be the loopback one, whose address the other hosts cannot reach."""
+    for name in names.split(","):
+        address = interface_address(name.strip())
+        if address is None or not _loopback(address):
+            continue  # another address (or only IPv6 ones): left to gloo
+        others = [i for i in interfaces() if i not in ("lo", name)] or ["none found"]
+        raise ConfigError(
+            f"parallel.interface (GLOO_SOCKET_IFNAME): {name!r} has the loopback address "
+            f"{address}, which the other hosts cannot reach; name the interface that joins the "
+            f"hosts (this host has {', '.join(others)})"
+        )
 
 
 def interface_address(name: str) -> str | None:
