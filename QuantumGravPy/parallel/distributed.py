@@ -202,13 +202,37 @@ def _store(
         # ranks of a failed attempt published are still in it, so every attempt gets keys of
         # its own. Otherwise a restarted rank may dial a dead one.
         return dist.PrefixStore(
-            f"QuantumGravPy/attempt_{restart_count()}",
-            dist.TCPStore(addr, port, world_size, is_master=False, timeout=timeout),
+            f"QuantumGravPy/attempt_{restart_count()}", _client(addr, port, world_size, timeout)
         )
+    if not is_master:
+        return _client(addr, port, world_size, timeout)
     # the master does not wait for the others here: failures.meet does, and names who is missing
     return dist.TCPStore(
-        addr, port, world_size, is_master=is_master, timeout=timeout, wait_for_workers=False
+        addr, port, world_size, is_master=True, timeout=timeout, wait_for_workers=False
     )
+
+
+def _client(addr: str, port: int, world_size: int | None, timeout: timedelta) -> dist.Store:
+    """A client of the store at ``addr:port``, given up within about ``timeout``.
+
+    torch's client tries twice, each try as long as its timeout, with a pause of up to as long
+    between: three times the timeout in all, 28 s for 10 s measured. So it is made with short
+    timeouts, again until ``timeout`` has passed, and then waits as long as ``timeout`` for
+    each of the store's answers."""
+    deadline = time.monotonic() + timeout.total_seconds()
+    step = timedelta(seconds=min(timeout.total_seconds(), _CONNECT_STEP_S) / 3)
+    while True:
+        try:
+            store = dist.TCPStore(addr, port, world_size, is_master=False, timeout=step)
+            break
+        except dist.DistNetworkError as e:
+            if "timed out" not in str(e) or time.monotonic() >= deadline:
+                raise
+    store.set_timeout(timeout)
+    return store
+
+
+_CONNECT_STEP_S = 6.0  # the longest one of a client's attempts to connect lasts: 3 x a third
 
 
 def cleanup_ddp() -> None:
