@@ -188,7 +188,7 @@ def initialize_ddp(
 def _never_joined(ranks: list[int], world_size: int) -> str:
     """``rank 1 (on node1)``, for ranks that never joined: their hosts where SLURM says them."""
     hosts = hosts_of_ranks(world_size)
-    named = [f"rank {r}" + (f" (on {hosts[r]})" if hosts and r < len(hosts) else "") for r in ranks]
+    named = [f"rank {r}" + (f" (on {hosts[r]})" if hosts else "") for r in ranks]
     return ", ".join(named)
 
 

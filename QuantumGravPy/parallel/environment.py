@@ -104,8 +104,11 @@ def expand_nodelist(nodelist: str) -> list[str]:
     """Every host of a SLURM node list, in order: ``gpu[03-05,07],cpu1`` -> ``gpu03, gpu04,
     gpu05, gpu07, cpu1`` (numbers keep their zero padding). A list of another form (a suffix
     after the brackets, nested ones) raises ValueError rather than being guessed at."""
+    tokens = list(_NODE_TOKEN.finditer(nodelist.strip()))
+    if ",".join(token.group(0) for token in tokens) != nodelist.strip():
+        raise ValueError(f"cannot read the node list {nodelist!r}")
     hosts = []
-    for token in _NODE_TOKEN.finditer(nodelist.strip()):
+    for token in tokens:
         prefix, ranges = token.group(1), token.group(2)
         if ranges is None:
             hosts.append(prefix)
@@ -114,8 +117,6 @@ def expand_nodelist(nodelist: str) -> list[str]:
             first, _, last = part.partition("-")
             for number in range(int(first), int(last or first) + 1):
                 hosts.append(f"{prefix}{number:0{len(first)}d}")
-    if ",".join(t.group(0) for t in _NODE_TOKEN.finditer(nodelist.strip())) != nodelist.strip():
-        raise ValueError(f"cannot read the node list {nodelist!r}")
     return hosts
 
 
