@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 REQUIREMENTS ?= requirements-cpu.txt
 
-.PHONY: demo test test-jobs test-gpu test-research lint bench bench-gpu docs docs-serve docs-notebook clean
+.PHONY: demo test test-jobs test-gpu test-studies studies lint bench bench-smoke bench-gpu docs docs-serve docs-notebook clean
 
 $(STAMP): setup.cfg pyproject.toml $(REQUIREMENTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,16 +32,21 @@ test-jobs: $(STAMP)
 test-gpu: $(STAMP)
 	$(PY) -m pytest -q -m gpu
 
-# The physics research in bench/ (the bounds and ceilings behind the physics targets) against
-# exact results: not the product, so not in make test.
-test-research: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[bench]'
-	$(PY) -m pytest -q -n 2 bench/tests
+# The physics studies (studies/: the bounds, ceilings and baselines behind the Physics page):
+# their estimators against exact results. Not the product, so not in make test; CI runs it.
+test-studies: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[studies]'
+	$(PY) -m pytest -q -n 2 -p no:cacheprovider studies/tests
+
+# Run the studies (several hours): STUDIES.md, then the Physics page's and README's tables.
+studies: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[studies]'
+	$(PY) studies/run.py
 
 lint: $(STAMP)
 	$(PY) -m pip install --quiet ruff
-	$(VENV)/bin/ruff check QuantumGravPy tests bench examples
-	$(VENV)/bin/ruff format --check QuantumGravPy tests bench examples
+	$(VENV)/bin/ruff check QuantumGravPy tests bench studies examples
+	$(VENV)/bin/ruff format --check QuantumGravPy tests bench studies examples
 
 # The documentation site (mkdocs.yml, docs/), strict: a broken link or reference fails it.
 docs: $(STAMP)
@@ -54,9 +59,15 @@ docs-serve: $(STAMP)
 docs-notebook: $(STAMP)
 	$(PY) docs/scripts/notebook.py
 
+# Every benchmark against its peers and baselines: BENCHMARKS.md and the headline tables.
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/report.py
+
+# Every benchmark script on tiny inputs, to its end (CI runs it: none breaks unseen).
+bench-smoke: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) bench/report.py --smoke
 
 # Training graphs/s on a GPU against hand-written, PyG and Lightning loops, with what keeps the
 # GPU waiting (bench/gpu.py: about 4 minutes on one; --quick runs anywhere in under a minute).

@@ -1,6 +1,6 @@
 """Causal sets from Zarr files: preprocessing, training from disk, memory of an epoch.
 
-python bench/data_files.py [--sets 3000] [--points 256] [--wide 7000] [--repeats 2]
+python bench/data_files.py [--sets 1200] [--points 256] [--wide 7000] [--repeats 2]
 
 - Preprocessing: a Zarr store of 4D sprinklings (one group per causal set, Julia's orientation)
   processed into the disk cache by 1 and by 2 processes, alternating, each into a fresh cache
@@ -30,6 +30,8 @@ import torch
 import zarr
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import smoke
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import apply_overrides, config_from_dict
@@ -192,11 +194,11 @@ def memory(tmp: Path, count: int, points: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", type=int, default=3000)
+    parser.add_argument("--sets", type=int, default=1200)
     parser.add_argument("--points", type=int, default=256)
     parser.add_argument("--wide", type=int, default=7000)
     parser.add_argument("--repeats", type=int, default=2)
-    args = parser.parse_args()
+    args = smoke.parse(parser, sets=60, points=48, wide=40, repeats=1)
     torch.manual_seed(0)
     tmp = Path(tempfile.mkdtemp(prefix="qg-bench-files-"))
     try:

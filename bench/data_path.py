@@ -19,7 +19,7 @@ global batch, a core each; rank 0's times). The second table times batch assembl
 same random indices: ours against `Batch.from_data_list` of the dataset's graphs. The third
 compares whole epochs with data-loader worker processes.
 
-    python bench/data_path.py [--graphs 2000] [--epochs 25] [--storage memory disk] [--batch 32 128]
+    python bench/data_path.py [--graphs 2000] [--epochs 10] [--storage memory disk] [--batch 32 128]
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from torch_geometric.data import Batch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import smoke  # noqa: E402
 
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.data import loaders  # noqa: E402
@@ -186,10 +188,10 @@ def workers(config: qg.Config, repeats: int) -> dict[int, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", type=int, default=2000)
-    parser.add_argument("--epochs", type=int, default=25)
+    parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--storage", nargs="+", default=["memory", "disk"])
     parser.add_argument("--batch", nargs="+", type=int, default=[32, 128])
-    args = parser.parse_args()
+    args = smoke.parse(parser, graphs=200, epochs=1, batch=[32])
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
 

@@ -23,6 +23,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import smoke
+
 from QuantumGravPy.data import generate_causal_set_graphs
 from QuantumGravPy.physics import causal_structure, diamond_coordinates, node_features
 from QuantumGravPy.physics.orders import count_dtype
@@ -59,7 +61,7 @@ def one_large(points: int, repeats: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a tenth of the graphs")
-    args = parser.parse_args()
+    args = smoke.parse(parser, quick=True)
     scale = 10 if args.quick else 1
     cores = torch.get_num_threads()
     print(f"matrix products for counts in {count_dtype(torch.device('cpu'))}; {cores} threads\n")

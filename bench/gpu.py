@@ -89,6 +89,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import lightning_helpers  # noqa: E402
+import smoke  # noqa: E402
 
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.training.host_reads import HostReads  # noqa: E402
@@ -1111,7 +1112,7 @@ def main() -> None:
         "--time-limit",
         type=float,
         default=None,
-        help="seconds after which no further work starts (240 on a GPU, 600 on a CPU)",
+        help="seconds after which no further work starts (240 on a GPU, 180 on a CPU)",
     )
     parser.add_argument(
         "--out",
@@ -1140,11 +1141,11 @@ def main() -> None:
         "default: training.batch_nodes={nodes} and training.pad_batches=true, the latter where "
         "this version of the package has it",
     )
-    args = parser.parse_args()
+    args = smoke.parse(parser, quick=True)
     if args.repeats is None:
         args.repeats = 1 if args.quick else 5
     if args.time_limit is None:
-        args.time_limit = 240.0 if args.device.startswith("cuda") else 600.0
+        args.time_limit = 240.0 if args.device.startswith("cuda") else 180.0
     if args.padded is None:
         args.padded = padding_overrides()
     device = torch.device(args.device)

@@ -22,11 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "BENCHMARKS.md"
 BLOCKS = {  # marker name: what it holds
     "benchmarks": "the headline benchmark table",
-    "baselines": "the GNN against the best classical method on each embedded kind",
     "world-size": "how far weights on 2 and 4 processes drift from 1 process's, per epoch",
-    "ricci": "each element's Ricci scalar: R^2 against the number of elements, with the bound",
 }
-TARGETS = ("README.md", "docs/benchmarks.md", "docs/physics.md", "docs/reproducibility.md")
+TARGETS = ("README.md", "docs/benchmarks.md", "docs/reproducibility.md")
 
 
 class BenchmarksError(Exception):
@@ -42,11 +40,11 @@ def sections(text: str) -> dict[str, str]:
     return {part.split("\n", 1)[0]: part for part in parts}
 
 
-def section(found: dict[str, str], script: str) -> str:
+def section(found: dict[str, str], script: str, folder: str = "bench") -> str:
     for text in found.values():
-        if f"`python bench/{script}`" in text:
+        if f"`python {folder}/{script}`" in text:
             return text
-    raise BenchmarksError(f"BENCHMARKS.md has no section from bench/{script}")
+    raise BenchmarksError(f"no section from {folder}/{script} in the report")
 
 
 def tables(text: str) -> list[list[dict[str, str]]]:
@@ -226,61 +224,6 @@ def memory(s: dict[str, str]) -> Row:
     )
 
 
-def baselines_row(s: dict[str, str]) -> Row:
-    rows = baseline_rows(s)
-    ahead, level, behind = [], [], []
-    for kind, n, _, best, gnn in rows:
-        # test splits of 90 to 1,800 graphs (600 for most): 2 points of noise is the margin
-        lead = number(gnn) - number(best)
-        name = f"{kind} ({n})" if sum(r[0] == kind for r in rows) > 1 else kind
-        (ahead if lead > 0.02 else behind if lead < -0.02 else level).append(name)
-    shown = [r for r in rows if r[0] in ("manifold_like", "cset_type", "ricci")]
-
-    def named(kind: str, n: str) -> str:
-        return f"{kind} ({n})" if sum(r[0] == kind for r in rows) > 1 else kind
-
-    ours = ", ".join(f"{named(kind, n)} **{gnn}**" for kind, n, _, _, gnn in shown)
-    peers = "; ".join(f"{named(kind, n)}: {method} {best}" for kind, n, method, best, _ in shown)
-    verdict = "; ".join(
-        f"{word} on {', '.join(kinds)}"
-        for word, kinds in (("ahead", ahead), ("level", level), ("behind", behind))
-        if kinds
-    )
-    manifold = next(number(r[4]) for r in rows if r[0] == "manifold_like")
-    return (
-        "each embedded kind's shipped GNN against the best classical method on the same test "
-        "split (`bench/baselines.py`; [Physics](docs/physics.md))",
-        f"{ours}; {verdict} (±0.02)",
-        peers,
-        f"manifold_like F1 ≥ 0.98: {'met' if manifold >= 0.98 else '**not met**'}",
-    )
-
-
-def baseline_rows(s: dict[str, str]) -> list[tuple[str, str, str, str, str]]:
-    """(kind, elements, the best classical method, its score, the GNN's score) per kind."""
-    t = section(s, "baselines.py")
-    rows = [row for table in tables(t) for row in table if "method" in row]
-    if not rows:
-        raise BenchmarksError("bench/baselines.py: no table of methods")
-    out = []
-    for key in dict.fromkeys((r["kind"], r["elements"]) for r in rows):
-        mine = [r for r in rows if (r["kind"], r["elements"]) == key]
-        gnn = [r for r in mine if r["method"].startswith("the GNN")]
-        classical = [r for r in mine if not r["method"].startswith("the GNN")]
-        if len(gnn) != 1 or not classical:
-            raise BenchmarksError(f"bench/baselines.py: {key} lacks the GNN or a baseline")
-        top = max(classical, key=lambda r: number(r["test score"]))
-        out.append(
-            (
-                *key,
-                top["method"],
-                top["test score"].split(" ")[-1],
-                gnn[0]["test score"].split(" ")[-1],
-            )
-        )
-    return out
-
-
 ROWS: tuple[Callable[[dict[str, str]], Row], ...] = (
     overhead,
     scaling,
@@ -289,7 +232,6 @@ ROWS: tuple[Callable[[dict[str, str]], Row], ...] = (
     samplers,
     memory,
     invariance,
-    baselines_row,
 )
 
 
@@ -301,16 +243,6 @@ def benchmarks_block(text: str, in_docs: bool = False) -> str:
         lines.append("| " + " | ".join(make(s)) + " |")
     table = "\n".join(lines)
     return table.replace("](docs/", "](") if in_docs else table
-
-
-def baselines_block(text: str) -> str:
-    lines = [
-        "| kind | elements | the best classical method | its score | the shipped GNN |",
-        "|---|---|---|---|---|",
-    ]
-    for kind, n, method, score, gnn in baseline_rows(sections(text)):
-        lines.append(f"| `{kind}` | {n} | {method} | {score} | **{gnn}** |")
-    return "\n".join(lines)
 
 
 def world_size_block(text: str) -> str:
@@ -331,87 +263,37 @@ def world_size_block(text: str) -> str:
     return "\n".join(lines)
 
 
-def ricci_block(text: str) -> str:
-    """The ricci curve: the bound, the GNN and each baseline, one column per size."""
-    s = sections(text)
-    rows = [row for table in tables(section(s, "baselines.py")) for row in table
-            if row.get("kind") == "ricci"]  # fmt: skip
-    bound = {row["elements"]: row for table in tables(section(s, "ricci_bound.py"))
-             for row in table if "elements" in row}  # fmt: skip
-    sizes = list(dict.fromkeys(r["elements"] for r in rows))
-    if not rows or not bound:
-        raise BenchmarksError("bench/baselines.py or bench/ricci_bound.py: no ricci curve")
-
-    smeared = "smeared Benincasa-Dowker estimate (smearing and scale chosen on validation)"
-
-    def method(row: dict[str, str]) -> str:
-        name = row["method"].strip("*")
-        if name.startswith("smeared"):
-            return smeared
-        if name.startswith("the GNN"):
-            return "the shipped GNN (`configs/ricci.yaml`; `ricci_large.yaml` from 1,024)"
-        return name
-
-    def r2(row: dict[str, str]) -> str:
-        value = row["test score"].split(" ")[-1]
-        chosen = re.search(r"epsilon ([0-9.]+)", row["method"])
-        return f"{value} (epsilon {chosen.group(1)})" if chosen else value
-
-    key = next(k for k in next(iter(bound.values())) if k.endswith("(the bound)"))
-    lines = ["| elements | " + " | ".join(sizes) + " |", "|---|" + "---|" * len(sizes)]
-    ceiling = [bound[n][key].split(" ")[0].strip("*") if n in bound else "" for n in sizes]
-    lines.append("| the most any model of the order can reach (`bench/ricci_bound.py`) | "
-                 + " | ".join(ceiling) + " |")  # fmt: skip
-    models = {  # reports before them had none, or not all, of these columns
-        "R^2 of the posterior mean given the coordinates (a bound)": "a looser bound: the "
-        "posterior given the coordinates",
-        "a model of the order: the same": "the same posterior given the order alone (its "
-        "light-cone ranks for coordinates)",
-        "a model of the order: the posterior given": "the order's own posterior (the "
-        "likelihood of its light-cone ranks)",
-    }
-    columns = {k for row in bound.values() for k in row}  # tables of either age, side by side
-    for start, row in models.items():
-        column = next((k for k in sorted(columns) if k.startswith(start)), None)
-        if column:
-            reached = [bound.get(n, {}).get(column, "").split(" ")[0] for n in sizes]
-            lines.append(f"| {row} | " + " | ".join(reached) + " |")
-    for name in dict.fromkeys(method(r) for r in rows):
-        cells = {r["elements"]: r2(r) for r in rows if method(r) == name}
-        cells = [cells.get(n, "") for n in sizes]
-        shown = [f"**{c}**" for c in cells] if "GNN" in name else cells
-        lines.append(f"| {name} | " + " | ".join(shown) + " |")
-    return "\n".join(lines)
-
-
 def block(name: str, path: str, text: str) -> str:
     """The generated block ``name`` as it stands in ``path`` (links relative to that file)."""
     if name == "benchmarks":
         body = benchmarks_block(text, in_docs=path.startswith("docs/"))
-    elif name == "baselines":
-        body = baselines_block(text)
-    elif name == "ricci":
-        body = ricci_block(text)
     else:
         body = world_size_block(text)
+    return stamped(name, body, text, "BENCHMARKS.md", "bench/headline.py")
+
+
+def stamped(name: str, body: str, text: str, source: str, script: str) -> str:
+    """``body`` between the markers of block ``name``, saying where it came from."""
     stamp = re.search(r"on (\d{4}-\d\d-\d\d)", text)
     return (
-        f"<!-- {name}:start -->\n<!-- generated from BENCHMARKS.md"
-        f"{' of ' + stamp.group(1) if stamp else ''} by `python bench/headline.py --write`; "
-        f"edit bench/headline.py instead -->\n\n{body}\n\n<!-- {name}:end -->"
+        f"<!-- {name}:start -->\n<!-- generated from {source}"
+        f"{' of ' + stamp.group(1) if stamp else ''} by `python {script} --write`; "
+        f"edit {script} instead -->\n\n{body}\n\n<!-- {name}:end -->"
     )
 
 
-def update(path: Path, text: str) -> bool:
-    """Replace every generated block in ``path``; True when something changed."""
+def update(path: Path, text: str, blocks=None, make=None) -> bool:
+    """Replace every generated block (of ``blocks``, made by ``make(name, path, text)``) in
+    ``path``; True when something changed."""
+    blocks, make = blocks or BLOCKS, make or block
     old = path.read_text(encoding="utf-8")
     new = old
-    for name in BLOCKS:
+    for name in blocks:
         start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
         if start in new:
             a, b = new.index(start), new.index(end) + len(end)
             rel = str(path.resolve().relative_to(ROOT))
-            new = new[:a] + block(name, rel, text) + new[b:]
+            new = new[:a] + make(name, rel, text) + new[b:]
     if new != old:
         path.write_text(new, encoding="utf-8")
     return new != old
@@ -425,8 +307,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.write is None:
             print(benchmarks_block(text))
-            print()
-            print(baselines_block(text))
             return 0
         for name in args.write or TARGETS:
             changed = update(ROOT / name, text)

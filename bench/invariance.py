@@ -19,7 +19,7 @@ most 1.3x standard DDP at 2 processes, and still faster than 1 process where DDP
 run does the passes invariance needs without it (DDP on 2 processes, each accumulating 6 micro-
 batches of the same size): what any scheme with fixed micro-batches costs at least.
 
-    python bench/invariance.py [--epochs 4] [--graphs 600] [--rounds 3]
+    python bench/invariance.py [--epochs 4] [--graphs 600] [--rounds 2] [--cost-graphs 4000] [--smoke]
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import smoke  # noqa: E402
 
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.parallel import spawn  # noqa: E402
@@ -65,8 +67,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--graphs", type=int, default=600)
-    parser.add_argument("--rounds", type=int, default=3)
-    args, _ = parser.parse_known_args()
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--cost-graphs", type=int, default=4000)
+    args = smoke.parse(parser, known=True, epochs=2, graphs=48, rounds=1, cost_graphs=1000)
     with tempfile.TemporaryDirectory() as tmp:
         base = [
             f"data.root={ROOT / 'data'}",
@@ -135,7 +138,7 @@ def main() -> None:
             f"{write * 1000:.1f} ms = {100 * write / epoch:.1f}% of a "
             f"{epoch * 1000:.0f} ms epoch"
         )
-        invariant_cost(base, tmp, args.rounds)
+        invariant_cost(base, tmp, args.rounds, args.cost_graphs)
 
 
 def epoch_times(rank: int, world_size: int, config: qg.Config) -> list[float]:
@@ -159,7 +162,7 @@ COST_GRAPHS = 4000
 COST_SPLIT = "[0.768,0.116,0.116]"  # 3,072 training graphs: whole steps at both batches
 
 
-def invariant_cost(base: list[str], tmp: str, rounds: int) -> None:
+def invariant_cost(base: list[str], tmp: str, rounds: int, graphs: int = COST_GRAPHS) -> None:
     for batch in COST_BATCHES:
         times: dict[str, list[float]] = {name: [] for name in RUNS}
         for r in range(rounds):
@@ -169,7 +172,7 @@ def invariant_cost(base: list[str], tmp: str, rounds: int) -> None:
                     ROOT / "configs" / "train.yaml",
                     [
                         *base,
-                        f"data.num_graphs={COST_GRAPHS}",
+                        f"data.num_graphs={graphs}",
                         f"data.split={COST_SPLIT}",
                         f"training.global_batch_size={batch // 6 if accumulated else batch}",
                         *overrides,
@@ -181,14 +184,15 @@ def invariant_cost(base: list[str], tmp: str, rounds: int) -> None:
                 else:
                     seconds = spawn(epoch_times, world_size, config, backend="gloo")[0]
                 times[name] += seconds[1:]
-        report(batch, {name: statistics.median(t) for name, t in times.items()}, rounds)
+        report(batch, {name: statistics.median(t) for name, t in times.items()}, rounds, graphs)
 
 
-def report(batch: int, medians: dict[str, float], rounds: int) -> None:
+def report(batch: int, medians: dict[str, float], rounds: int, graphs: int) -> None:
     ddp, one = medians["2 processes, DDP"], medians["1 process"]
     print(
         f"\nThe cost of parallel.strategy invariant at global batch {batch} (12 micro-batches of "
-        f"{batch // 12} graphs; 3,072 training graphs): median epoch seconds over {rounds} "
+        f"{batch // 12} graphs; {round(graphs * 0.768):,} training graphs): median epoch seconds "
+        f"over {rounds} "
         "rounds\n"
     )
     print("| run | s/epoch | x 2 processes, DDP | x 1 process |\n|---|---|---|---|")

@@ -35,23 +35,26 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import smoke  # noqa: E402
+
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.parallel import distributed  # noqa: E402
 
 WIDE = ["model.hidden_channels=768", "model.num_layers=18", "model.head_channels=[768]"]
+SMOKE = ["model.hidden_channels=64", "model.num_layers=2", "model.head_channels=[64]"]
 STRATEGIES = ("ddp", "zero", "fsdp")
 WORLD_SIZES = (2, 4)
 TARGETS = {"zero": 0.05, "fsdp": 0.10}  # above 1/W of ddp's, at most
 ACTIVATION_TARGET = 0.5
 
 
-def config(tmp: str, *extra: str) -> qg.Config:
+def config(tmp: str, *extra: str, wide: list[str] = WIDE) -> qg.Config:
     return qg.load_config(
         ROOT / "configs" / "train_ddp.yaml",
         [
             f"data.root={tmp}/data", "data.num_graphs=400", "data.num_points=[32, 64]",
             f"training.path={tmp}/run", "training.device=cpu", "training.batch_size=4",
-            "parallel.backend=gloo", "log_level=WARNING", *WIDE, *extra,
+            "parallel.backend=gloo", "log_level=WARNING", *wide, *extra,
         ],
     )  # fmt: skip
 
@@ -93,7 +96,7 @@ def held(rank: int, world_size: int, config: qg.Config, steps: int) -> dict[str,
     return result
 
 
-def activation_peak(checkpointing: bool) -> dict[str, float]:
+def activation_peak(checkpointing: bool, wide: list[str] = WIDE) -> dict[str, float]:
     """In this (fresh) process: one training pass on 2 causal sets of 1,024 elements."""
     from torch_geometric.data import Batch
 
@@ -102,7 +105,7 @@ def activation_peak(checkpointing: bool) -> dict[str, float]:
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = config(tmp, "data.num_graphs=4", "data.num_points=[1024, 1024]",
-                     f"model.activation_checkpointing={str(checkpointing).lower()}")  # fmt: skip
+                     f"model.activation_checkpointing={str(checkpointing).lower()}", wide=wide)  # fmt: skip
         dataset = dataset_from_config(cfg.data, progress=False)
         batch = Batch.from_data_list([dataset[0], dataset[1]])
     torch.manual_seed(0)
@@ -138,23 +141,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--activation", choices=["plain", "checkpointed"])
-    args = parser.parse_args()
+    args = smoke.parse(parser, steps=1)
+    wide = SMOKE if args.smoke else WIDE
     if args.activation:  # the child process of the activation measurement
-        print(json.dumps(activation_peak(args.activation == "checkpointed")))
+        print(json.dumps(activation_peak(args.activation == "checkpointed", wide)))
         return
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
-        qg.prepare_run(config(tmp), overwrite=True)  # the dataset, once
+        qg.prepare_run(config(tmp, wide=wide), overwrite=True)  # the dataset, once
         for world_size in WORLD_SIZES:
             for strategy in STRATEGIES:
-                cfg = config(tmp, f"parallel.strategy={strategy}")
+                cfg = config(tmp, f"parallel.strategy={strategy}", wide=wide)
                 ranks = qg.spawn(held, world_size, cfg, args.steps, backend="gloo")
                 rows[world_size, strategy] = ranks
     activations = {}
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
     for variant in ("plain", "checkpointed"):
         out = subprocess.run(
-            [sys.executable, __file__, "--activation", variant],
+            [sys.executable, __file__, "--activation", variant, *(["--smoke"] * args.smoke)],
             env=env, capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
         activations[variant] = json.loads(out.strip().splitlines()[-1])

@@ -36,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import smoke  # noqa: E402
+
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.parallel import distributed  # noqa: E402
 from QuantumGravPy.training import monitor, trainer  # noqa: E402
@@ -168,7 +170,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graphs", type=int, default=2000)
     parser.add_argument("--epochs", type=int, default=80)
-    args = parser.parse_args()
+    args = smoke.parse(parser, graphs=400, epochs=4)
     with tempfile.TemporaryDirectory() as tmp:
 
         def load(*extra: str) -> qg.Config:

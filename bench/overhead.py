@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import lightning_helpers  # noqa: E402
+import smoke  # noqa: E402
 
 import QuantumGravPy as qg  # noqa: E402
 
@@ -90,7 +91,7 @@ def main() -> None:
     parser.add_argument("--graphs", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--batch-size", type=int, default=32)
-    args = parser.parse_args()
+    args = smoke.parse(parser, graphs=200, repeats=1)
 
     with tempfile.TemporaryDirectory() as tmp:
 

@@ -1,6 +1,6 @@
 """Predicting on a large HDF5 file: time and peak memory of ``qg predict``.
 
-python bench/predict.py [--sets 200000] [--points 24]
+python bench/predict.py [--sets 100000] [--points 24]
 
 A stacked HDF5 file (QuantumGrav.jl's stacked layout: matrices (S, n, n) in Julia's
 column-major orientation, zero-padded, with `cset_size` and the labels `y`) of 2D, 3D and
@@ -28,6 +28,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import smoke
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import IMPLICIT_TASK, config_from_dict
@@ -95,9 +97,9 @@ def _predict(args: list[str], queue) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", type=int, default=200_000)
+    parser.add_argument("--sets", type=int, default=100_000)
     parser.add_argument("--points", type=int, default=24)
-    args = parser.parse_args()
+    args = smoke.parse(parser, sets=2000)
     torch.manual_seed(0)
     tmp = Path(tempfile.mkdtemp(prefix="qg-bench-predict-"))
     try:

@@ -1,11 +1,15 @@
 """Run every benchmark and write BENCHMARKS.md: the machine, the date, and each script's tables.
 
-    python bench/report.py [--output BENCHMARKS.md]
+    python bench/report.py [--output BENCHMARKS.md] [--only SCRIPT ...] [--smoke]
 
 `make bench` runs this, then `bench/headline.py` (the README's and the site's headline tables,
 from the new BENCHMARKS.md). Each script runs in its own process, one after the other, so they
 do not compete for the cores; their own output (markdown tables, with the targets they check) is
-copied under a heading that says what they compare.
+copied under a heading that says what they compare. `--smoke` runs each on tiny inputs instead
+(`make bench-smoke`, in CI), so that none stops working unseen between full runs.
+
+The physics studies (studies/) have their own runner, studies/run.py, which writes STUDIES.md
+with the functions here.
 """
 
 from __future__ import annotations
@@ -50,12 +54,7 @@ SCRIPTS = (
     ("generation.py", "Causal-set generation throughput"),
     ("data_files.py", "Your data on disk: preprocessing Zarr files, disk storage, memory"),
     ("predict.py", "Predicting on a large HDF5 file: qg predict's time and memory"),
-    ("baselines.py", "Analytic baselines: the best classical method on each embedded kind"),
-    ("readout.py", "The default read-out: mean and spread against mean, maximum and scaled sum"),
     ("scale.py", "The field's size: 1,024-2,048-element causal sets, prepared and trained"),
-    ("curvature_bound.py", "Curvature: the most any model of the causal order can reach"),
-    ("order_ceiling.py", "Curvature: a lower ceiling for models of the order, with no mixing"),
-    ("ricci_bound.py", "Each element's Ricci scalar: the most any model of the order can reach"),
 )
 
 
@@ -90,29 +89,86 @@ def main() -> int:
         metavar="SCRIPT",
         help="run only these scripts and replace their sections in an existing report",
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="run every script on tiny inputs (--smoke) to check that each still runs to its "
+        "end; writes no report",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        return smoke(SCRIPTS, ROOT / "bench")
     output_path = Path(args.output)
-    existing = _sections(output_path.read_text(encoding="utf-8")) if output_path.exists() else {}
-    previous = existing if args.only else {}
-    # figures taken on a lent GPU (bench/gpu.py there): no run on this machine replaces them
-    elsewhere = {t: text for t, text in existing.items() if t.startswith(MEASURED_ELSEWHERE)}
-    env = dict(
+    write_report(SCRIPTS, ROOT / "bench", output_path, args.only, "Benchmarks", "make bench",
+                 keep=MEASURED_ELSEWHERE)  # fmt: skip
+    if output_path.resolve() == headline.BENCHMARKS:
+        # the README's and the site's headline tables, from what was just measured
+        return headline.main(["--write"])
+    return 0
+
+
+def _env() -> dict[str, str]:
+    return dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     )
+
+
+def smoke(scripts: tuple[tuple[str, str], ...], folder: Path) -> int:
+    """Run each script with ``--smoke`` (tiny inputs, seconds each); 1 if any fails."""
+    failed = []
+    for script, _ in scripts:
+        start = time.perf_counter()
+        result = subprocess.run(
+            [sys.executable, str(folder / script), "--smoke"],
+            capture_output=True,
+            text=True,
+            env=_env(),
+            cwd=ROOT,
+        )
+        seconds = time.perf_counter() - start
+        status = "ok" if result.returncode == 0 else f"FAILED (exit {result.returncode})"
+        print(f"{folder.name}/{script} --smoke: {status} in {seconds:.0f} s", flush=True)
+        if result.returncode != 0:
+            print(result.stdout[-2000:], result.stderr[-4000:], sep="\n", flush=True)
+            failed.append(script)
+    if failed:
+        print(f"{len(failed)} of {len(scripts)} failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def write_report(
+    scripts: tuple[tuple[str, str], ...],
+    folder: Path,
+    output_path: Path,
+    only: list[str] | None,
+    name: str,
+    command: str,
+    keep: str | None = None,
+    note: str = "The machine may be shared: every script compares against a baseline timed in "
+    "the same run, alternating between them, and reports ratios of medians.",
+) -> None:
+    """Run ``scripts`` of ``folder`` one after the other and write their sections, under a
+    header naming the machine, to ``output_path``. ``only``: run these, keep the rest's
+    sections; sections whose title starts with ``keep`` (figures from another machine) stay."""
+    existing = _sections(output_path.read_text(encoding="utf-8")) if output_path.exists() else {}
+    previous = existing if only else {}
+    elsewhere = {t: text for t, text in existing.items() if keep and t.startswith(keep)}
     sections = []
-    for script, title in SCRIPTS:
-        if args.only and script not in args.only and title in previous:
+    for script, title in scripts:
+        if only and script not in only and title in previous:
             sections.append(previous[title])
             if script == "gpu.py":
                 sections.extend(elsewhere.values())
             continue
-        path = ROOT / "bench" / script
-        print(f"running bench/{script} ...", flush=True)
+        path = folder / script
+        shown = f"{folder.name}/{script}"
+        print(f"running {shown} ...", flush=True)
         start = time.perf_counter()
         result = subprocess.run(
-            [sys.executable, str(path)], capture_output=True, text=True, env=env, cwd=ROOT
+            [sys.executable, str(path)], capture_output=True, text=True, env=_env(), cwd=ROOT
         )
         minutes = (time.perf_counter() - start) / 60
+        print(f"{shown}: {minutes:.1f} min, exit {result.returncode}", flush=True)
         output = result.stdout.strip()
         if result.returncode != 0:
             output += (
@@ -121,28 +177,22 @@ def main() -> int:
         elif "|---" not in output:
             output = f"```\n{output}\n```"
         when = f"{minutes:.1f} min"
-        if args.only:  # the header names the run the other sections are from
+        if only:  # the header names the run the other sections are from
             when += f"; rerun {datetime.now(timezone.utc):%Y-%m-%d} on {cpu_name()}"
         sections.append(
-            f"## {title}\n\n`python bench/{script}` ({when}). {docstring_lead(path)}\n\n{output}\n"
+            f"## {title}\n\n`python {shown}` ({when}). {docstring_lead(path)}\n\n{output}\n"
         )
         if script == "gpu.py":
             sections.extend(elsewhere.values())
-    header = previous_header(output_path) if args.only else None
+    header = previous_header(output_path) if only else None
     header = header or (
-        "# Benchmarks\n\n"
-        f"Measured by `make bench` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on "
+        f"# {name}\n\n"
+        f"Measured by `{command}` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on "
         f"{cpu_name()}, {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
-        f"Python {platform.python_version()}, torch {torch.__version__}. "
-        "The machine may be shared: every script compares against a baseline timed in the same "
-        "run, alternating between them, and reports ratios of medians.\n"
+        f"Python {platform.python_version()}, torch {torch.__version__}. {note}\n"
     )
     output_path.write_text(header + "\n" + "\n".join(sections), encoding="utf-8")
-    print(f"wrote {args.output}")
-    if output_path.resolve() == headline.BENCHMARKS:
-        # the README's and the site's headline tables, from what was just measured
-        return headline.main(["--write"])
-    return 0
+    print(f"wrote {output_path}")
 
 
 def previous_header(path: Path) -> str | None:

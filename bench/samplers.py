@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import smoke
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 RANK = 3
@@ -76,7 +78,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2_000_000)
     parser.add_argument("--world-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = smoke.parse(parser, n=20_000, repeats=1)
     ctx = mp.get_context("spawn")
     results: dict[str, list[tuple[float, float, int]]] = {name: [] for name in NAMES}
     for _ in range(args.repeats):

@@ -51,6 +51,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import smoke  # noqa: E402
+
 from QuantumGravPy.config import config_from_dict  # noqa: E402
 from QuantumGravPy.physics import destroyed_sprinkling, sprinkle  # noqa: E402
 from QuantumGravPy.runs.directory import read_ranks  # noqa: E402
@@ -385,7 +387,7 @@ def main() -> None:
     parser.add_argument("--preparation-sets", type=int, default=240)
     parser.add_argument("--wide-sets", type=int, default=240, help="sizes log-uniform 64-2,048")
     parser.add_argument("--wide-epochs", type=int, default=5)
-    args = parser.parse_args()
+    args = smoke.parse(parser, sets=16, epochs=1, preparation_sets=8, wide_sets=8, wide_epochs=1)
     with tempfile.TemporaryDirectory() as tmp:
         preparation(Path(tmp), args.preparation_sets)
         first_losses()

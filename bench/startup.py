@@ -1,6 +1,6 @@
 """Start-up: how long the package and the command line take to answer, against `import torch`.
 
-python bench/startup.py [--repeats 9]
+python bench/startup.py [--repeats 5] [--smoke]
 
 Each command runs in a fresh interpreter, as a user starts it, alternating with
 `python -c "import torch"` (the baseline) so that both see the same machine; the tables give
@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import smoke
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,8 +48,8 @@ def timed(command: list[str], expect: int) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=9)
-    args = parser.parse_args()
+    parser.add_argument("--repeats", type=int, default=5)
+    args = smoke.parse(parser, repeats=1)
     qg = qg_command()
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,6 +27,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import smoke  # noqa: E402
+
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.config import (  # noqa: E402
     apply_overrides,
@@ -65,7 +67,9 @@ def predict_seconds(model: torch.nn.Module, batches: list, threads: int) -> floa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--graphs", type=int, default=2000)
+    parser.add_argument("--large", type=int, default=64, help="causal sets of 1,024 elements")
+    args = smoke.parse(parser, rounds=1, graphs=500, large=8)
     cores = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as tmp:
         base = load_config(ROOT / "configs" / "train.yaml")
@@ -74,7 +78,7 @@ def main() -> int:
             [
                 f"data.root={tmp}/data",
                 f"training.path={tmp}/run",
-                "data.num_graphs=2000",
+                f"data.num_graphs={args.graphs}",
                 "data.split=[0.768, 0.116, 0.116]",
                 "parallel.strategy=invariant",
                 "training.global_batch_size=384",
@@ -100,7 +104,7 @@ def main() -> int:
                 raw,
                 [
                     f"data.root={tmp}/large",
-                    "data.num_graphs=64",
+                    f"data.num_graphs={args.large}",
                     "data.num_points=[1024, 1024]",
                     "data.dimensions=[2]",
                 ],
@@ -120,12 +124,13 @@ def main() -> int:
     print("| work | one thread | every core | one thread / every core |")
     print("|---|---|---|---|")
     print(
-        f"| invariant training epoch (1,536 graphs of 32-64 elements, 1 process) | {one:.2f} s "
+        f"| invariant training epoch ({round(args.graphs * 0.768):,} graphs of 32-64 elements, 1 "
+        f"process) | {one:.2f} s "
         f"| {all_:.2f} s | {one / all_:.2f}x |"
     )
     p1, pn = statistics.median(predicting[1]), statistics.median(predicting[cores])
     print(
-        f"| predicting 64 causal sets of 1,024 elements (batches of 8) | {p1:.2f} s "
+        f"| predicting {args.large} causal sets of 1,024 elements (batches of 8) | {p1:.2f} s "
         f"| {pn:.2f} s | {p1 / pn:.2f}x |"
     )
     print(

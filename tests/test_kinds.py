@@ -129,7 +129,7 @@ def test_bad_kind_settings_are_refused_naming_the_key(make_config):
 # classification (1/classes), 0 for R^2 (the best constant). The margins are far from what a model
 # that does not learn reaches; measured values (300 graphs, batch 8) in the comments. curvature is
 # trained at h = 0.9, where the curvature shows in the order (at 0.6 even a perfect model stays
-# near the bound of bench/curvature_bound.py, too close to chance for 45 test graphs).
+# near the bound of studies/curvature_bound.py, too close to chance for 45 test graphs).
 KIND_RUNS = {
     "curvature": (["data.h=0.9", "training.num_epochs=5"], {"test_accuracy": 0.6}),  # 0.87
     "curvature_h": (  # 0.64, 0.31

@@ -220,3 +220,18 @@ def test_no_module_is_much_over_450_lines():
         if (n := len(path.read_text().splitlines())) > 450
     }
     assert not long, f"split these modules, each owns more than one thing: {long}"
+
+
+def test_the_library_and_its_tests_import_nothing_from_the_studies():
+    """The physics studies (studies/) stand on the library, never the other way round: no module
+    of the package, no test, example or benchmark names them in an import or a path."""
+    found = []
+    for folder in ("QuantumGravPy", "tests", "examples", "bench"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                code = line.split("#", 1)[0]
+                if "studies" in code and (
+                    "import" in code or "sys.path" in code or '"studies"' in code
+                ):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "the product reaches into studies/:\n" + "\n".join(found)

@@ -33,11 +33,9 @@ from .curvature import (
 )
 from .curved import (
     SPACETIMES,
-    conformal_motion,
     curvature_radius,
     de_sitter_interval_volume,
     h_for_proper_height,
-    motion_density,
     proper_height,
 )
 from .observables import (
@@ -98,7 +96,6 @@ __all__ = [
     "causal_structure",
     "check_sprinkle_arguments",
     "conformal_expectation",
-    "conformal_motion",
     "conformal_sprinkling",
     "curvature_radius",
     "de_sitter_interval_volume",
@@ -116,7 +113,6 @@ __all__ = [
     "longest_chain",
     "longest_chains",
     "midpoint_dimension",
-    "motion_density",
     "myrheim_meyer_dimension",
     "natural_labelling",
     "node_features",

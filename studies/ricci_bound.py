@@ -1,7 +1,7 @@
 """The most any model of the causal order can reach on the ricci kind: R^2 of the best estimate
 of each element's Ricci scalar, given more than the order holds.
 
-python bench/ricci_bound.py [--sizes N ...] [--samples S] [--order-samples S]
+python studies/ricci_bound.py [--sizes N ...] [--samples S] [--order-samples S]
 
 No model of the causal order estimates a quantity better (in mean squared error) than the
 posterior mean given anything the order is a function of. Two such things are scored here: the
@@ -17,7 +17,7 @@ density of Omega**2 at each element's quantiles, since the quantiles of independ
 independent with that density; each sampled spacetime places the elements by its own inverse
 marginal distributions (the mode found by BFGS, the Hessian by finite differences, the same
 importance sampling). The posterior mean of R at every element is the weighted mean of the
-sampled spacetimes' R there. Its R^2 on the test split of the curve's data (bench/baselines.py,
+sampled spacetimes' R there. Its R^2 on the test split of the curve's data (studies/baselines.py,
 the same graphs), with its standard error over the test graphs (a bootstrap of 200 resamplings
 of the graphs), is a bound; the quantiles' is the tighter for models of the order, and it is
 the bound. The effective numbers of samples are printed with them. Beside them are two models
@@ -46,15 +46,14 @@ from scipy.optimize import minimize
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from baselines import RICCI_CONFIG, RICCI_CURVE  # noqa: E402
+
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.data import dataset_from_config  # noqa: E402
 from QuantumGravPy.data.causal_sets import graph_parameters  # noqa: E402
 from QuantumGravPy.data.kinds import CONFORMAL_AMPLITUDE, CONFORMAL_DEGREE  # noqa: E402
 from QuantumGravPy.physics import light_cone_ranks, transitive_closure  # noqa: E402
 from QuantumGravPy.physics.curved import PolynomialFactor  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "bench"))
-from baselines import RICCI_CONFIG, RICCI_CURVE  # noqa: E402
 
 POWERS = [(j, k) for j in range(CONFORMAL_DEGREE + 1) for k in range(CONFORMAL_DEGREE + 1)
           if 1 <= j + k <= CONFORMAL_DEGREE]  # fmt: skip

@@ -1,27 +1,21 @@
-"""The two bounds of bench/ (curvature_bound.py, ricci_bound.py) against exact results: what
+"""The two bounds of the studies (curvature_bound.py, ricci_bound.py) against exact results: what
 they estimate is what they claim to, so the targets they set are not artefacts of the code."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+import curvature_bound
 import numpy as np
 import pytest
+import ricci_bound
+from motions import conformal_motion, motion_density
 
 from QuantumGravPy.physics import uniform_diamond
 from QuantumGravPy.physics.curved import (
     PolynomialFactor,
     conformal_coordinates,
-    conformal_motion,
     log_conformal_factor,
-    motion_density,
 )
 from QuantumGravPy.physics.sprinkling import conformal_sprinkling
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import curvature_bound
-import ricci_bound
 
 
 @pytest.mark.parametrize("spacetime, motion", [("de_sitter", (0.5, 0.0)),
@@ -135,7 +129,7 @@ def test_the_ricci_posterior_finds_the_spacetime_the_points_were_drawn_from(seed
 
 def test_the_orders_posterior_finds_the_spacetime_from_the_ranks_alone():
     """Given only each point's ranks along u and v, which is what the order holds, the posterior
-    of bench/ricci_bound.py's second model of the order converges to the exact R too, if more
+    of studies/ricci_bound.py's second model of the order converges to the exact R too, if more
     slowly than given the coordinates: at 8,192 points it explains over 85% of R's variance
     (0.93 for this spacetime; 0.96 at 16,384 points, 0.79 at 4,096 and 0.66 at 1,024)."""
     rng = np.random.default_rng(1)  # as physics.sprinkling.conformal_sprinkling does
@@ -176,7 +170,7 @@ def test_the_ranks_likelihood_is_a_copula_that_puts_each_point_back_where_it_was
 
 
 def test_the_order_models_coordinates_are_the_light_cone_ranks_of_the_graph(tmp_path):
-    """bench/ricci_bound.py's model of the order reads each graph's links alone and places
+    """studies/ricci_bound.py's model of the order reads each graph's links alone and places
     each element at its light-cone ranks: those of its true coordinates, up to the reflection
     x -> -x (which leaves the posterior of R alone) and the order of twins."""
     from QuantumGravPy.data import CausalSetDataset
@@ -192,7 +186,7 @@ def test_the_order_models_coordinates_are_the_light_cone_ranks_of_the_graph(tmp_
 
 
 def test_the_quantile_bound_is_given_the_order_and_true_quantiles_of_the_right_spacetime():
-    """bench/ricci_bound.py's bound for models of the order gives its posterior each element's
+    """studies/ricci_bound.py's bound for models of the order gives its posterior each element's
     quantiles in the true spacetime's two light-cone marginals. That it bounds every model of
     the order rests on two exact facts, checked here: the quantiles' ranks are the elements'
     light-cone ranks (the order is a function of them), and they are uniform on [0, 1] in each

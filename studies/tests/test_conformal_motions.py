@@ -1,6 +1,6 @@
 """The diamond's conformal motions against exact results.
 
-They carry the argument of bench/curvature_bound.py (how well any model can tell curved
+They carry the argument of studies/curvature_bound.py (how well any model can tell curved
 sprinklings from flat ones), so each property it uses is checked here: the causal order is
 kept exactly, the density formula is the map's volume change, and de Sitter's and anti-de
 Sitter's densities are motions of the flat one up to terms of second order in h.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from motions import conformal_motion, motion_density
 
 from QuantumGravPy.physics import causal_structure, uniform_diamond
-from QuantumGravPy.physics.curved import conformal_motion, motion_density
 
 MOTIONS = [(0.3, 0.0), (0.0, 0.5), (0.7, -0.4), (-1.1, 0.9)]
 

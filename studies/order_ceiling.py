@@ -1,11 +1,11 @@
 """Curvature: a ceiling on the causal order's Bayes accuracy, below the points' one.
 
-python bench/order_ceiling.py [--sizes N ...] [--sets M ...] [--steps K1 K2] [--chains C]
+python studies/order_ceiling.py [--sizes N ...] [--sets M ...] [--steps K1 K2] [--chains C]
 
-bench/curvature_bound.py bounds every model of the order by the Bayes accuracy of the points;
-bench/order_bound.py tries for the order's own and needs a chain that mixes. This script needs
+studies/curvature_bound.py bounds every model of the order by the Bayes accuracy of the points;
+studies/order_bound.py tries for the order's own and needs a chain that mixes. This script needs
 no mixing. Let Y be the order together with X_K, the points after K steps of a Markov chain
-that keeps the order (bench/order_bound.py's hit-and-run within each element's cell, and the
+that keeps the order (studies/order_bound.py's hit-and-run within each element's cell, and the
 diamond's shifts, boosts and rotations), started at the points, K drawn uniformly from K1..K2
 and not told. Y is made from the points and from randomness that knows nothing of the class,
 and the order is read off Y, so the Bayes accuracy of the order is at most Y's, and Y's at most
@@ -48,8 +48,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 try:
     import numba
-except ImportError:  # pragma: no cover - the bench extra brings it
-    sys.exit("bench/order_ceiling.py needs numba, in the 'bench' extra: pip install -e '.[bench]'")
+except ImportError:  # pragma: no cover - the studies extra brings it
+    sys.exit(
+        "studies/order_ceiling.py needs numba, in the 'studies' extra: pip install -e '.[studies]'"
+    )
 
 from curvature_bound import best_motion, class_log_densities  # noqa: E402
 from order_bound import CURVED, draw_sets, inside, log_ratios, motion, relations, rotation  # noqa: E402

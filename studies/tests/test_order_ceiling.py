@@ -1,4 +1,4 @@
-"""bench/order_ceiling.py: the chain it runs keeps uniform embeddings uniform and is its own
+"""studies/order_ceiling.py: the chain it runs keeps uniform embeddings uniform and is its own
 adjoint (what the ceiling's likelihoods rest on), and the likelihoods it gives a mixed chain's Y
 are the order's, counted directly."""
 
@@ -16,8 +16,7 @@ import torch
 
 from QuantumGravPy.physics import uniform_diamond
 
-BENCH = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(BENCH))
+STUDIES = Path(__file__).resolve().parent.parent
 import curvature_bound  # noqa: E402
 import order_bound  # noqa: E402
 import order_ceiling  # noqa: E402
@@ -83,7 +82,7 @@ def test_a_sweep_in_random_order_is_its_own_adjoint_and_a_fixed_order_is_not():
 )
 def test_the_chain_keeps_uniform_embeddings_uniform(sweeps, scales, steps):
     """From rejection's uniform embeddings of a 3-chain, steps of the chain (and of motions
-    alone, larger than the bench's): as uniform as fresh ones (``_assert_alike``), every kind
+    alone, larger than the study's): as uniform as fresh ones (``_assert_alike``), every kind
     of motion taken, and no relation changed."""
     embeddings = _chains_of_three(2_500_000, seed=2)  # about 7,000
     start, reference = embeddings[:3500], embeddings[3500:]
@@ -128,7 +127,7 @@ def test_the_script_prints_the_ceiling_as_the_points_accuracy_plus_the_differenc
     points' accuracy on the further sets plus Y's paired difference, and whose margin is 3 of
     its standard errors; impossible arguments get one line and exit 2."""
     result = subprocess.run(
-        [sys.executable, str(BENCH / "order_ceiling.py"), "--sizes", "12", "--sets", "4",
+        [sys.executable, str(STUDIES / "order_ceiling.py"), "--sizes", "12", "--sets", "4",
          "--steps", "2", "4", "--points", "200", "--search", "20000", "--threads", "1"],
         capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
@@ -143,7 +142,7 @@ def test_the_script_prints_the_ceiling_as_the_points_accuracy_plus_the_differenc
     assert error >= difference_error
     assert abs(numbers[7][0] - (ceiling + 3 * error)) <= 5e-4
     bad = subprocess.run(
-        [sys.executable, str(BENCH / "order_ceiling.py"), "--steps", "5", "2"],
+        [sys.executable, str(STUDIES / "order_ceiling.py"), "--steps", "5", "2"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "K1 <= K2" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,9 +1,9 @@
 """An upper bound on the test accuracy of any model on the curvature kind, at each size.
 
-python bench/curvature_bound.py [--h H] [--samples S] [--sets M] [--sizes N ...]
+python studies/curvature_bound.py [--h H] [--samples S] [--sets M] [--sizes N ...]
 
 A causal set is its order, and the order of a sprinkling does not change under a conformal
-map of the diamond onto itself (`physics.curved.conformal_motion`). So the order of a flat
+map of the diamond onto itself (`motions.conformal_motion`). So the order of a flat
 sprinkling has the same distribution as the order of its image under such a motion, whose
 points crowd towards a tip or a side much as de Sitter's and anti-de Sitter's do. Whatever
 tells a curved sprinkling's order from a flat one's tells its points from the moved flat
@@ -20,7 +20,7 @@ to draw, TV <= sqrt(1 - (1 - H^2)^(2N)); the table prints both.
 
 Flat against curved directly, the densities are far apart; after the motion that imitates each
 curved one best (found by Nelder-Mead), only the second-order part of the curvature is left,
-and the bound is what the table prints. Compare it with the best baseline of bench/baselines.py
+and the bound is what the table prints. Compare it with the best baseline of studies/baselines.py
 at the same size.
 
 --invariant N: whether the bound gives anything away by fixing the motion. The order is a
@@ -45,13 +45,11 @@ from scipy.optimize import minimize
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from motions import conformal_motion, motion_density  # noqa: E402
+
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.physics import proper_height, uniform_diamond  # noqa: E402
-from QuantumGravPy.physics.curved import (  # noqa: E402
-    conformal_motion,
-    log_conformal_factor,
-    motion_density,
-)
+from QuantumGravPy.physics.curved import log_conformal_factor  # noqa: E402
 
 SIZES = (32, 48, 64, 96, 128, 160, 192, 224, 256, 512, 1024, 2048)
 START = {"de_sitter": (1.0, 0.0), "anti_de_sitter": (0.0, -1.0)}  # first-order motion, times h

@@ -1,6 +1,6 @@
 """What a learned model has to beat: the best classical method on each embedded kind's test split.
 
-python bench/baselines.py [KIND ...] [--no-train] [--num-points MIN MAX] [--graphs N]
+python studies/baselines.py [KIND ...] [--no-train] [--num-points MIN MAX] [--graphs N]
 
 For each kind, on the test split of its shipped config (the same graphs a GNN is tested on;
 curvature also at 256, 512, 1,024 and 2,048 elements (12,000, 10,000, 4,000 and 300 causal
@@ -18,14 +18,14 @@ signal):
   scale chosen on the validation split), as a curve: at 64, 256, 1,024 and 2,048 elements
   (3,000, 1,500, 1,200 and 600 causal sets), the GNN of configs/ricci.yaml trained at the
   first two sizes and of configs/ricci_large.yaml (batches of 8) at the last two. The most any model
-  can reach at each size is bench/ricci_bound.py's.
+  can reach at each size is studies/ricci_bound.py's.
 
 The observables of a causal set: N, the ordering fraction, links / N, the interval abundances
 N_1..N_3 / N, the longest chain, the 2D and 4D Benincasa-Dowker actions / N, and the
 Myrheim-Meyer and midpoint dimension estimates. Then the shipped config is trained (its
 num_epochs, one process, its own training.seed) and its test metric is printed beside them (not
 with --no-train). That is one training seed: on 600 test graphs a GNN's score moves by a few
-tenths of a point from one seed to another (bench/readout.py compares two read-outs over
+tenths of a point from one seed to another (studies/readout.py compares two read-outs over
 several seeds and a larger test set).
 """
 

@@ -1,4 +1,4 @@
-"""bench/order_bound.py's chain over the embeddings of an order, against exact results: it
+"""studies/order_bound.py's chain over the embeddings of an order, against exact results: it
 keeps the order, it draws the embeddings of an order as uniformly as rejection does, and the
 likelihood ratios it gives an order are the ratios of the classes' probabilities of it."""
 
@@ -9,17 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import curvature_bound
 import numpy as np
+import order_bound
 import torch
+from motions import conformal_motion, motion_density
 
 from QuantumGravPy.physics import uniform_diamond
-from QuantumGravPy.physics.curved import conformal_motion, log_conformal_factor, motion_density
+from QuantumGravPy.physics.curved import log_conformal_factor
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import curvature_bound
-import order_bound
-
-MOTIONS = {"de_sitter": (0.69, 0.0), "anti_de_sitter": (0.0, -0.69)}  # bench's, near enough
+MOTIONS = {"de_sitter": (0.69, 0.0), "anti_de_sitter": (0.0, -0.69)}  # the study's, near enough
 
 
 def test_the_segment_is_where_no_relation_of_the_element_changes():
@@ -63,7 +62,7 @@ def _assert_alike(points, reference):
 
 def test_each_step_of_the_chain_keeps_the_embeddings_of_an_order_uniform():
     """Started from uniform embeddings (rejection), 20 hit-and-run sweeps alone, and 40 rounds
-    of motions alone (larger than the bench's), leave them as uniform as fresh ones."""
+    of motions alone (larger than the study's), leave them as uniform as fresh ones."""
     embeddings, wanted = _uniform_embeddings(600_000)
     start, reference = embeddings[:6000], embeddings[6000:]
     chain = order_bound.Embeddings(start, torch.Generator().manual_seed(2))
@@ -94,7 +93,7 @@ def test_the_chain_forgets_the_embedding_it_starts_from():
 
 def related_fractions(count: int, h: float, rng: np.random.Generator) -> np.ndarray:
     """How often two points of each class (flat, de Sitter, anti-de Sitter; each curved class
-    moved back by its motion, as the bench does) are related: over ``count`` pairs, in 4D."""
+    moved back by its motion, as the study does) are related: over ``count`` pairs, in 4D."""
     fraction = []
     for spacetime in (None, *order_bound.CURVED):
         if spacetime is None:
@@ -111,7 +110,7 @@ def related_fractions(count: int, h: float, rng: np.random.Generator) -> np.ndar
 def test_an_orders_likelihood_ratio_is_how_much_likelier_the_class_makes_it():
     """Two related points: the chain's ratio of each curved class's likelihood to the flat
     one's is the ratio of how often two of the class's points are related, counted directly
-    (each class moved back by its motion, as the bench does), within 4 standard errors."""
+    (each class moved back by its motion, as the study does), within 4 standard errors."""
     d, h = 4, 0.6
     log_densities = curvature_bound.class_log_densities(d, h)
     count = 200_000
@@ -185,7 +184,7 @@ def test_the_script_runs_from_the_command_line(tmp_path):
 
 
 def test_the_batched_motion_moves_each_set_as_conformal_motion_does():
-    """``motion`` restates ``physics.curved.conformal_motion`` for a batch of sets, each with its
+    """``motion`` restates ``motions.conformal_motion`` for a batch of sets, each with its
     own shift, rapidity and direction: along x_1 it agrees with it, and its log volume change
     with minus the log of ``motion_density`` at the image; turned, it commutes with turning."""
     rng = np.random.default_rng(7)

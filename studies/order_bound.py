@@ -1,13 +1,13 @@
 """Curvature: the Bayes accuracy of the causal order itself, by sampling its embeddings.
 
-python bench/order_bound.py [--n N] [--sets M] [--sweeps T] [--burn B]
+python studies/order_bound.py [--n N] [--sets M] [--sweeps T] [--burn B]
 
-bench/curvature_bound.py bounds every model of the order by what the points themselves show.
+studies/curvature_bound.py bounds every model of the order by what the points themselves show.
 The order shows less: it fixes each point only to the cell in which none of its relations
 changes. A class's likelihood of an order is its density integrated over every embedding of
 the order in the diamond, so a curved class's likelihood ratio to the flat one is the mean,
 over the flat embeddings of the order, of the points' likelihood ratio (each curved class moved
-back by its best motion, as in bench/curvature_bound.py). A Markov chain draws the flat
+back by its best motion, as in studies/curvature_bound.py). A Markov chain draws the flat
 embeddings: for each element in turn a line through it in a random direction, the segment of
 that line on which no relation changes (between the nearest roots of the quadratics for the
 other elements' light cones, and the tips' for the diamond's sides), and a uniform point of the
@@ -40,10 +40,11 @@ from curvature_bound import (  # noqa: E402
     curved_points,
     pulled_back,
 )
+from motions import conformal_motion  # noqa: E402
 
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.physics import uniform_diamond  # noqa: E402
-from QuantumGravPy.physics.curved import conformal_motion, log_conformal_factor  # noqa: E402
+from QuantumGravPy.physics.curved import log_conformal_factor  # noqa: E402
 
 CURVED = ("de_sitter", "anti_de_sitter")
 
@@ -86,7 +87,7 @@ def segment(points: torch.Tensor, i: int, direction: torch.Tensor):
 
 def motion(points: torch.Tensor, shift: torch.Tensor, direction: torch.Tensor, rapidity):
     """Each set's points [B, N, d] moved by its own shift [B] and hyperbolic boost of
-    ``rapidity`` [B] along the unit ``direction`` [B, d-1] (``physics.curved.conformal_motion``,
+    ``rapidity`` [B] along the unit ``direction`` [B, d-1] (``motions.conformal_motion``,
     which boosts along x_1 only), and the log of the volume change at each point."""
     d = points.shape[-1]
     t, space = points[..., 0], points[..., 1:]

@@ -1,8 +1,8 @@
 """How much curvature signal a causal set holds: two models stronger than the baselines.
 
-python bench/curvature_signal.py [--num-points MIN MAX] [--graphs N] [--epochs E]
+python studies/curvature_signal.py [--num-points MIN MAX] [--graphs N] [--epochs E]
 
-On the curvature kind's shipped config (the same graphs and split as bench/baselines.py), two
+On the curvature kind's shipped config (the same graphs and split as studies/baselines.py), two
 models that see more than the observables:
 - gradient-boosted trees on 47 statistics: the observables, the interval abundances N_0..N_10,
   moments of the elements' past and future sizes and heights, and a 4 x 4 histogram of the
@@ -10,7 +10,7 @@ models that see more than the observables:
 - a network that passes messages along every relation, not only the links, to the past and to
   the future separately (dense [N, N] products, the sets padded to one size).
 
-Not part of `make bench` (several minutes); the documentation's Physics page quotes what it
+Not part of `make studies` (several minutes); the documentation's Physics page quotes what it
 printed. If these stop where the baselines stop, the classes overlap at that size, whatever the
 model.
 """
@@ -28,7 +28,6 @@ from torch import nn
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 from baselines import observables, relations_of  # noqa: E402
 

@@ -11,7 +11,7 @@ ln 3 = 1.10), the accuracy on the config's own test split (600 graphs), and the 
 fresh, larger set of causal sets generated with another seed, which resolves differences the
 600 graphs cannot. Means over the seeds, with the standard error of the paired difference.
 
-    python bench/readout.py [--seeds 5] [--fresh 8000]
+    python studies/readout.py [--seeds 5] [--fresh 8000]
 """
 
 from __future__ import annotations

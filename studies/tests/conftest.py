@@ -1,0 +1,6 @@
+"""The studies' tests import the studies' modules as their scripts do: from studies/."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -1,0 +1,42 @@
+"""The Physics page and the README quote the last run of the studies (STUDIES.md), against the
+strongest classical baseline of each kind."""
+
+import physics_page
+import pytest
+from physics_page import ROOT, STUDIES
+
+
+@pytest.mark.parametrize("path", physics_page.TARGETS)
+def test_the_physics_figures_are_those_of_the_last_run_of_the_studies(path):
+    """Generated from STUDIES.md; make studies (or studies/physics_page.py --write) renews them."""
+    text = (ROOT / path).read_text(encoding="utf-8")
+    studies = STUDIES.read_text(encoding="utf-8")
+    found = 0
+    for name in physics_page.BLOCKS:
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        if start in text:
+            found += 1
+            block = text[text.index(start) : text.index(end) + len(end)]
+            assert block == physics_page.block(name, path, studies), (
+                f"{path}: the {name} table is stale: run python studies/physics_page.py --write"
+            )
+    assert found
+
+
+def test_the_gnn_is_compared_against_the_strongest_baseline():
+    """The GNN against the best classical method of each kind, not a weaker one."""
+    rows = {
+        (k, n): (method, best)
+        for k, n, method, best, _ in physics_page.baseline_rows(
+            physics_page.sections(STUDIES.read_text(encoding="utf-8"))
+        )
+    }
+    method, best = rows[("manifold_like", "32-64")]
+    assert "Myrheim-Meyer" not in method and float(best) > 0.9
+
+
+def test_a_table_of_another_shape_is_an_error_naming_the_study(tmp_path):
+    """A study whose output changed shape stops the page's generation with the study's name."""
+    text = STUDIES.read_text(encoding="utf-8").replace("`python studies/ricci_bound.py`", "")
+    with pytest.raises(physics_page.BenchmarksError, match="studies/ricci_bound.py"):
+        physics_page.ricci_block(text)
