@@ -5,13 +5,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 REQUIREMENTS ?= requirements-cpu.txt
 
-.PHONY: demo test test-jobs test-gpu test-studies studies lint bench bench-smoke bench-gpu docs docs-serve docs-notebook clean
+.PHONY: constraints demo test test-jobs test-gpu test-studies studies lint bench bench-smoke bench-gpu docs docs-serve docs-notebook clean
 
-$(STAMP): setup.cfg pyproject.toml $(REQUIREMENTS)
+$(STAMP): setup.cfg pyproject.toml $(REQUIREMENTS) constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r $(REQUIREMENTS)
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -35,12 +35,12 @@ test-gpu: $(STAMP)
 # The physics studies (studies/: the bounds, ceilings and baselines behind the Physics page):
 # their estimators against exact results. Not the product, so not in make test; CI runs it.
 test-studies: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[studies]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[studies]'
 	$(PY) -m pytest -q -n 2 -p no:cacheprovider studies/tests
 
 # Run the studies (several hours): STUDIES.md, then the Physics page's and README's tables.
 studies: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[studies]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[studies]'
 	$(PY) studies/run.py
 
 lint: $(STAMP)
@@ -61,19 +61,25 @@ docs-notebook: $(STAMP)
 
 # Every benchmark against its peers and baselines: BENCHMARKS.md and the headline tables.
 bench: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
 	$(PY) bench/report.py
 
 # Every benchmark script on tiny inputs, to its end (CI runs it: none breaks unseen).
 bench-smoke: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
 	$(PY) bench/report.py --smoke
 
 # Training graphs/s on a GPU against hand-written, PyG and Lightning loops, with what keeps the
 # GPU waiting (bench/gpu.py: about 4 minutes on one; --quick runs anywhere in under a minute).
 bench-gpu: $(STAMP)
-	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
 	$(PY) bench/gpu.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache site .cache
+
+# After a green CI on newer versions: constraints.txt from what is installed now (every extra).
+constraints: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,bench,studies]'
+	(sed -n '1,/^# no run/p' constraints.txt; $(PY) -m pip freeze --exclude-editable \
+		| sed 's/+cpu$$//') > constraints.new && mv constraints.new constraints.txt

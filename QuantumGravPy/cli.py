@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from .arguments import build_parser
-from .errors import COMMAND_LINE_ENV, QGError, RunError
+from .errors import COMMAND_LINE_ENV, QGError, RunError, disk_full
 from .logs import configure_logging
 
 EXIT_FAILED = 1
@@ -61,6 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {_rank_prefix()}{e}", file=sys.stderr)
         return EXIT_FAILED
     except OSError as e:
+        if disk_full(e):  # a write that none of ours caught: which file, and what to do
+            if args.debug:
+                traceback.print_exc()
+            where = f" writing {e.filename}" if e.filename else ""
+            print(f"error: no space left on the device{where}: free space and run again"
+                  f"{_continuing(args, argv)}", file=sys.stderr)  # fmt: skip
+            return EXIT_FAILED
         if e.filename is None:  # not about a path the user gave: a bug, keep the traceback
             raise
         if args.debug:

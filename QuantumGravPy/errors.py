@@ -9,6 +9,7 @@ command line, ``overwrite=True`` from Python (:func:`flag`, :func:`option`). The
 says where it is by setting :data:`COMMAND_LINE_ENV` (spawned ranks inherit it).
 """
 
+import errno
 import os
 import site
 import sys
@@ -50,6 +51,85 @@ class RunError(Exception):
     def __init__(self, message: str, *, traceback: str | None = None):
         super().__init__(message)
         self.traceback = traceback
+
+
+class DiskFullError(RunError):
+    """A file could not be written because its device is full (or the user's quota is spent).
+    Not a mistake in what the user passed: the message names the file being written and what
+    is kept (``kept``, once known), and the run continues with ``--resume`` once there is room."""
+
+    def __init__(self, message: str, *, kept: str | None = None):
+        super().__init__(f"{message}; {kept}" if kept else message)
+        self.kept = kept
+
+
+class OutageError(RunError):
+    """A server the run talks to (a tracking server, a study's database) cannot be reached or
+    failed: not a mistake in the config, which names it correctly. The message names the
+    server and what it answered; the original exception is the ``__cause__``."""
+
+
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error``, or an exception it came from, is a write to a full device."""
+    return any(isinstance(e, OSError) and e.errno in _DISK_FULL for e in _chain(error))
+
+
+# Exceptions that mean a server did not answer, by class name along the chain of causes, so
+# that no client library (requests, urllib3, SQLAlchemy, W&B) needs importing to tell.
+_UNREACHABLE = (
+    "ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "ConnectTimeout",
+    "MaxRetryError", "NewConnectionError", "ReadTimeout", "Timeout",
+    "TimeoutError", "CommError", "ServerError", "RetryError",
+)  # fmt: skip
+_UNREACHABLE_TEXT = (
+    "connection refused", "max retries exceeded", "could not connect", "connection reset",
+    "timed out", "temporary failure in name resolution", "no route to host",
+    "network is unreachable", "server closed the connection", "internal server error",
+    "service unavailable", "bad gateway",
+)  # fmt: skip
+# What a server answered that is the request's fault (a password, a certificate, a proxy the
+# user set, a name that resolves nowhere): never an outage, whatever class it comes in.
+_REFUSED = (
+    "AuthenticationError", "AuthError", "SSLError", "ProxyError", "UsageError",
+    "PermissionError", "NameResolutionError", "InvalidURL", "InvalidSchema", "ArgumentError",
+)  # fmt: skip
+_REFUSED_TEXT = ("name or service not known", "nodename nor servname", "permission denied",
+                 "authentication failed", "password authentication", "unauthorized",
+                 "forbidden")  # fmt: skip
+
+
+def unreachable(error: BaseException) -> bool:
+    """Whether ``error`` (or what it came from) says a server could not be reached or failed,
+    rather than that the request was wrong."""
+    chain = list(_chain(error))
+    for e in chain:
+        if any(cls.__name__ in _REFUSED for cls in type(e).__mro__):
+            return False
+        if any(text in str(e).lower() for text in _REFUSED_TEXT):
+            return False
+    for e in chain:
+        if any(cls.__name__ in _UNREACHABLE for cls in type(e).__mro__):
+            return True
+        if isinstance(e, OSError) and e.errno in (
+            errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH, errno.ENETUNREACH,
+            errno.ETIMEDOUT,
+        ):  # fmt: skip
+            return True
+        if any(text in str(e).lower() for text in _UNREACHABLE_TEXT):
+            return True
+    return False
+
+
+def _chain(error: BaseException):
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
 
 
 # Where the code that is not the user's lives: this package, the standard library and every

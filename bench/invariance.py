@@ -19,7 +19,8 @@ most 1.3x standard DDP at 2 processes, and still faster than 1 process where DDP
 run does the passes invariance needs without it (DDP on 2 processes, each accumulating 6 micro-
 batches of the same size): what any scheme with fixed micro-batches costs at least.
 
-    python bench/invariance.py [--epochs 4] [--graphs 600] [--rounds 2] [--cost-graphs 4000] [--smoke]
+    python bench/invariance.py [--epochs 4] [--graphs 600] [--rounds 2] [--cost-graphs 4000]
+                               [--smoke]
 """
 
 from __future__ import annotations

@@ -104,8 +104,9 @@ def activation_peak(checkpointing: bool, wide: list[str] = WIDE) -> dict[str, fl
     from QuantumGravPy.models import build_model
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = config(tmp, "data.num_graphs=4", "data.num_points=[1024, 1024]",
-                     f"model.activation_checkpointing={str(checkpointing).lower()}", wide=wide)  # fmt: skip
+        checkpointed = f"model.activation_checkpointing={str(checkpointing).lower()}"
+        cfg = config(tmp, "data.num_graphs=4", "data.num_points=[1024, 1024]", checkpointed,
+                     wide=wide)  # fmt: skip
         dataset = dataset_from_config(cfg.data, progress=False)
         batch = Batch.from_data_list([dataset[0], dataset[1]])
     torch.manual_seed(0)

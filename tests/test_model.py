@@ -211,5 +211,5 @@ def test_an_edge_aware_model_takes_a_graph_without_edges_and_names_missing_edge_
                   edge_attr=torch.zeros(0, 3))  # fmt: skip
     assert model(Batch.from_data_list([lonely])).shape == (1, 2)
     bare = Data(x=torch.ones(2, 2), edge_index=torch.tensor([[0], [1]]))
-    with pytest.raises(ValueError, match="reads 3 edge feature"):
+    with pytest.raises(qg.DataError, match="reads 3 edge feature"):
         model(Batch.from_data_list([bare]))

@@ -124,8 +124,11 @@ def padded_history(rank, world_size, config):
 def test_a_padded_run_trains_as_the_unpadded_one_on_one_and_two_processes(make_config, tmp_path):
     plain = padded_history(0, 1, make_config("training.batch_nodes=300"))
     padded = padded_history(0, 1, make_config(*PAD, f"training.path={tmp_path / 'padded'}"))
-    # the gradients' rounding (above) moves the weights apart by ~1e-7 a step
-    assert padded == pytest.approx(plain, rel=1e-4)
+    # the gradients' rounding (above: equal to 1e-5) moves the weights apart by ~1e-7 a step,
+    # which Adam's steps amplify: the losses of epoch 3 differed by 1e-4 on an Intel Xeon and
+    # by 3.5e-4 on an AMD EPYC. A padding row that leaked into a loss, a pooling or a norm
+    # moves them by percents.
+    assert padded == pytest.approx(plain, rel=2e-3)
     two = make_config(*PAD, "parallel.world_size=2", f"training.path={tmp_path / 'two'}")
     rank0, rank1 = run_ranks(2, padded_history, two)
     assert rank0 == rank1 and len(rank0) == 3 * 3

@@ -13,8 +13,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from test_resume import kill_config, start_job
 
 import QuantumGravPy as qg
+from QuantumGravPy.compat.wandb import _records, offline_history
 from QuantumGravPy.runs import directory as rd
-from QuantumGravPy.runs.wandb_run import _records, offline_history
+from QuantumGravPy.runs.directory import WANDB_FILES
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -134,7 +135,7 @@ def test_a_killed_and_resumed_job_has_each_epoch_once(tmp_path, data_root):
     # W&B: one run id over both jobs (a folder of records each); every epoch once, as trained
     run_id = json.loads((run / "wandb.json").read_text())["run_id"]
     assert len(list((run / "wandb").glob(f"offline-run-*-{run_id}"))) == 2
-    epochs = [r for r in offline_history(run, run_id) if "epoch" in r]
+    epochs = [r for r in offline_history(run / WANDB_FILES, run_id) if "epoch" in r]
     assert [r["epoch"] for r in epochs] == [1, 2, 3, 4, 5, 6]
     assert [r["val_loss"] for r in epochs] == [r["val_loss"] for r in history]
 
@@ -208,7 +209,7 @@ def test_an_offline_wandb_run_holds_the_config_every_column_the_results_and_pict
     assert started.display_name == "run" and started.run_group == ""
     config = {u.key: json.loads(u.value_json) for u in started.config.update}
     assert config["training"]["batch_size"] == 16 and config["name"] == "wb"
-    rows = [r for r in offline_history(run, run_id) if "epoch" in r]
+    rows = [r for r in offline_history(run / WANDB_FILES, run_id) if "epoch" in r]
     assert [r["epoch"] for r in rows] == [h["epoch"] for h in history]
     for row, expected in zip(rows, history, strict=True):
         for column in ("train_loss", "val_loss", "val_accuracy", "lr"):
@@ -222,7 +223,7 @@ def test_an_offline_wandb_run_holds_the_config_every_column_the_results_and_pict
         for u in s.update
     }
     assert summary["test_accuracy"] == metrics["test_accuracy"]
-    pictures = [r for r in offline_history(run, run_id) if "plots/curves/_type" in r]
+    pictures = [r for r in offline_history(run / WANDB_FILES, run_id) if "plots/curves/_type" in r]
     assert len(pictures) == 1 and pictures[0]["plots/curves/_type"] == "image-file"
     assert "epoch" not in pictures[0]  # a row of its own: a resumed run counts no epoch in it
     assert (run / "wandb.json").exists() and rd.WANDB in rd.RUN_FILES

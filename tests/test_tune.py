@@ -449,10 +449,6 @@ def test_bad_storage_trials_and_reuse_of_a_study_are_refused(tmp_path, data_root
             ["--storage", "sqlite:////no/such/folder/study.db"],
             "--storage sqlite:////no/such/folder/study.db: cannot open the study storage",
         ),
-        (
-            ["--storage", "postgresql://user:secret@127.0.0.1:1/db"],
-            "--storage postgresql://user:***@127.0.0.1:1/db",
-        ),
         (["--storage", str(tmp_path / "missing" / "study.journal")], "the folder"),
         (["--parallel", "0"], "--parallel: expected a positive number, found 0"),
         (["--trials", "0"], "--trials: expected a positive number, found 0"),
@@ -463,6 +459,15 @@ def test_bad_storage_trials_and_reuse_of_a_study_are_refused(tmp_path, data_root
         done = run_main(capsys, *args)
         assert_refused(done, message)
         assert "secret" not in done.stderr
+    # a database server that does not answer is an outage, not a mistake (exit 1), its
+    # password hidden
+    down = ["--storage", "postgresql://user:secret@127.0.0.1:1/db"]
+    done = run_main(capsys, "tune", config, space_file, "--trials", "1", *down)
+    assert done.returncode == 1 and "secret" not in done.stderr, done.stderr
+    assert done.stderr.startswith(
+        "error: --storage postgresql://user:***@127.0.0.1:1/db: the study's database server "
+        "cannot be reached"
+    ), done.stderr
     # a database URL that opens: the study lives there, under its --study name
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     done = run_main(capsys, "tune", config, space_file, "--trials", "1", "--storage", url,

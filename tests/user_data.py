@@ -295,6 +295,31 @@ class StopOnce:
             raise RuntimeError(f"stopped after epoch {self.epoch}")
 
 
+class FillsTheDisk:
+    """A training.callbacks object: from the end of epoch ``after`` on, every checkpoint that
+    the process writing them writes fails as a write to a full device does (torch.save itself
+    also serves the collectives, which go on)."""
+
+    def __init__(self, after: int):
+        self.after = after
+
+    def on_epoch_end(self, trainer, row):
+        from QuantumGravPy.runs import checkpoint
+
+        class Full:
+            def __getattr__(self, name):
+                return getattr(torch, name)
+
+            @staticmethod
+            def save(*args, **kwargs):
+                import errno
+
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+        if row["epoch"] == self.after:
+            checkpoint.torch = Full()
+
+
 def fails_on_rank_1(num_graphs: int = 80) -> list[Data]:
     """A data.dataset function that cannot read its graphs in the second process of a job."""
     import torch.distributed as dist

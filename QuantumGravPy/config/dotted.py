@@ -62,7 +62,7 @@ def resolve(dotted: str, *, key: str) -> Any:
         except ModuleNotFoundError as e:
             if e.name == parts[0] and _beside(parts[0]):
                 return resolve(dotted, key=key)  # found beside the config: import it from there
-            if e.name and module_name.startswith(e.name):
+            if e.name and (e.name == module_name or module_name.startswith(f"{e.name}.")):
                 continue  # this prefix is not a module; try a shorter one
             # the module imports a package that is not installed
             raise ConfigError(f"{key}: importing {module_name!r} failed: {e}") from e
@@ -87,6 +87,64 @@ def resolve(dotted: str, *, key: str) -> Any:
     if not callable(obj):
         raise ConfigError(f"{key}: {dotted!r} is not a class or function")
     return obj
+
+
+# The extensions this process imported: module name -> the folder put on the Python path to
+# find it (beside a config, or the working directory), or None. Processes this one starts
+# import them too (parallel.spawn), before anything they are sent is used.
+EXTENSIONS: dict[str, str | None] = {}
+
+
+def import_extensions(names: Any) -> None:
+    """Import the user's modules named by ``extensions`` (once each), so that what they
+    register (task kinds, strategies, file formats) is known before the config that names it
+    is read. A module is found as ``resolve`` finds one: on the Python path, or beside the
+    config, or in the working directory."""
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise ConfigError(f"extensions: expected a list of module names, found {names!r}")
+    for i, name in enumerate(names):
+        _import_extension(name, f"extensions[{i}]")
+
+
+def _import_extension(name: Any, key: str) -> None:
+    if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
+        raise ConfigError(f"{key}: expected a module's dotted name, found {name!r}")
+    if name in EXTENSIONS:
+        return
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        top = name.split(".")[0]
+        if e.name == top and _beside(top):
+            return _import_extension(name, key)
+        if e.name == name or name.startswith(f"{e.name}."):
+            looked = ", ".join(str(f) for f in dict.fromkeys([*CONFIG_FOLDERS, Path.cwd()]))
+            raise ConfigError(
+                f"{key}: no module named {name!r} on the Python path, nor in {looked}"
+            ) from None
+        raise ConfigError(f"{key}: importing {name!r} failed: {e}") from e
+    except Exception as e:  # the user's module itself is broken: where, as it happened
+        doing = f"importing {name!r} for {key}"
+        raise in_user_code(e, doing) or ConfigError(f"{key}: {doing} failed: {e!r}") from e
+    EXTENSIONS[name] = _root(module, name)
+
+
+def _root(module: Any, name: str) -> str | None:
+    """The folder on the Python path that module ``name`` was imported from."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    depth = len(name.split(".")) - (0 if hasattr(module, "__path__") else 1)
+    return str(Path(file).resolve().parents[depth])
+
+
+def reimport_extensions(extensions: dict[str, str | None]) -> None:
+    """In a process started by one that imported ``extensions`` (:data:`EXTENSIONS`): the same
+    modules, from the same folders."""
+    for name, folder in extensions.items():
+        if folder and folder not in sys.path:
+            sys.path.append(folder)
+        _import_extension(name, f"extensions ({name})")
 
 
 def check_kwargs(

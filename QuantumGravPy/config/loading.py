@@ -19,7 +19,7 @@ import yaml
 
 from ..errors import ConfigError
 from ..logs import get_logger
-from .dotted import config_folder, resolve
+from .dotted import config_folder, import_extensions, resolve
 from .schema import Config
 
 
@@ -91,6 +91,8 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
     """The validated config of a plain mapping; keys of earlier versions are read as what they
     became, each with a note."""
     raw, notes = upgrade(raw)
+    if isinstance(raw, Mapping) and raw.get("extensions"):
+        import_extensions(raw["extensions"])  # what they register, the rest may name
     config = _build(Config, raw, "")
     for note in notes:
         get_logger().warning("note: %s", note)

@@ -8,26 +8,19 @@ config.md is generated from it: :mod:`.docs`). Checks of several values of a sec
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import ConfigError
-from .checks import check_padding
+from .checks import NON_NEGATIVE, POSITIVE, PROBABILITY, check_padding, value_check
 from .dotted import DottedPath, resolve
 from .hooks import CallbackConfig
 from .optim import OptimizerConfig, SchedulerConfig
 from .tasks import TaskConfig, validate_tasks
+from .watching import MonitorConfig, TrackingConfig
 
-
-def _check(predicate: Callable[[Any], bool], expected: str) -> dict:
-    return {"check": predicate, "expected": expected}
-
-
-_POSITIVE = _check(lambda v: v > 0, "a positive number")
-_NON_NEGATIVE = _check(lambda v: v >= 0, "a number >= 0")
-_PROBABILITY = _check(lambda v: 0 <= v < 1, "a number in [0, 1)")
+_check, _POSITIVE, _NON_NEGATIVE, _PROBABILITY = value_check, POSITIVE, NON_NEGATIVE, PROBABILITY
 
 
 @dataclass(frozen=True)
@@ -343,25 +336,6 @@ class ParallelConfig:
     micro_batches: int = field(default=12, metadata=_POSITIVE)
 
 
-@dataclass(frozen=True)
-class MonitorConfig:
-    # where each rank's time goes every epoch (data, forward, backward, gradient exchange,
-    # optimizer, evaluation, waits), its memory and the bytes it exchanges: RUN_DIR/ranks.csv
-    # and ranks.png, and the log names a straggling rank
-    timing: bool = True
-    # a rank whose own work (its epoch without waiting for the others) took more than this
-    # times the median rank's is named in the log, with what its extra time went to
-    straggler_ratio: float = field(default=1.25, metadata=_check(lambda v: v > 1, "a number > 1"))
-    # gradients that are NaN or infinite: error (stop, naming the rank and the parameter) or
-    # skip (every rank skips that step; counted in history.csv's skipped_steps)
-    nonfinite: Literal["error", "skip"] = "error"
-    # every N optimizer steps and at the end, the ranks compare checksums of their weights; a
-    # difference stops the job naming the rank and the parameter. 0: never
-    check_replicas_every: int = field(default=200, metadata=_NON_NEGATIVE)
-    # the checks stay on the device; read every N steps and at each epoch's end (0: only there)
-    read_every: int = field(default=200, metadata=_NON_NEGATIVE)
-
-
 # training.sampler's named samplers (built in data/samplers.py); anything else is a dotted path.
 SAMPLER_NAMES = ("class_balanced", "progressive", "weighted")
 
@@ -402,24 +376,6 @@ class EarlyStoppingConfig:
 
 
 @dataclass(frozen=True)
-class TrackingConfig:
-    # write every history column, the learning rate, the hyperparameters and the test
-    # metrics as TensorBoard events under RUN_DIR/tensorboard/ (rank 0; the tracking extra)
-    tensorboard: bool = False
-    # an MLflow tracking URI (http://host:5000, sqlite:///mlflow.db, ...): the same, plus the
-    # run's plots, summary and best checkpoint, in the experiment named by name (the mlflow
-    # extra); null: none
-    mlflow: str | None = None
-    # a Weights & Biases project: the same, plus per-rank times and the run's pictures; a
-    # resumed run continues its W&B run, each epoch once; trials grouped by study (the wandb
-    # extra); null: none
-    wandb: str | None = None
-    # online, or offline (files under RUN_DIR/wandb/, for wandb sync); WANDB_MODE, when set,
-    # takes precedence
-    wandb_mode: Literal["online", "offline"] = "online"
-
-
-@dataclass(frozen=True)
 class Config:
     name: str = "qg"  # the run's name; the run directory defaults to runs/<name>
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"  # on rank 0; others: WARNING
@@ -439,6 +395,10 @@ class Config:
     augmentation: AugmentationSection = field(default_factory=AugmentationSection)  # training only
     tracking: TrackingConfig = field(default_factory=TrackingConfig)  # watching runs live
     monitor: MonitorConfig = field(default_factory=MonitorConfig)  # inside every run
+    # modules of your own, imported before the rest of the config is read (and in every
+    # process of a job): each registers the task kinds, metrics, strategies and file formats
+    # it defines, which the config may then name (docs: Extending)
+    extensions: tuple[str, ...] = ()
 
     def validate(self) -> None:
         validate_tasks(self)  # (what a parallel.strategy refuses, its class says: parallel/)

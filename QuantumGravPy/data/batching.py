@@ -18,7 +18,6 @@ the batch's store in one update.
 
 from __future__ import annotations
 
-import copy
 import functools
 import weakref
 from collections.abc import Iterable, Sequence
@@ -28,6 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
+
+from ..compat import pyg
 
 
 class Unbatchable(ValueError):
@@ -64,7 +65,7 @@ def assemble_batch(
     As ``Batch.from_data_list`` makes it: ``*index*`` attributes shifted by the nodes of the
     graphs before (in place), ``batch``, ``ptr`` and the bookkeeping ``to_data_list`` reads.
     ``template``: an empty batch of the right class, copied (PyG makes the class anew, slowly,
-    for every ``Batch(_base_cls=...)``)."""
+    for every empty batch, :func:`~QuantumGravPy.compat.pyg.empty_batch`)."""
     k = len(nodes.counts)
     ptr = nodes.slices
     starts, zeros = ptr[:-1], _constant(k).zeros
@@ -109,14 +110,9 @@ def _constant(k: int) -> _Constants:
 
 
 def _finish(template: Batch, values: dict, slice_dict: dict, inc_dict: dict) -> Batch:
-    batch = copy.copy(template)
     # The store's own dictionary, in one update: its item assignment clears caches an empty
     # batch does not have, at a few microseconds an attribute.
-    batch._store._mapping.update(values)
-    batch._num_graphs = len(values["ptr"]) - 1
-    batch._slice_dict = slice_dict
-    batch._inc_dict = inc_dict
-    return batch
+    return pyg.fill(template, values, slice_dict, inc_dict, len(values["ptr"]) - 1)
 
 
 def ranges(first: np.ndarray, counts: np.ndarray, offsets: np.ndarray | None = None) -> np.ndarray:
@@ -197,8 +193,8 @@ class IndexBatcher:
     """
 
     def __init__(self, dataset: Any, device: torch.device | None = None):
-        data, slices = getattr(dataset, "_data", None), getattr(dataset, "slices", None)
-        if not isinstance(data, Data) or not isinstance(slices, dict) or not slices:
+        data, slices = pyg.storage(dataset) or (None, None)
+        if not slices:
             raise Unbatchable("not an in-memory dataset of Data")
         if getattr(dataset, "transform", None) is not None:
             raise Unbatchable("a per-graph transform")
@@ -231,7 +227,7 @@ class IndexBatcher:
                 columns[value.dtype].append(value)
             self.stored.append(_Stored(key, _numpy(value), group, cat_dim % value.dim(), row))
         self.stacked = {dtype: _numpy(torch.stack(values)) for dtype, values in columns.items()}
-        self.template = Batch(_base_cls=type(data))  # copied: its class is made once
+        self.template = pyg.empty_batch(type(data))  # copied: its class is made once
         self.device = None if device is None else torch.device(device)
         if self.device is not None:
             moved = on_device(data, self.device)

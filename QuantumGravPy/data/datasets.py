@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import Dataset, Subset
 from torch_geometric.data import Data, InMemoryDataset
 
+from ..compat import pyg
 from ..config import resolve
 from ..errors import DataError
 from .cache import GraphSource, cache_name
@@ -204,7 +205,8 @@ def in_memory_values(dataset: Dataset | list[Data], name: str) -> torch.Tensor |
             return None  # a graph without it: the caller's own graphs have no provenance
         return torch.cat([torch.as_tensor(g[name]).reshape(-1, *g[name].shape[1:]) for g in items])
     if isinstance(base, InMemoryDataset):
-        stored = (base._data[name], base.slices[name]) if name in base._data else None
+        data, slices = pyg.storage(base) or ({}, {})
+        stored = (data[name], slices[name]) if name in data else None
     elif hasattr(base, "stored_values"):  # on disk, with what samplers read kept in memory
         stored = base.stored_values(name)
     else:

@@ -22,6 +22,8 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torch_geometric.data import Batch, Data
 from torch_geometric.loader.dataloader import Collater
 
+from ..compat import pyg
+from ..compat import torch as compat_torch
 from ..config import AugmentationSection, Config, TrainingConfig
 from ..errors import ConfigError, DataError
 from .augment import AugmentedDataset, get_preset
@@ -151,7 +153,7 @@ def batch_device(config: Config, device: torch.device, dataset: Dataset) -> torc
         if choice == "cuda":
             raise ConfigError(f"data.device: cuda cannot hold the batches with {against}")
         return None
-    size = sum(v.numel() * v.element_size() for v in inner._data.to_dict().values())
+    size = sum(v.numel() * v.element_size() for v in pyg.storage(inner)[0].to_dict().values())
     free = torch.cuda.mem_get_info(device)[0]
     if choice == "auto" and size >= free / 4:
         return None
@@ -317,7 +319,4 @@ def release_workers(loader: DataLoader) -> None:
     Left to the garbage collector, torch stops them from a finaliser that, in a process that
     has run other loaders, can wait seconds for each worker at some unrelated later moment.
     """
-    iterator = getattr(loader, "_iterator", None)  # torch keeps persistent workers here
-    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
-        iterator._shutdown_workers()
-    loader._iterator = None
+    compat_torch.stop_workers(loader)

@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import Dataset
 from torch_geometric.data import Batch
 
+from ..compat import pyg
 from ..errors import RunError
 from .datasets import graph_sizes
 
@@ -100,5 +101,5 @@ def pad_batch(batch: Batch, budgets: Budgets, graph_features: Sequence[str] = ()
     for name in graph_features:
         value = batch[name].reshape(g, -1)
         padded[name] = torch.cat([value, value.new_zeros(fill_graphs, value.shape[1])])
-    padded._num_graphs = budgets.graphs
+    pyg.set_num_graphs(padded, budgets.graphs)
     return padded

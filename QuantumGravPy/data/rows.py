@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
+from ..compat import pyg
 from .batching import Rows, Unbatchable, assemble_batch, ranges
 
 _ALIGN = 8
@@ -178,7 +179,7 @@ class DiskBatcher:
                 rowwise,
                 plain + rowwise,
             )
-        self.template = Batch(_base_cls=Data)
+        self.template = pyg.empty_batch(Data)
 
     def __call__(self, indices: Any) -> Batch:
         return self._assemble(self.dataset.db.multi_get(indices))

@@ -47,7 +47,10 @@ def find_files(patterns: tuple[str, ...]) -> list[Path]:
         for match in matches:
             path = Path(match)
             if path.suffix not in suffixes():
-                raise DataError(f"data.files: {path} is {described()}")
+                try:
+                    format_of(path)  # a name that says no format: what it holds may
+                except DataError:
+                    raise DataError(f"data.files: {path} is {described()}") from None
             if path not in found:
                 found.append(path)
     return found

@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 from torch_geometric.data import Data, InMemoryDataset
 
 from ..config import TaskConfig, task_list
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, QGError
 from .datasets import in_memory_values
 from .formats import format_of
 from .stores import Samples, find_files, open_store
@@ -156,5 +156,6 @@ def _first_arrays(data_cfg: Any) -> tuple[str, set[str]] | None:
         with open_store(path) as store:
             samples = Samples(store, path, data_cfg)
             return samples.layout, samples.arrays
-    except Exception:
-        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RuntimeError,
+            QGError):  # fmt: skip
+        return None  # a file that cannot be read so: loading the data reports it, naming it

@@ -22,6 +22,8 @@ from torch import Tensor
 from torch.utils.data import DataLoader, get_worker_info
 from torch_geometric.data import Batch, Data
 
+from ..compat import pyg
+
 _ALIGN = 16  # every tensor starts at a multiple of it, so that it can be viewed in place
 
 
@@ -46,11 +48,10 @@ class _Tensor(NamedTuple):
 
 def pack(batch: Any) -> Any:
     """``batch`` in one buffer if it is a batch of ``Data`` (else as it is)."""
-    store = batch.__dict__.get("_store") if isinstance(batch, Batch) else None
-    base = type(batch).__mro__[2] if store is not None else None
-    if base is None or not issubclass(base, Data):
+    base = pyg.graph_class(batch)
+    if base is None:
         return batch
-    dictionaries = (store._mapping, batch._slice_dict, batch._inc_dict)
+    dictionaries = (pyg.attributes(batch), *pyg.bookkeeping(batch))
     placed: dict[int, _Tensor] = {}  # by id: a tensor in several places is copied once
     tensors, entries, size = [], [], 0
     for where, dictionary in enumerate(dictionaries):
@@ -83,7 +84,7 @@ def unpack(item: Any) -> Any:
         return item
     template = _TEMPLATES.get(item.base)
     if template is None:
-        template = _TEMPLATES[item.base] = Batch(_base_cls=item.base)
+        template = _TEMPLATES[item.base] = pyg.empty_batch(item.base)
     dictionaries: tuple[dict, dict, dict] = ({}, {}, {})
     views: dict[_Tensor, Tensor] = {}
     for where, key, value in item.entries:
@@ -92,11 +93,7 @@ def unpack(item: Any) -> Any:
                 views[value] = _view(item.buffer, value)
             value = views[value]
         dictionaries[where][key] = value
-    batch = copy.copy(template)
-    batch._store._mapping.update(dictionaries[0])
-    batch._slice_dict, batch._inc_dict = dictionaries[1], dictionaries[2]
-    batch._num_graphs = item.num_graphs
-    return batch
+    return pyg.fill(template, dictionaries[0], dictionaries[1], dictionaries[2], item.num_graphs)
 
 
 class Attributes(NamedTuple):
@@ -117,7 +114,7 @@ def pack_attributes(batch: Any, *, pin_memory: bool = False) -> Attributes | Non
         return None
     placed: dict[int, _Tensor] = {}  # by id: a tensor in several places is copied once
     tensors, places, size = [], [], 0
-    for key, value in batch._store._mapping.items():
+    for key, value in pyg.attributes(batch).items():
         if isinstance(value, Tensor) and value.layout == torch.strided and value.is_cpu:
             if id(value) not in placed:
                 placed[id(value)] = _Tensor(value.dtype, tuple(value.shape), size)
@@ -143,7 +140,7 @@ def unpack_attributes(batch: Batch, packed: Attributes, buffer: Tensor) -> Batch
     ``packed.buffer``: its attributes views of ``buffer``, the rest (the bookkeeping
     ``to_data_list`` reads, values that are no tensors) its own, as ``to`` leaves them."""
     moved = copy.copy(batch)  # ``to`` would change ``batch`` in place
-    mapping = moved._store._mapping
+    mapping = pyg.attributes(moved)
     views: dict[_Tensor, Tensor] = {}
     for key, spec in packed.places:
         if spec not in views:

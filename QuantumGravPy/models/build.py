@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig, check_kwargs, resolve
@@ -62,20 +63,44 @@ def build_model(
         raise in_user_code(e, f"building model.type {doing}") or mistake from e
 
 
-def forward_failure(section: ModelConfig, model: nn.Module, error: BaseException) -> str:
-    """What to say when the model fails its first forward pass: the config key to look at (the
-    part of the built-in model the error came from) and the cause, in one line."""
+def forward_failure(
+    section: ModelConfig, model: nn.Module, error: BaseException, doing: str
+) -> ConfigError | RunError:
+    """What the model failing its first forward pass (``doing``) is: a ConfigError naming the
+    key to look at when the error came from a part the config chose (``model.conv``, its
+    kwargs, the norm, the activation, a ``model.type`` class) and cannot take this data; a
+    RunError when it came from the device (a CUDA error) or from this package's own model code,
+    which no config key changes (a bug to report, with its cause)."""
+    if device_failure(error):
+        return RunError(f"the device failed {doing}: {cause(error)}")
     if section.type is not None:
         key, what = "model.type", section.type
     else:
         key = _blamed_key(section, model, error)
+        if key == "model":
+            return RunError(
+                f"{cause(error)} {doing}, in QuantumGravPy's built-in model and in no part the "
+                "config chose: if the graphs' features differ in width from graph to graph (x, "
+                "edge_attr, graph features), that is the cause; if not, a bug in the library: "
+                "please report it with --debug's traceback"
+            )
         what = {
             "model.conv": section.conv,
             "model.conv_kwargs": f"{section.conv} with model.conv_kwargs {section.conv_kwargs}",
             "model.activation": section.activation,
             "model.norm": f"norm {section.norm}",
-        }.get(key, "the model")
-    return f"{key}: {what} fails on a batch of the first training graphs: {cause(error)}"
+        }[key]
+    return ConfigError(
+        f"{key}: {what} fails on a batch of the first training graphs: {cause(error)}"
+    )
+
+
+def device_failure(error: BaseException) -> bool:
+    """Whether ``error`` is the accelerator failing (CUDA's errors, device-side asserts)."""
+    if isinstance(error, getattr(torch, "AcceleratorError", ())):
+        return True
+    marks = ("CUDA error", "CUBLAS_STATUS", "cuDNN error", "device-side assert")
+    return isinstance(error, RuntimeError) and any(mark in str(error) for mark in marks)
 
 
 def _blamed_key(section: ModelConfig, model: nn.Module, error: BaseException) -> str:

@@ -23,7 +23,7 @@ from torch_geometric.nn import (
 from torch_geometric.utils import degree
 
 from ..config import ModelConfig, resolve
-from ..errors import ConfigError, RunError, cause, in_user_code
+from ..errors import ConfigError, DataError, RunError, cause, in_user_code
 
 
 def size_normalised_add_pool(x: Tensor, batch: Tensor, size: int | None = None) -> Tensor:
@@ -210,7 +210,7 @@ class GNNModel(nn.Module):
         edges = None
         if self.edge_channels:  # built for edge features: every batch must bring them
             if getattr(batch, "edge_attr", None) is None:
-                raise ValueError(
+                raise DataError(  # graphs of one dataset that differ: the data's, not a bug
                     f"the model reads {self.edge_channels} edge feature(s) (edge_attr), and "
                     "these graphs have none"
                 )

@@ -15,6 +15,7 @@ job that torchrun or srun started. What the ranks run is up to the caller: a tra
 from __future__ import annotations
 
 import gc
+import json
 import multiprocessing
 import os
 import pickle
@@ -31,7 +32,15 @@ import tqdm
 from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 
 from ..config import Config
-from ..errors import COMMAND_LINE_ENV, QGError, RunError, on_command_line
+from ..config.dotted import EXTENSIONS, reimport_extensions
+from ..errors import (
+    COMMAND_LINE_ENV,
+    DiskFullError,
+    OutageError,
+    QGError,
+    RunError,
+    on_command_line,
+)
 from ..logs import get_logger
 from . import distributed, failures, network
 from .distributed import PortInUseError
@@ -215,6 +224,7 @@ def _spawn_once(
                 timeout_s,
                 str(out),
                 on_command_line(),  # the forkserver's environment may predate the command's
+                dict(EXTENSIONS),  # the user's modules this process imported: theirs too
             ),
             nprocs=world_size,
             join=False,
@@ -242,15 +252,52 @@ def _spawn_once(
 _ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*")
 
 
+def _record(out: Path, rank: int, error: QGError | RunError) -> None:
+    """What a rank's error was, for the process that started the job: its message, whether it
+    was a mistake of the user's, its class among the library's errors, and whether it only
+    followed another rank's failure (then that rank's is the job's)."""
+    record = {
+        "message": str(error),
+        "library": isinstance(error, QGError),  # one of the library's errors of what it met
+        "users": isinstance(error, QGError) and getattr(error, "users", True),
+        "class": type(error).__name__,
+        "kept": getattr(error, "kept", None),
+        "followed": isinstance(error, distributed.RankFailedError),
+    }
+    (out / f"error{rank}.json").write_text(json.dumps(record))
+
+
+def _recorded(out: Path, rank: int, detail: str) -> Exception | None:
+    """The job's error as a rank recorded it: the first failure's (a rank that only followed
+    another's defers to it), as its class, with the rank's traceback for --debug."""
+    records = {}
+    for path in out.glob("error*.json"):
+        records[int(path.stem.removeprefix("error"))] = json.loads(path.read_text())
+    if not records:
+        return None
+    first = [r for r, found in sorted(records.items()) if not found["followed"]]
+    rank = rank if rank in first or not first else first[0]
+    if rank not in records:
+        return None
+    found = records[rank]
+    message = f"rank {rank}: {found['message']}"
+    if found["library"]:  # the user's mistake (exit 2), or a rank that timed out or failed (1)
+        error = WorkerError(message, rank=rank)
+        error.users = found["users"]
+        return error
+    if found["class"] == "DiskFullError":
+        return DiskFullError(f"rank {rank}: {found['message']}")
+    error = OutageError(message) if found["class"] == "OutageError" else RunError(message)
+    error.traceback = detail
+    return error
+
+
 def _failure(out: Path, rank: int, detail: str, context, timeout_s: float) -> Exception:
     if (out / "port_in_use").exists():
         return _PortTaken()
-    user_error = out / f"user_error{rank}"
-    if user_error.exists():
-        return WorkerError(f"rank {rank}: {user_error.read_text()}", rank=rank)
-    run_error = out / f"run_error{rank}"
-    if run_error.exists():  # the original traceback (the rank's), for --debug
-        return RunError(f"rank {rank}: {run_error.read_text()}", traceback=detail)
+    recorded = _recorded(out, rank, detail)
+    if recorded is not None:
+        return recorded
     lines = [line for line in detail.strip().splitlines() if line.strip()]
     # the error's own line: the last one naming an exception (an error inside a callback, such
     # as a communication hook's, is followed by the place it was raised)
@@ -281,7 +328,17 @@ def _terminate(context) -> None:
 
 
 def _entry(
-    rank, world_size, fn, args, master_addr, port, backend, timeout_s, out, command_line=False
+    rank,
+    world_size,
+    fn,
+    args,
+    master_addr,
+    port,
+    backend,
+    timeout_s,
+    out,
+    command_line=False,
+    extensions=None,
 ) -> None:
     # The objects the rank starts with (the libraries it inherited from the forkserver or
     # imported while it started) leave the collector's sight: every full collection in the rank
@@ -293,16 +350,14 @@ def _entry(
     if command_line:  # errors name options as the user passed them
         os.environ[COMMAND_LINE_ENV] = "1"
     try:
+        reimport_extensions(extensions or {})
         distributed.initialize_ddp(rank, world_size, master_addr, port, backend, timeout_s)
         result = fn(rank, world_size, *args)
     except PortInUseError:
         (out / "port_in_use").touch()
         raise
-    except QGError as e:
-        (out / f"user_error{rank}").write_text(str(e))
-        raise
-    except RunError as e:  # told as it is, in one line; its traceback goes with it
-        (out / f"run_error{rank}").write_text(str(e))
+    except (QGError, RunError) as e:  # told as it is, in one line; its traceback goes with it
+        _record(out, rank, e)
         raise
     (out / f"result{rank}.pkl").write_bytes(pickle.dumps(result))
     distributed.cleanup_ddp()

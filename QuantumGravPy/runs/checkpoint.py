@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..errors import CheckpointError, cause
+from ..errors import CheckpointError, DiskFullError, cause, disk_full
 
 # 2: the full state needed to resume (random states, scaler, EMA, best weights, config digest)
 FORMAT_VERSION = 2
@@ -35,6 +35,10 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:  # torch's writer may wrap the OSError
+        if disk_full(e):  # the file as it was stays whole: the new one never replaced it
+            raise DiskFullError(f"no space left on the device writing {path}") from e
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     dir_fd = os.open(path.parent, os.O_RDONLY)
@@ -42,6 +46,15 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
         os.fsync(dir_fd)  # make the rename itself durable
     finally:
         os.close(dir_fd)
+
+
+def checkpoint_epoch(path: Path) -> int | None:
+    """The epoch a checkpoint of ours holds, read without loading its tensors; None if there
+    is no such file or it cannot be read."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["epoch"])
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError, pickle.UnpicklingError):
+        return None  # no file, or not one of ours: nothing to name
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

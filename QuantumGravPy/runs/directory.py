@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, RunDirectoryError, flag
+from ..errors import ConfigError, DiskFullError, RunDirectoryError, disk_full, flag
 
 CONFIG = "config.yaml"
 HISTORY = "history.csv"
@@ -184,8 +184,15 @@ def read_predictions(path: Path) -> dict[str, dict[str, Any]]:
 def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` so a reader never sees a half-written file."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        if disk_full(e):  # the file as it was stays whole
+            raise DiskFullError(f"no space left on the device writing {path}") from e
+        raise
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_rows(file: Path, rows: Sequence[dict[str, Any]]) -> None:

@@ -29,6 +29,7 @@ from .reproducibility import version_changes
 RESUMABLE_KEYS = (
     "name",
     "log_level",
+    "extensions",  # where the classes come from; the names the config gives them decide
     "data.root",
     "data.device",  # where batches are assembled: the same batches either way
     "model.activation_checkpointing",  # recomputed activations: the same gradients

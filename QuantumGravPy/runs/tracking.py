@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, require
+from ..errors import ConfigError, OutageError, require, unreachable
 from ..logs import get_logger
 from .directory import (
     CHECKPOINTS,
@@ -92,8 +92,10 @@ class MLflowTracker:
     """Logs a run to the MLflow tracking server or store at ``uri`` (call it on rank 0 only).
 
     The experiment is the config's name, the run is named after the run directory and tagged
-    with ``tags`` (a tuning trial: its study and number). A failure to reach MLflow when the
-    run opens is a ConfigError; later, a failed upload costs a warning, never the run.
+    with ``tags`` (a tuning trial: its study and number). When the run opens, a server that
+    cannot be reached or fails is an OutageError, one that refuses what it is asked (a URI or
+    an experiment it does not take) a ConfigError; later, a failed upload costs a warning,
+    never the run.
     """
 
     def __init__(
@@ -140,6 +142,11 @@ class MLflowTracker:
             # MLflow's messages run to paragraphs: the first two sentences say what is wrong
             text = " ".join(str(e).split()) or type(e).__name__
             detail = ". ".join(text.split(". ")[:2]).rstrip(".")
+            if unreachable(e):  # the server, not the config: the run waits for nothing
+                raise OutageError(
+                    f"tracking.mlflow: the tracking server at {uri} cannot be reached or failed, "
+                    f"so the run did not start: {detail}"
+                ) from e
             raise ConfigError(f"tracking.mlflow: cannot log to {uri}: {detail}") from e
         write_atomic(record, json.dumps({"tracking_uri": uri, "run_id": self.run_id}))
 

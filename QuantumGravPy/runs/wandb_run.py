@@ -15,72 +15,15 @@ import json
 import numbers
 import os
 import secrets
-import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, require
+from ..compat.wandb import offline_history
+from ..errors import ConfigError, OutageError, require, unreachable
 from ..logs import get_logger
 from .directory import WANDB, WANDB_FILES, write_atomic
 from .tracking import log_safely
-
-_BLOCK = 32768  # W&B's records are framed as LevelDB's log: 32 kB blocks
-_HEADER = 7  # the file's: ":W&B", a magic number and a version; each record's: crc, length, kind
-
-
-def _records(path: Path) -> Iterator[bytes]:
-    """The records of a ``.wandb`` file, in order; a torn last record (a killed writer) is
-    left out."""
-    data = path.read_bytes()
-    position, part = _HEADER, b""
-    while position + _HEADER <= len(data):
-        left = _BLOCK - position % _BLOCK
-        if left < _HEADER:  # a block's tail too short for a header is padding
-            position += left
-            continue
-        _, length, kind = struct.unpack("<IHB", data[position : position + _HEADER])
-        if kind == 0:  # zeros: the rest of the block was never written
-            position += left
-            continue
-        payload = data[position + _HEADER : position + _HEADER + length]
-        if len(payload) < length:
-            return
-        position += _HEADER + length
-        if kind == 1:  # whole
-            yield payload
-        elif kind == 2:  # first part
-            part = payload
-        elif kind == 3:  # middle
-            part += payload
-        elif kind == 4:  # last
-            yield part + payload
-
-
-def offline_history(run_dir: Path, run_id: str) -> list[dict[str, Any]]:
-    """Every history row of W&B run ``run_id`` in the offline files under ``RUN_DIR/wandb/``
-    (one folder per start or resume), in the order they were written."""
-    from wandb.proto import wandb_internal_pb2
-
-    rows = []
-    folders = sorted((run_dir / WANDB_FILES).glob(f"offline-run-*-{run_id}"))
-    for path in (p / f"run-{run_id}.wandb" for p in folders):
-        if not path.is_file():
-            continue
-        for data in _records(path):
-            record = wandb_internal_pb2.Record()
-            try:
-                record.ParseFromString(data)
-            except Exception:  # a damaged record: what follows may still be read
-                continue
-            if record.WhichOneof("record_type") == "history":
-                rows.append(
-                    {
-                        item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                        for item in record.history.item
-                    }
-                )
-    return rows
 
 
 class WandbTracker:
@@ -130,6 +73,11 @@ class WandbTracker:
             )
         except Exception as e:
             text = " ".join(str(e).split()) or type(e).__name__
+            if self.mode == "online" and unreachable(e):  # W&B's servers, not the config
+                raise OutageError(
+                    "tracking.wandb: W&B's server cannot be reached or failed, so the run did "
+                    f"not start: {text}"
+                ) from e
             raise ConfigError(
                 f"tracking.wandb: cannot start a W&B run ({self.mode}): {text}"
             ) from e
@@ -142,7 +90,7 @@ class WandbTracker:
     def _sent(self) -> int:
         """The last epoch this W&B run holds (0: none)."""
         if self.mode == "offline":
-            rows = offline_history(self.run_dir, self.run_id)
+            rows = offline_history(self.run_dir / WANDB_FILES, self.run_id)
             return int(max((row["epoch"] for row in rows if "epoch" in row), default=0))
         return max(int(getattr(self.run, "starting_step", 0) or 0) - 1, 0)
 

@@ -162,7 +162,6 @@ def class_indices(
 ) -> Tensor:
     """The class index of each label under ``tasks[].classes``: k where the label is
     ``classes[k]``. A label that is none of them is a DataError naming it."""
-    import torch
 
     known = _classes_on(classes, labels.device, labels.dtype)
     match = labels.reshape(-1, 1) == known
@@ -171,7 +170,9 @@ def class_indices(
         # On an accelerator, checked without waiting for it (no sync in the training step);
         # the labels of data held in memory were checked, with the message below, when the
         # task was built.
-        torch._assert_async(found.all(), f"a label of task {task!r} is not one of {classes}")
+        from ..compat.torch import assert_on_device  # (loading a config does not load torch)
+
+        assert_on_device(found.all(), f"a label of task {task!r} is not one of {classes}")
         return match.int().argmax(dim=1)
     if not bool(found.all()):
         bad = labels[~found][0].item()

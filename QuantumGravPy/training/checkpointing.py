@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from ..config import Config, config_to_dict
-from ..errors import CheckpointError, cause
+from ..errors import CheckpointError, DiskFullError, cause, flag
 from ..parallel.strategies import Strategy
 from ..runs import directory as rd
-from ..runs.checkpoint import load_model_state, save_checkpoint
+from ..runs.checkpoint import checkpoint_epoch, load_model_state, save_checkpoint
 from ..runs.resume import config_digest
 from .early_stopping import MetricStopping
 from .ema import EMA
@@ -90,8 +90,23 @@ class Checkpoints:
         """Write ``contents`` as ``checkpoints/<name>`` (the main process only)."""
         path = self.folder / name
         if self.main:
-            save_checkpoint(contents, path)
+            try:
+                save_checkpoint(contents, path)
+            except DiskFullError as e:
+                at = f"{e} (epoch {contents['epoch']})"
+                raise DiskFullError(at, kept=self.kept()) from e.__cause__
         return path
+
+    def kept(self) -> str:
+        """What a run that stopped here can continue from, and how."""
+        last = self.folder / rd.LAST
+        epoch = checkpoint_epoch(last)
+        if epoch is None:
+            return f"no epoch was saved yet: free space and start again with {flag('overwrite')}"
+        return (
+            f"{last} holds epoch {epoch}, whole: free space on that device and continue with "
+            f"{flag('resume')}"
+        )
 
     def load(
         self, contents: dict[str, Any], path: str | Path, tasks: list[Task], *, rank: int

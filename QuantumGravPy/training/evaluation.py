@@ -24,6 +24,7 @@ from ..data import fed
 from ..errors import ConfigError, QGError, RunError, cause, in_user_code
 from ..logs import get_logger
 from ..models import forward_failure
+from ..models.build import device_failure
 from ..parallel import distributed
 from ..runs.checkpoint import (
     evaluation_weights,
@@ -283,8 +284,9 @@ def check_forward(
     mode and without gradients, so no random number is drawn and no weight or statistic
     changes. A failure is reported as what it is: memory running out, or an exception in the
     user's own code (a model.type, a conv of their own), as a RunError naming it and where it
-    was raised; any other (a built-in layer the config chose that cannot take this data) as a
-    ConfigError naming the ``model`` key (``section``) to look at.
+    was raised; a built-in layer the config chose that cannot take this data as a ConfigError
+    naming the ``model`` key (``section``) to look at; the device failing, or this package's own
+    model code, as a RunError (:func:`~QuantumGravPy.models.forward_failure`).
     """
     graphs = [dataset[i] for i in range(min(2, len(dataset)))]
     if not graphs:
@@ -301,7 +303,9 @@ def check_forward(
     except Exception as e:
         if out_of_memory(e):
             raise RunError(f"out of memory {doing}: {cause(e)}") from e
-        raise in_user_code(e, doing) or ConfigError(forward_failure(section, model, e)) from e
+        if device_failure(e):  # reported late, where the device is next waited for
+            raise RunError(f"the device failed {doing}: {cause(e)}") from e
+        raise in_user_code(e, doing) or forward_failure(section, model, e, doing) from e
     finally:
         model.train(was_training)
     outputs = select(outputs, batch)  # outputs of the wrong shape: a ConfigError of its own

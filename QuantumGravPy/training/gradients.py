@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..compat import torch as compat_torch
 from ..errors import QGError
 from ..parallel import distributed
 
@@ -48,7 +49,7 @@ def masks_on_device(optimizer: torch.optim.Optimizer) -> bool:
     Not fused SGD with momentum: its first step makes the momentum buffers with
     ``empty_like`` and lets the kernel fill them, so a first step left out would leave them
     uninitialised for the next."""
-    if not getattr(optimizer, "_step_supports_amp_scaling", False):
+    if not compat_torch.scales_inside_step(optimizer):
         return False
     if isinstance(optimizer, torch.optim.SGD):
         return not any(group.get("momentum", 0) for group in optimizer.param_groups)
@@ -149,7 +150,7 @@ class GradientChecks:
                     norms = torch.stack([torch.linalg.vector_norm(g) for g in grads])
                     norms = norms.full_tensor()
                 else:
-                    norms = torch.stack(torch._foreach_norm(grads))
+                    norms = torch.stack(compat_torch.norms(grads))
                 norm = torch.linalg.vector_norm(norms)
                 if len(which) < len(self._params):  # zero for those without a gradient
                     norms = torch.zeros_like(self._window[0, :-3]).index_copy_(

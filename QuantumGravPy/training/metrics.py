@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..compat import torchmetrics as compat_metrics
 from ..parallel import distributed
 from ..tasks import TaskKind, task_kind
 
@@ -100,10 +101,10 @@ def _compute_in_float64(metric: torchmetrics.Metric, *, counts: bool) -> Tensor:
 
     integer = {  # summed counts only; gathered labels (an AUROC's targets) stay integers
         k: v
-        for k in metric._defaults
+        for k, reduction in compat_metrics.states(metric).items()
         if isinstance(v := getattr(metric, k), Tensor)
         and not v.is_floating_point()
-        and metric._reductions[k] is dim_zero_sum
+        and reduction is dim_zero_sum
     }
     default = torch.get_default_dtype()
     try:

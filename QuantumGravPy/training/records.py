@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from ..config import Config, shown_columns
 from ..data.provenance import provenance, with_sources
+from ..errors import DiskFullError
 from ..runs import directory as rd
 from ..runs.run_directory import RunDirectory
 from .callbacks import Callbacks
@@ -111,7 +112,15 @@ class RunRecords:
                 row["lr"], row["epoch_seconds"], "  *best" if improved else "",
             )  # fmt: skip
 
-        self.share(write)
+        def written() -> None:
+            try:
+                write()
+            except DiskFullError as e:
+                if e.kept:
+                    raise  # a checkpoint's: it says what is kept already
+                raise DiskFullError(str(e), kept=self.checkpoints.kept()) from e.__cause__
+
+        self.share(written)
         self.tell("on_epoch_end", row)
 
     def keep_best(self, contents: dict) -> list:

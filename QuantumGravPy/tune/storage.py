@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, option
+from ..errors import ConfigError, OutageError, option, unreachable
 from ..logs import get_logger
 
 JOURNAL = "study.journal"
@@ -77,6 +77,10 @@ def open_storage(spec: str) -> Any:
         ) from None
     except Exception as e:  # SQLAlchemy, Redis and OS errors: the storage is not usable
         detail = " ".join(str(e).split("\n")[0].split()) or type(e).__name__
+        if unreachable(e):  # the database server, not the URL
+            raise OutageError(
+                f"{shown}: the study's database server cannot be reached or failed: {detail}"
+            ) from e
         raise ConfigError(f"{shown}: cannot open the study storage: {detail}") from e
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import logs
+from ..compat.optuna import trial_id as storage_id
 from ..config import Config, config_to_dict
 from ..data import dataset_from_config
 from ..errors import ConfigError, QGError, flag, option
@@ -158,7 +159,7 @@ class Tuner:
         from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
-        trial_id = trial._trial_id
+        trial_id = storage_id(trial)
         try:
             self.storage.set_trial_user_attr(trial_id, "error", why)
             self.storage.set_trial_user_attr(trial_id, "interrupted", True)
@@ -177,8 +178,8 @@ class Tuner:
         before = self.study.get_trials(deepcopy=False)
         if sum(counted(t) for t in before if t.number < trial.number) < self.total:
             return False
-        self.storage.set_trial_user_attr(trial._trial_id, SURPLUS, True)
-        self.storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+        self.storage.set_trial_user_attr(storage_id(trial), SURPLUS, True)
+        self.storage.set_trial_state_values(storage_id(trial), TrialState.FAIL)
         return True
 
     def _finished(self) -> int:
@@ -281,7 +282,7 @@ class Tuner:
             if self._finished() >= self.total:
                 return False
             trial = self.study.ask()
-            trial_id = trial._trial_id
+            trial_id = storage_id(trial)
             if self._surplus(trial):
                 return False
             self.storage.set_trial_system_attr(trial_id, OWNER, self.owner)
@@ -320,7 +321,7 @@ class Tuner:
         except ConfigError as e:
             return TrialState.FAIL, None, {"error": f"impossible config: {e}"}
         trial.set_user_attr("config", config_to_dict(config))
-        link = TrialLink(self.storage_spec, self.name, trial._trial_id, trial.number, self.space)
+        link = TrialLink(self.storage_spec, self.name, storage_id(trial), trial.number, self.space)
         world_size = config.parallel.world_size
         threads = max(1, available_cores() // (self.parallel * world_size))
         try:

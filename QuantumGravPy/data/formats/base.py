@@ -37,11 +37,25 @@ class FileFormat:
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
         if cls.name:
+            taken = {s: other for other in FORMATS if other.name != cls.name
+                     for s in other.suffixes}  # fmt: skip
+            for suffix in cls.suffixes:
+                if suffix in taken:  # a file's name must say one format
+                    other = taken[suffix]
+                    raise TypeError(
+                        f"file format {cls.name!r}: the suffix {suffix} is taken by "
+                        f"{other.__module__}.{other.__name__} ({other.name!r})"
+                    )
             FORMATS.add(cls)
 
     def claims(self, path: Path) -> bool:
-        """Whether ``path`` is a file of this format (by its name)."""
+        """Whether ``path`` is a file of this format by its name (one of its suffixes)."""
         return path.suffix in self.suffixes
+
+    def recognises(self, path: Path) -> bool:
+        """Whether ``path``, whose name says no format, is one of this format by its content
+        (a signature at its start, the metadata of a store)."""
+        return False
 
     def library(self) -> Any:
         """The library that reads the format; an error naming the extra if not installed."""
@@ -79,11 +93,19 @@ class FileFormat:
 
 
 def format_of(path: Path) -> FileFormat:
-    """The format of the file at ``path`` (by its name; a directory is a Zarr store)."""
+    """The format of the file at ``path``: the one whose suffix its name ends with (no two
+    formats share a suffix); for a name that says none, the one that recognises its content.
+    Not the order the formats were registered in."""
     for cls in FORMATS:
-        fmt = cls()
-        if fmt.claims(path):
-            return fmt
+        if cls().claims(path):
+            return cls()
+    # a format that only inherits its content test reads what its base reads: the base's
+    found = [cls for cls in FORMATS if "recognises" in vars(cls) and cls().recognises(path)]
+    if len(found) == 1:
+        return found[0]()
+    if found:  # two formats that read the same content: their authors must settle it
+        names = ", ".join(cls.name for cls in found)
+        raise DataError(f"{path}: its name says no format, and its content fits several ({names})")
     raise DataError(f"{path} is {described()}")
 
 

@@ -18,6 +18,13 @@ class HDF5(FileFormat):
     named = "an .h5/.hdf5 file"
     module = "h5py"
 
+    def recognises(self, path: Path) -> bool:
+        # HDF5's signature, at the file's start (where a file of it written by HDF5 puts it)
+        if not path.is_file():
+            return False
+        with open(path, "rb") as f:
+            return f.read(8) == b"\x89HDF\r\n\x1a\n"
+
     def open(self, path: Path) -> Any:
         h5py = self.library()
         try:

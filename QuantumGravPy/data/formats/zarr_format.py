@@ -23,8 +23,10 @@ class Zarr(FileFormat):
     named = "a .zarr store"
     module = "zarr"
 
-    def claims(self, path: Path) -> bool:
-        return super().claims(path) or path.is_dir()
+    def recognises(self, path: Path) -> bool:
+        # a store's metadata: format 3's zarr.json, format 2's .zgroup (a store of arrays
+        # alone, .zarray, is not a store of causal sets)
+        return path.is_dir() and ((path / "zarr.json").is_file() or (path / ".zgroup").is_file())
 
     @contextlib.contextmanager
     def open(self, path: Path) -> Iterator[Any]:

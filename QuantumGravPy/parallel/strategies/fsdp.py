@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ...compat.fsdp import default_reduce_scatter
 from .. import distributed
 from .base import ExchangeTimer, Strategy, Units, alone_notice
 
@@ -184,9 +185,8 @@ class FSDPStrategy(Strategy):
 def _timed_reduce_scatter(timer: ExchangeTimer) -> Any:
     """FSDP's own reduce-scatter, each call timed by the monitor as an exchange of the backward
     pass (FSDP2's public hook for a custom collective)."""
-    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
 
-    class TimedReduceScatter(DefaultReduceScatter):
+    class TimedReduceScatter(default_reduce_scatter()):
         def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
             nbytes = input_tensor.numel() * input_tensor.element_size()
             with timer.exchange(nbytes, in_backward=True):

@@ -1,0 +1,130 @@
+"""A user's own task kind, parallel strategy and file format, each a class in their own module
+that the config names under ``extensions``: imported before the config is read and in every
+process of the job, trained with through ``qg train`` with no other edit."""
+
+import sys
+import textwrap
+
+import pytest
+import yaml
+from conftest import assert_refused, run_cli, run_main
+
+import QuantumGravPy as qg
+from QuantumGravPy.config.dotted import import_extensions
+from QuantumGravPy.data.formats import format_of
+
+MODULE = '''
+"""What a user adds: each class registers itself under its name when this module is imported."""
+
+from QuantumGravPy.data.formats.hdf5_format import HDF5
+from QuantumGravPy.parallel.strategies.ddp import DDPStrategy
+from QuantumGravPy.tasks.binary import Binary
+
+
+class YesOrNo(Binary):
+    """Whether a causal set is of the second dimension asked for, as one logit."""
+
+    name = "yes_or_no"
+
+
+class PlainDDP(DDPStrategy):
+    """DDP under a name of our own."""
+
+    name = "plain_ddp"
+
+
+class Ours(HDF5):
+    """HDF5 files under a suffix of our own."""
+
+    name = "ours"
+    suffixes = (".ours",)
+    title = "file of ours"
+    named = "an .ours file"
+'''
+
+
+@pytest.fixture(autouse=True)
+def _registries_as_they_were():
+    """What this file's modules register stays in this file: later tests in the same process
+    see the library's own kinds, strategies and formats alone."""
+    from QuantumGravPy.config import dotted
+    from QuantumGravPy.data.formats import FORMATS
+    from QuantumGravPy.parallel.strategies import STRATEGIES
+    from QuantumGravPy.tasks.base import KINDS
+
+    registries = (KINDS, STRATEGIES, FORMATS)
+    before = [dict(r._classes) for r in registries]
+    extensions = dict(dotted.EXTENSIONS)
+    yield
+    for registry, classes in zip(registries, before, strict=True):
+        registry._classes = classes
+    dotted.EXTENSIONS.clear()
+    dotted.EXTENSIONS.update(extensions)
+    sys.modules.pop("my_kinds", None)
+
+
+@pytest.fixture
+def extended(tmp_path, config_file, capsys):
+    """A config beside the user's module ``my_kinds.py`` and causal sets in a file of its format
+    (HDF5 content, named .ours)."""
+    (tmp_path / "my_kinds.py").write_text(textwrap.dedent(MODULE))
+    source = config_file(data={"num_graphs": 40, "dimensions": [2, 3]})
+    written = run_main(capsys, "generate", source, "--output", tmp_path / "sets.h5")
+    assert written.returncode == 0, written.stderr
+    (tmp_path / "sets.h5").rename(tmp_path / "sets.ours")
+    raw = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    raw["data"] = {
+        "files": [str(tmp_path / "sets.ours")],
+        "root": str(tmp_path / "cache"),
+        "targets": {"y": "y"},
+    }
+    raw["tasks"] = [{"name": "second", "type": "yes_or_no", "target": "y"}]
+    raw["parallel"] = {"strategy": "plain_ddp", "world_size": 2}
+    raw["training"]["num_epochs"] = 1
+    raw["extensions"] = ["my_kinds"]
+    path = tmp_path / "extended.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path, raw
+
+
+@pytest.mark.timeout(240)
+def test_a_users_task_kind_strategy_and_format_train_from_the_command_line(extended, capsys):
+    path, raw = extended
+    trained = run_main(capsys, "train", path)
+    assert trained.returncode == 0, trained.stderr
+    assert "test_accuracy" in trained.stdout  # the binary kind's metrics (one task: unprefixed)
+    run = qg.load_checkpoint(f"{raw['training']['path']}/checkpoints/last.pt")
+    assert run["config"]["parallel"]["strategy"] == "plain_ddp" and run["world_size"] == 2
+    assert run["config"]["tasks"][0]["type"] == "yes_or_no"
+
+
+def test_without_extensions_the_names_are_unknown_and_a_missing_module_is_named(
+    extended, tmp_path, capsys
+):
+    _, raw = extended
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump({k: v for k, v in raw.items() if k != "extensions"}))
+    refused = run_cli("train", str(bare))  # a fresh process: none of the module imported
+    assert_refused(refused, "tasks[0].type: unknown 'yes_or_no'", "classification")
+    missing = tmp_path / "missing.yaml"
+    missing.write_text(yaml.safe_dump({**raw, "extensions": ["no_such_module"]}))
+    assert_refused(run_main(capsys, "train", missing), "extensions[0]: no module named")
+
+
+def test_a_file_is_read_by_the_format_its_name_says_then_by_what_it_holds(
+    extended, tmp_path, monkeypatch
+):
+    """Not by the order the formats were registered in: a suffix first, then the content."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import_extensions(["my_kinds"])
+    assert format_of(tmp_path / "sets.ours").name == "ours"
+    unnamed = tmp_path / "sets_without_suffix"
+    (tmp_path / "sets.ours").rename(unnamed)
+    assert format_of(unnamed).name == "hdf5"  # HDF5's signature
+    with pytest.raises(qg.DataError, match="is not an .h5/.hdf5 file"):
+        format_of(tmp_path)  # a folder that is no store
+    with pytest.raises(TypeError, match=r"the suffix \.h5 is taken by .*HDF5"):
+
+        class Clash(qg.data.formats.FileFormat):
+            name = "clash"
+            suffixes = (".h5",)
