@@ -13,7 +13,7 @@ The package is built in layers, each importing only from the ones below it (a te
     runs/         run directory, checkpoints, resuming, reproducibility records, plots
     parallel/     process group and collectives, spawning, strategies (ddp, zero, fsdp, ...)
     config/       schema, loading and overrides, dotted paths, generated docs
-    tasks/        task kinds (classification, binary, regression, ...)
+    tasks/        task kinds, one module each
     physics/      causal sets, sprinkling, observables
     errors, logs, registry, figures  the ground floor
 

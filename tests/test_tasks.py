@@ -17,6 +17,7 @@ from test_early_stopping import replayed, replayed_stop
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import config_to_dict, history_columns
+from QuantumGravPy.tasks.base import KINDS
 
 # Three tasks on the embedded causal sets: the dimension as a class and as a number, and each
 # element's time coordinate.
@@ -230,7 +231,7 @@ def test_one_process_stops_on_a_binary_f1(make_config):
     [
         (
             ["tasks=[{name: a, type: ranking}]"],
-            "tasks[0].type: unknown 'ranking' (known: binary, classification, regression)",
+            f"tasks[0].type: unknown 'ranking' (known: {', '.join(k.name for k in KINDS)})",
         ),
         (["tasks=[{name: a, metrics: [accurcy]}]"], "tasks[0].metrics: 'accurcy' is not a metric"),
         (

@@ -323,9 +323,10 @@ class ParallelConfig:
     # Average gradients through shared memory when all ranks are CPU processes on one x86-64
     # machine (much less waiting than gloo on busy cores; the same numbers). false: always gloo.
     shared_memory: bool = True
-    # how the model is held on the ranks: ddp, zero, fsdp, invariant or a strategy of your own
-    # (docs: Distributed lists what each does and refuses). Checkpoints hold full state dicts
-    # whatever it is: any strategy and number of processes resumes any other's
+    # how the model is held on the ranks: the name of a strategy (docs: Distributed lists what
+    # each does and refuses, from their classes), one of your own among them (docs:
+    # Extending). Checkpoints hold full state dicts whatever it is: any strategy and number of
+    # processes resumes any other's
     strategy: str = "ddp"
     # fsdp with your own model.type: dotted class names of its submodules that become units
     # (gathered only while they run); empty: the whole model is one (built-in: blocks, heads)

@@ -35,9 +35,8 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 @dataclass(frozen=True)
 class TaskConfig:
     name: str  # names the task's columns (val_<name>_<metric>) and its output of the model
-    # what it learns: classification (a class index per graph or node), binary (0 or 1, as one
-    # logit), regression (one or more real values), or a kind of your own (docs: Tasks and
-    # metrics)
+    # what it learns: the name of a task kind (the docs' Training page lists them, from their
+    # classes), one of your own among them (docs: Extending)
     type: str = "classification"
     target: str | None = None  # the Data attribute holding the target; null: the task's name
     level: Literal["graph", "node"] = "graph"  # one target per graph, or one per node
@@ -130,12 +129,12 @@ def history_columns(config: Config) -> tuple[str, ...]:
             val.append(f"val_{t.name}_loss")
         if t.kind.counts_right:
             train.append(f"train_{t.name}_accuracy")
-        val += [f"val_{t.name}_{m}" for m in t.metric_names if m != "confusion_matrix"]
+        val += [f"val_{t.name}_{m}" for m in t.metric_names if m not in t.kind.tables]
     if single:
         (t,) = tasks
         if t.kind.counts_right:
             train.append("train_accuracy")
-        val += [f"val_{m}" for m in t.metric_names if m != "confusion_matrix"]
+        val += [f"val_{m}" for m in t.metric_names if m not in t.kind.tables]
     return (*val, *train)
 
 
@@ -198,7 +197,7 @@ def headline_columns(config: Config, prefix: str = "val") -> tuple[str, ...]:
     tasks = task_list(config)
     columns = []
     for t in tasks:
-        first = next((m for m in t.metric_names if m != "confusion_matrix"), None)
+        first = next((m for m in t.metric_names if m not in t.kind.tables), None)
         if first is not None:
             columns.append(f"{prefix}_{first}" if len(tasks) == 1 else f"{prefix}_{t.name}_{first}")
     return tuple(columns)

@@ -49,6 +49,9 @@ class TaskKind:
     has_classes: ClassVar[bool] = False  # one label per graph, which a sampler can balance
     standardizes: ClassVar[bool] = False  # targets scaled by the training split's statistics
     picture: ClassVar[str | None] = None  # the file of its test set's picture, if it draws one
+    # metrics that are a table of counts, not one number (a confusion matrix): in the test
+    # summary and its picture, never a column of history.csv or a headline
+    tables: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)

@@ -23,6 +23,7 @@ class Binary(TaskKind):
     metrics = ("accuracy", "f1", "precision", "recall", "auroc", "average_precision",
                "confusion_matrix")  # fmt: skip
     default_metrics = ("accuracy", "f1", "auroc", "confusion_matrix")
+    tables = ("confusion_matrix",)
     default_loss = "torch.nn.BCEWithLogitsLoss"
     counts_right = True
     has_classes = True

@@ -31,6 +31,7 @@ class Classification(TaskKind):
         "confusion_matrix",
     )
     default_metrics = ("accuracy", "f1_macro", "confusion_matrix")
+    tables = ("confusion_matrix",)
     default_loss = "torch.nn.CrossEntropyLoss"
     counts_right = True
     has_classes = True

@@ -134,7 +134,7 @@ class Validator:
         self.shard = shard
 
     def task_metrics(self, task: Task) -> TaskMetrics:
-        names = [m for m in task.metric_names if self.confusion or m != "confusion_matrix"]
+        names = [m for m in task.metric_names if self.confusion or m not in task.kind.tables]
         return TaskMetrics(task.kind, names, task.num_outputs, device=self.device)
 
     @torch.no_grad()

@@ -78,11 +78,11 @@ class TaskMetrics:
             if sync:
                 metric.sync(dist_sync_fn=_gather, distributed_available=lambda: True)
             try:
-                value = _compute_in_float64(metric, counts=name == "confusion_matrix")
+                value = _compute_in_float64(metric, counts=name in self.kind.tables)
             finally:
                 if sync:
                     metric.unsync()  # back to this rank's own states
-            if name == "confusion_matrix":
+            if name in self.kind.tables:
                 values[name] = value.long().tolist()
             else:  # several regression outputs: their average, as scikit-learn's default
                 values[name] = float(value.double().mean())
