@@ -299,17 +299,27 @@ def update(path: Path, text: str, blocks=None, make=None) -> bool:
     return new != old
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None,
+    *,
+    source: Path = BENCHMARKS,
+    shown: Callable[[str], str] | None = None,
+    targets: tuple[str, ...] = TARGETS,
+    blocks: dict[str, str] = BLOCKS,
+    make: Callable[[str, str, str], str] = block,
+) -> int:
+    """Print the tables made of ``source`` (``shown``), or ``--write`` them into ``targets``'
+    ``blocks`` (each made by ``make``); studies/physics_page.py runs it for STUDIES.md."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", nargs="*", metavar="MARKDOWN", default=None)
     args = parser.parse_args(argv)
-    text = BENCHMARKS.read_text(encoding="utf-8")
+    text = source.read_text(encoding="utf-8")
     try:
         if args.write is None:
-            print(benchmarks_block(text))
+            print((shown or benchmarks_block)(text))
             return 0
-        for name in args.write or TARGETS:
-            changed = update(ROOT / name, text)
+        for name in args.write or targets:
+            changed = update(ROOT / name, text, blocks, make)
             print(f"{name}: {'updated' if changed else 'already current'}")
     except BenchmarksError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -11,13 +11,13 @@ an error naming the study and the row.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
+import headline  # noqa: E402
 from headline import (  # noqa: E402
     BenchmarksError,
     Row,
@@ -26,7 +26,6 @@ from headline import (  # noqa: E402
     sections,
     stamped,
     tables,
-    update,
 )
 
 STUDIES = ROOT / "STUDIES.md"
@@ -178,23 +177,14 @@ def block(name: str, path: str, text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", nargs="*", metavar="MARKDOWN", default=None)
-    args = parser.parse_args(argv)
-    text = STUDIES.read_text(encoding="utf-8")
-    try:
-        if args.write is None:
-            print(baselines_block(text))
-            print()
-            print(ricci_block(text))
-            return 0
-        for name in args.write or TARGETS:
-            changed = update(ROOT / name, text, BLOCKS, block)
-            print(f"{name}: {'updated' if changed else 'already current'}")
-    except BenchmarksError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return headline.main(
+        argv,
+        source=STUDIES,
+        shown=lambda text: f"{baselines_block(text)}\n\n{ricci_block(text)}",
+        targets=TARGETS,
+        blocks=BLOCKS,
+        make=block,
+    )
 
 
 if __name__ == "__main__":
