@@ -51,7 +51,7 @@ from baselines import RICCI_CONFIG, RICCI_CURVE  # noqa: E402
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.data import dataset_from_config  # noqa: E402
 from QuantumGravPy.data.causal_sets import graph_parameters  # noqa: E402
-from QuantumGravPy.data.kinds import CONFORMAL_AMPLITUDE, CONFORMAL_DEGREE  # noqa: E402
+from QuantumGravPy.embedded.ricci import CONFORMAL_AMPLITUDE, CONFORMAL_DEGREE  # noqa: E402
 from QuantumGravPy.physics import light_cone_ranks, transitive_closure  # noqa: E402
 from QuantumGravPy.physics.curved import PolynomialFactor  # noqa: E402
 

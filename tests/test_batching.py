@@ -15,7 +15,7 @@ from QuantumGravPy.data.batching import IndexBatcher, Unbatchable
 from QuantumGravPy.data.datasets import dataset_from_config
 from QuantumGravPy.data.disk import DiskDataset
 from QuantumGravPy.data.files import FileDataset
-from QuantumGravPy.data.kinds import KINDS
+from QuantumGravPy.data.kinds import kind_names
 from QuantumGravPy.data.loaders import batch_device, make_loader, make_train_loader, split_dataset
 from QuantumGravPy.data.rows import DiskBatcher
 from QuantumGravPy.data.writing import write_embedded
@@ -49,7 +49,7 @@ DEVICES = pytest.mark.parametrize(
 
 
 @DEVICES
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", kind_names())
 def test_every_embedded_kind_batches_as_pytorch_geometric_collates(tmp_path_factory, kind, device):
     dataset = CausalSetDataset(
         str(tmp_path_factory.mktemp("kinds")), **GENERATED, kind=kind, progress=False

@@ -1,9 +1,11 @@
-"""A user's own task kind, parallel strategy and file format, each a class in their own module
+"""A user's own task kind, metric, parallel strategy and file format, each a class in their module
 that the config names under ``extensions``: imported before the config is read and in every
 process of the job, trained with through ``qg train`` with no other edit."""
 
+import json
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import yaml
@@ -16,8 +18,12 @@ from QuantumGravPy.data.formats import format_of
 MODULE = '''
 """What a user adds: each class registers itself under its name when this module is imported."""
 
+from torchmetrics.classification import BinaryMatthewsCorrCoef
+
 from QuantumGravPy.data.formats.hdf5_format import HDF5
+from QuantumGravPy.embedded import DataKind
 from QuantumGravPy.parallel.strategies.ddp import DDPStrategy
+from QuantumGravPy.tasks import Metric
 from QuantumGravPy.tasks.binary import Binary
 
 
@@ -25,6 +31,31 @@ class YesOrNo(Binary):
     """Whether a causal set is of the second dimension asked for, as one logit."""
 
     name = "yes_or_no"
+
+
+class Matthews(Metric):
+    """Matthews' correlation coefficient of a binary task's rows."""
+
+    kind = "binary"
+    name = "matthews"
+
+    def make(self, num_outputs, **own):
+        return BinaryMatthewsCorrCoef(**own)
+
+
+class Sized(DataKind):
+    """Flat sprinklings; y: 1 for more than 24 elements, else 0."""
+
+    name = "sized"
+
+    def classes(self, dimensions):
+        return 2
+
+    def draw(self, rng, n, d, seed, labels, h):
+        from QuantumGravPy.physics import sprinkle
+
+        labels["y"] = int(n > 24)
+        return sprinkle(n, d, seed)
 
 
 class PlainDDP(DDPStrategy):
@@ -49,15 +80,23 @@ def _registries_as_they_were():
     see the library's own kinds, strategies and formats alone."""
     from QuantumGravPy.config import dotted
     from QuantumGravPy.data.formats import FORMATS
+    from QuantumGravPy.embedded import DATA_KINDS
     from QuantumGravPy.parallel.strategies import STRATEGIES
     from QuantumGravPy.tasks.base import KINDS
+    from QuantumGravPy.tasks.metric import METRICS
 
-    registries = (KINDS, STRATEGIES, FORMATS)
+    registries = (KINDS, STRATEGIES, FORMATS, DATA_KINDS)
     before = [dict(r._classes) for r in registries]
+    offered = {cls: (cls.metrics, cls.minimized) for cls in KINDS}
+    metrics = dict(METRICS)
     extensions = dict(dotted.EXTENSIONS)
     yield
     for registry, classes in zip(registries, before, strict=True):
         registry._classes = classes
+    for cls, (names, minimized) in offered.items():
+        cls.metrics, cls.minimized = names, minimized
+    METRICS.clear()
+    METRICS.update(metrics)
     dotted.EXTENSIONS.clear()
     dotted.EXTENSIONS.update(extensions)
     sys.modules.pop("my_kinds", None)
@@ -78,7 +117,9 @@ def extended(tmp_path, config_file, capsys):
         "root": str(tmp_path / "cache"),
         "targets": {"y": "y"},
     }
-    raw["tasks"] = [{"name": "second", "type": "yes_or_no", "target": "y"}]
+    raw["tasks"] = [
+        {"name": "second", "type": "yes_or_no", "target": "y", "metrics": ["accuracy", "matthews"]}
+    ]
     raw["parallel"] = {"strategy": "plain_ddp", "world_size": 2}
     raw["training"]["num_epochs"] = 1
     raw["extensions"] = ["my_kinds"]
@@ -93,9 +134,38 @@ def test_a_users_task_kind_strategy_and_format_train_from_the_command_line(exten
     trained = run_main(capsys, "train", path)
     assert trained.returncode == 0, trained.stderr
     assert "test_accuracy" in trained.stdout  # the binary kind's metrics (one task: unprefixed)
+    run_dir = Path(raw["training"]["path"])
+    history = (run_dir / "history.csv").read_text().splitlines()[0]
+    assert "val_matthews" in history.split(",")  # ours, on the kind built on binary
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert -1 <= summary["test_matthews"] <= 1, summary
     run = qg.load_checkpoint(f"{raw['training']['path']}/checkpoints/last.pt")
     assert run["config"]["parallel"]["strategy"] == "plain_ddp" and run["world_size"] == 2
     assert run["config"]["tasks"][0]["type"] == "yes_or_no"
+
+
+def test_a_users_kind_of_embedded_data_trains_from_the_command_line(extended, tmp_path, capsys):
+    """The causal sets of a data.kind of one's own, generated, cached and learnt from."""
+    _, raw = extended
+    own = {
+        **raw,
+        "data": {"kind": "sized", "num_graphs": 60, "num_points": [16, 32],
+                 "root": str(tmp_path / "sized")},
+        "tasks": [],
+        "parallel": {"world_size": 1},
+        "training": {**raw["training"], "path": str(tmp_path / "sized_run")},
+    }  # fmt: skip
+    path = tmp_path / "sized.yaml"
+    path.write_text(yaml.safe_dump(own))
+    trained = run_main(capsys, "train", path)
+    assert trained.returncode == 0, trained.stderr
+    run = qg.load_checkpoint(tmp_path / "sized_run" / "checkpoints" / "last.pt")
+    assert run["config"]["data"]["kind"] == "sized"
+    dataset = qg.CausalSetDataset(
+        str(tmp_path / "sized"), num_graphs=60, num_points=[16, 32], kind="sized", progress=False
+    )
+    assert {int(g.y) for g in dataset} == {0, 1}
+    assert all(int(g.y) == int(g.num_nodes > 24) for g in dataset)
 
 
 def test_without_extensions_the_names_are_unknown_and_a_missing_module_is_named(

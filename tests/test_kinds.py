@@ -119,7 +119,8 @@ def test_bad_kind_settings_are_refused_naming_the_key(make_config):
         make_config("data.h=1.2")
     with pytest.raises(qg.ConfigError, match=r"data.h"):
         make_config("data.h=[0.8,0.2]")
-    with pytest.raises(qg.ConfigError, match=r"data.kind: expected one of dimension"):
+    known = r"data.kind: unknown 'shape' \(known: cset_type, curvature, dimension"
+    with pytest.raises(qg.ConfigError, match=known):
         make_config("data.kind=shape")
     with pytest.raises(qg.ConfigError, match=r"tasks: data.kind ricci has no classes"):
         make_config("data.kind=ricci")

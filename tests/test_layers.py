@@ -18,7 +18,7 @@ PACKAGE = "QuantumGravPy"
 LAYERS = [
     {"errors", "logs", "registry", "figures", "compat"},
     {"physics"},
-    {"tasks"},
+    {"tasks", "embedded"},
     {"config"},
     {"parallel"},
     {"runs"},

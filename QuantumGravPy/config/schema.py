@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..embedded import data_kind
 from ..errors import ConfigError
 from .checks import NON_NEGATIVE, POSITIVE, PROBABILITY, check_padding, value_check
 from .dotted import DottedPath, resolve
@@ -29,11 +30,9 @@ class DataConfig:
     num_graphs: int = field(default=3000, metadata=_POSITIVE)  # causal sets to generate
     num_points: tuple[int, int] = (32, 64)  # [min, max] elements per causal set
     dimensions: tuple[int, ...] = (2, 3, 4)  # spacetime dimensions; y is the index in this list
-    # the embedded data: dimension (y: the index in dimensions), curvature (flat, de Sitter,
-    # anti-de Sitter at h), manifold_like (sprinklings against percolations of the same
-    # ordering fraction), cset_type (one class per generator) or ricci (2D, random conformal
-    # factor; the Ricci scalar per element). See "The embedded data" in the docs (Data)
-    kind: Literal["dimension", "curvature", "manifold_like", "cset_type", "ricci"] = "dimension"
+    # the embedded data: the name of a kind ("The embedded data" in the docs: Data lists them,
+    # from their classes in QuantumGravPy/embedded/), one of your own among them (Extending)
+    kind: str = "dimension"
     # curvature: h of the de Sitter and anti-de Sitter classes, in [0, 1) (0.6: the de
     # Sitter diamond is 1.4 radii high), or [low, high] to draw each set's h from
     h: float | tuple[float, float] = 0.6
@@ -84,6 +83,7 @@ class DataConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
     def validate(self) -> None:
+        kind = data_kind(self.kind, key="data.kind")  # a registered kind (the generated data's)
         if self.files and self.dataset is not None:
             raise ConfigError(
                 f"data.files: set data.files or data.dataset, not both (found {list(self.files)} "
@@ -105,9 +105,7 @@ class DataConfig:
                 f"data.dataset ({self.dataset}) returns its own dataset"
             )
         generated = not self.files and self.dataset is None
-        two_d = self.kind == "ricci" or (
-            self.kind in ("dimension", "curvature") and tuple(self.dimensions) == (2,)
-        )
+        two_d = kind.two_d(self.dimensions)
         if self.light_cone_ranks and self.dataset is not None:
             raise ConfigError(
                 f"data.light_cone_ranks: data.dataset ({self.dataset}) returns its own graphs "
@@ -117,7 +115,7 @@ class DataConfig:
             raise ConfigError(
                 "data.light_cone_ranks: only 2D causal sets have them: the ricci kind, or the "
                 f"dimension and curvature kinds with dimensions [2] (found kind {self.kind} "
-                f"with dimensions {list(self.dimensions)})"
+                f"with dimensions {list(self.dimensions)}, not 2D)"
             )
         file_keys = ("reader", "pre_filter", "pre_transform", "transform", "targets")
         unused = [k for k in file_keys if getattr(self, k) and not self.files]

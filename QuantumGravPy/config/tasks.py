@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..embedded import data_kind
 from ..errors import ConfigError
 from ..tasks import KINDS, TaskKind, lower_is_better, task_kind
 from .dotted import DottedPath
@@ -155,10 +156,12 @@ def validate_tasks(config: Config) -> None:
         task.check(f"tasks[{i}]")
         if name in names[:i]:
             raise ConfigError(f"tasks[{i}].name: {name!r} names two tasks")
-    if config.data.kind == "ricci" and not tasks and not config.data.files:
+    kind = data_kind(config.data.kind, key="data.kind")
+    generated = not config.data.files and config.data.dataset is None
+    if generated and not tasks and kind.classes(config.data.dimensions) is None:
+        example = f", e.g. {kind.example_task}" if kind.example_task else ""
         raise ConfigError(
-            "tasks: data.kind ricci has no classes to learn; give a task, e.g. "
-            "{name: ricci, type: regression, level: node} (see configs/ricci.yaml)"
+            f"tasks: data.kind {kind.name} has no classes to learn; give a task{example}"
         )
     if tasks and config.criterion != "torch.nn.CrossEntropyLoss":
         raise ConfigError(

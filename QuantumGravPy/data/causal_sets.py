@@ -15,6 +15,7 @@ import torch
 from torch_geometric.data import Data
 
 from .. import logs
+from ..embedded import data_kind, flat_sprinkling_labels
 from ..physics import causal_structure, check_sprinkle_arguments, diamond_coordinates, node_features
 from . import kinds
 from .cache import DigestCachedDataset
@@ -96,7 +97,7 @@ def generate_causal_set_graphs(
         relations, links = causal_structure(coords)
         features = node_features(relations, links)
         for b, (i, label, _) in enumerate(chunk):
-            labels = {**kinds.flat_sprinkling_labels(dimensions[label]), "y": label}
+            labels = {**flat_sprinkling_labels(dimensions[label]), "y": label}
             x = features[b]
             if light_cone_ranks:
                 x = kinds.with_light_cone_ranks(x, relations[b], links[b])
@@ -125,8 +126,8 @@ class GeneratedSource:
         h: float | Sequence[float] = 0.6,
         light_cone_ranks: bool = False,
     ):
-        if kind not in kinds.KINDS:
-            raise ValueError(f"kind must be one of {', '.join(kinds.KINDS)}, got {kind!r}")
+        if kind not in kinds.kind_names():
+            raise ValueError(f"kind must be one of {', '.join(kinds.kind_names())}, got {kind!r}")
         low, high = (h, h) if isinstance(h, (int, float)) else (float(h[0]), float(h[1]))
         if not 0.0 <= low <= high < 1.0:
             raise ValueError(f"h must be in [0, 1), or [low, high] within it; got {h!r}")
@@ -147,15 +148,12 @@ class GeneratedSource:
             "version": GENERATOR_VERSION,
             "kind": kind,
         }
-        if kind == "curvature":
+        if data_kind(kind).uses_h:
             self.params["h"] = [low, high]
         if light_cone_ranks:  # (absent otherwise: the caches made before it stay valid)
-            if kind != "ricci" and (
-                kind not in ("dimension", "curvature") or list(dimensions) != [2]
-            ):
+            if not data_kind(kind).two_d(dimensions):
                 raise ValueError(
-                    "light_cone_ranks: only 2D causal sets have them (the ricci kind, or the "
-                    f"dimension and curvature kinds with dimensions [2]); got kind {kind!r} "
+                    f"light_cone_ranks: only 2D causal sets have them; got kind {kind!r} "
                     f"with dimensions {list(dimensions)}"
                 )
             self.params["light_cone_ranks"] = True

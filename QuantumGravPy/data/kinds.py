@@ -1,20 +1,11 @@
-"""The kinds of embedded dataset (``data.kind``): which causal sets a graph is, and its labels.
-
-- ``dimension``: flat sprinklings; ``y`` the index of the dimension in ``data.dimensions``;
-- ``curvature``: sprinklings into flat, de Sitter and anti-de Sitter diamonds, a third each;
-  ``y`` = ``spacetime`` (0, 1, 2) at ``data.h`` (a value, or ``[low, high]`` to draw h from);
-- ``manifold_like``: half flat sprinklings (``y`` = 1), half transitive percolations tuned to
-  the ordering fraction of a sprinkling of the same size and dimension (``y`` = 0), so that
-  the ordering fraction, and the Myrheim-Meyer estimator, cannot tell them apart;
-- ``cset_type``: one class per generator (:data:`CSET_TYPES`), a fifth each;
-- ``ricci``: 2D sprinklings with a random smooth conformal factor; each element's Ricci
-  scalar is the node attribute ``ricci`` (a node-level regression target).
+"""The graphs of the embedded datasets (``data.kind``): each kind's causal sets (its class in
+``QuantumGravPy/embedded/``) as graphs with every label.
 
 Every graph carries every label, so any task can use them: ``y``, ``dimension`` (0 where a
 set has none), ``spacetime``, ``h``, ``manifold_like``, ``cset_type`` per graph, ``ricci`` per
-element (0 where unknown). Sprinklings of the kinds made only of them (dimension, curvature,
-ricci) also carry ``pos`` (coordinates, float64, zero-padded) and ``time`` per element.
-Graph i depends only on (seed, i).
+element (0 where unknown). Sprinklings of the kinds made only of them (those whose class says
+``coordinates``) also carry ``pos`` (coordinates, float64, zero-padded) and ``time`` per
+element. Graph i depends only on (seed, i).
 """
 
 from __future__ import annotations
@@ -26,36 +17,19 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
+from ..embedded import DATA_KINDS, data_kind, flat_sprinkling_labels
+from ..embedded.curvature import SPACETIMES
 from ..physics import (
     CSET_TYPES,
     CausalSet,
-    conformal_sprinkling,
-    destroyed_sprinkling,
-    kleitman_rothschild_order,
     light_cone_ranks,
     node_features,
-    percolation_like,
-    random_order,
-    sprinkle,
 )
 
-KINDS = ("dimension", "curvature", "manifold_like", "cset_type", "ricci")
-SPACETIMES = ("minkowski", "de_sitter", "anti_de_sitter")
-DESTROYED_FRACTION = 0.1  # of a destroyed sprinkling's pairs flipped
-CONFORMAL_AMPLITUDE, CONFORMAL_DEGREE = 0.3, 3  # of the ricci kind's random ln Omega
-WITH_COORDINATES = ("dimension", "curvature", "ricci")
 
-
-def flat_sprinkling_labels(dimension: int) -> dict[str, Any]:
-    """The labels of a flat sprinkling; the kinds change those where their sets differ."""
-    return {
-        "y": 0,
-        "dimension": float(dimension),
-        "spacetime": 0,
-        "h": 0.0,
-        "manifold_like": 1,
-        "cset_type": 0,
-    }
+def kind_names() -> tuple[str, ...]:
+    """The names ``data.kind`` takes: every registered kind's."""
+    return tuple(cls.name for cls in DATA_KINDS)
 
 
 def to_graph(
@@ -95,12 +69,7 @@ def num_classes(kind: str, name: str, dimensions: Sequence[int]) -> int | None:
     """Classes of the label ``name`` of a kind, known without generating anything."""
     per_label = {"spacetime": len(SPACETIMES), "manifold_like": 2, "cset_type": len(CSET_TYPES)}
     if name == "y":
-        return {
-            "dimension": len(dimensions),
-            "curvature": len(SPACETIMES),
-            "manifold_like": 2,
-            "cset_type": len(CSET_TYPES),
-        }.get(kind)
+        return data_kind(kind).classes(dimensions)
     return per_label.get(name)
 
 
@@ -112,40 +81,8 @@ def draw(
     seed = int(rng.integers(2**62))
     d_index = int(rng.integers(len(dimensions)))
     d = int(dimensions[d_index])
-    labels = flat_sprinkling_labels(d)  # until told otherwise
-    if kind == "curvature":
-        spacetime = int(rng.integers(len(SPACETIMES)))
-        value = 0.0 if spacetime == 0 else float(rng.uniform(h[0], h[1]) if h[0] < h[1] else h[0])
-        labels.update(y=spacetime, spacetime=spacetime, h=value)
-        return sprinkle(n, d, seed, SPACETIMES[spacetime], value), labels
-    if kind == "manifold_like":
-        flat = sprinkle(n, d, seed)
-        if rng.random() < 0.5:
-            labels["y"] = 1
-            return flat, labels
-        labels.update(y=0, manifold_like=0, cset_type=CSET_TYPES.index("percolation"))
-        labels["dimension"] = 0.0
-        return percolation_like(n, flat.ordering_fraction(), seed + 1), labels
-    if kind == "cset_type":
-        which = int(rng.integers(len(CSET_TYPES)))
-        labels.update(y=which, cset_type=which, manifold_like=int(which == 0))
-        if which == 0:
-            return sprinkle(n, d, seed), labels
-        if which == 1:
-            return random_order(n, d, seed), labels
-        if which == 4:
-            return destroyed_sprinkling(n, d, seed, DESTROYED_FRACTION), labels
-        labels["dimension"] = 0.0
-        if which == 2:
-            return kleitman_rothschild_order(n, seed), labels
-        return percolation_like(n, sprinkle(n, d, seed).ordering_fraction(), seed + 1), labels
-    if kind == "ricci":
-        labels["dimension"] = 2.0
-        return (
-            conformal_sprinkling(n, seed, amplitude=CONFORMAL_AMPLITUDE, degree=CONFORMAL_DEGREE),
-            labels,
-        )
-    raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    labels = flat_sprinkling_labels(d)  # until the kind says otherwise
+    return data_kind(kind).draw(rng, n, d, seed, labels, h), labels
 
 
 def with_light_cone_ranks(
@@ -169,6 +106,7 @@ def graphs_of(
 ) -> list[Data]:
     """The graphs of drawn causal sets (node features computed per size, in batches; with
     ``ranks``, :func:`with_light_cone_ranks`)."""
+    coordinates = data_kind(kind).coordinates
     by_size: dict[int, list[int]] = {}
     for i, (cset, _) in enumerate(drawn):
         by_size.setdefault(cset.num_points, []).append(i)
@@ -185,7 +123,7 @@ def graphs_of(
             cset.links,
             labels,
             ricci=cset.ricci,
-            coordinates=cset.coordinates if kind in WITH_COORDINATES else None,
+            coordinates=cset.coordinates if coordinates else None,
             max_dimension=max_dimension,
         )
         for i, (cset, labels) in enumerate(drawn)

@@ -12,7 +12,8 @@ matplotlib when a method needs them).
 
 from ..registry import import_all
 from .base import KINDS, TaskKind, lower_is_better, reference_markdown, task_kind
+from .metric import Metric
 
 import_all(__name__, __path__)
 
-__all__ = ["KINDS", "TaskKind", "lower_is_better", "reference_markdown", "task_kind"]
+__all__ = ["KINDS", "Metric", "TaskKind", "lower_is_better", "reference_markdown", "task_kind"]

@@ -23,6 +23,7 @@ from torch import Tensor
 from ..compat import torchmetrics as compat_metrics
 from ..parallel import distributed
 from ..tasks import TaskKind, task_kind
+from ..tasks.metric import own_metric
 
 if TYPE_CHECKING:
     import torchmetrics
@@ -56,7 +57,12 @@ class TaskMetrics:
         self.num_outputs = self.kind.metric_outputs(num_outputs)
         self.metrics: dict[str, torchmetrics.Metric] = {}
         for name in names:
-            metric = self.kind.make_metric(name, self.num_outputs)
+            own = own_metric(self.kind, name)
+            metric = (
+                own.make(self.num_outputs, sync_on_compute=False)
+                if own is not None
+                else self.kind.make_metric(name, self.num_outputs)
+            )
             # float states (sums of errors) and inputs in float64; after .to(), which resets
             # the dtype torchmetrics casts inputs to
             self.metrics[name] = metric.to(device).set_dtype(torch.float64)
