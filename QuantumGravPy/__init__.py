@@ -4,7 +4,7 @@
 
 The package is built in layers, each importing only from the ones below it (a test checks it):
 
-    cli.py        the command line
+    cli/          the command line: its commands, and their parser
     tune/         hyperparameter search with Optuna: studies of trials, pruning, best config
     predict/      a trained run's model on new data: load_model(), predict()
     training/     Trainer, TrainerDDP, evaluation, early stopping, EMA, fit(), launch()

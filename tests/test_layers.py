@@ -26,7 +26,7 @@ LAYERS = [
     {"data"},
     {"training"},
     {"tune", "predict"},
-    {"cli", "arguments", "forkserver", "__init__", "__main__"},
+    {"cli", "forkserver", "__init__", "__main__"},
 ]
 # Only the parallel layer talks to other processes through torch itself (and the adapter of
 # torch's FSDP internals, which the parallel layer alone uses).

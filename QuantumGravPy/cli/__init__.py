@@ -20,9 +20,9 @@ import traceback
 from collections import Counter
 from collections.abc import Sequence
 
-from .arguments import build_parser
-from .errors import COMMAND_LINE_ENV, QGError, RunError, disk_full
-from .logs import configure_logging
+from ..errors import COMMAND_LINE_ENV, QGError, RunError, disk_full
+from ..logs import configure_logging
+from .parser import build_parser
 
 EXIT_FAILED = 1
 EXIT_USER_ERROR = 2
@@ -112,16 +112,16 @@ def _rank_prefix() -> str:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .config import load_config
-    from .errors import ConfigError
+    from ..config import load_config
+    from ..errors import ConfigError
 
     # The config and the flags first: a mistake is told before torch is loaded.
     config = load_config(args.config, args.overrides)
     overwrite, resume, force = args.overwrite, args.resume, args.force
     if force and not resume:
         raise ConfigError("--force only applies to --resume")
-    from .parallel.distributed import process_env, restart_count
-    from .runs.directory import check_flags
+    from ..parallel.distributed import process_env, restart_count
+    from ..runs.directory import check_flags
 
     check_flags(overwrite=overwrite, resume=resume)
     configure_logging(config.log_level)  # what is done before the trainers start (the cache)
@@ -132,7 +132,7 @@ def _train(args: argparse.Namespace) -> int:
     if env is not None or config.parallel.world_size > 1:
         # Spawn the ranks (launch checks the run directory first), or, under torchrun or
         # srun, be one of theirs.
-        from .training import launch
+        from ..training import launch
 
         if env is not None:  # a rank of torchrun's or srun's: as a spawned rank (parallel/spawn)
             gc.freeze()
@@ -140,8 +140,8 @@ def _train(args: argparse.Namespace) -> int:
         if env is None or env.rank == 0:
             _report(result["test"], config)
         return 0
-    from .training import fit
-    from .training.launch import preflight
+    from ..training import fit
+    from ..training.launch import preflight
 
     # An occupied run directory (or a checkpoint that does not fit) is refused before minutes
     # go on data and model, as for a distributed job.
@@ -151,7 +151,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _report(metrics: dict[str, float], config) -> None:
-    from .config import headline_columns
+    from ..config import headline_columns
 
     columns = (*headline_columns(config, "test"), "test_loss")
     scores = "  ".join(f"{c} {metrics[c]:.4f}" for c in columns)
@@ -159,11 +159,11 @@ def _report(metrics: dict[str, float], config) -> None:
 
 
 def _test(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from ..config import load_config
 
     config = load_config(args.config, args.overrides)
-    from .runs import load_checkpoint
-    from .training import Trainer
+    from ..runs import load_checkpoint
+    from ..training import Trainer
 
     load_checkpoint(args.checkpoint)  # a bad file fails before the data is built
     trainer = Trainer(config)
@@ -174,18 +174,18 @@ def _test(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from .config import load_config
-    from .errors import ConfigError
-    from .logs import configure_logging
+    from ..config import load_config
+    from ..errors import ConfigError
+    from ..logs import configure_logging
 
     config = load_config(args.config, args.overrides)
-    from .data import dataset_from_config
+    from ..data import dataset_from_config
 
     configure_logging(config.log_level)
     if args.world_size < 1:
         raise ConfigError(f"--world-size: expected a positive number, found {args.world_size}")
     if args.output is not None:
-        from .data.writing import write_embedded
+        from ..data.writing import write_embedded
 
         path = write_embedded(config.data, args.output, file_format=args.format)
         print(f"{config.data.num_graphs} causal sets written to {path}")
@@ -198,8 +198,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from .tune import STALE_AFTER_S, tune
-    from .tune.outputs import BEST_YAML, TRIALS_CSV, shown
+    from ..tune import STALE_AFTER_S, tune
+    from ..tune.outputs import BEST_YAML, TRIALS_CSV, shown
 
     study = tune(
         args.config,
@@ -223,9 +223,9 @@ def _predict(args: argparse.Namespace) -> int:
     import re
     from pathlib import Path
 
-    from .parallel import distributed
-    from .predict import predict
-    from .predict.run import DEFAULT_OUTPUT
+    from ..parallel import distributed
+    from ..predict import predict
+    from ..predict.run import DEFAULT_OUTPUT
 
     # ``--files a.h5 b.h5 data.seed=1``: what looks like an override is one
     files, overrides = [], list(args.overrides)
@@ -253,10 +253,10 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from .config import load_config
+    from ..config import load_config
 
     config = load_config(args.config, args.overrides)
-    from .training.profile import SUMMARY, profile, summary_table
+    from ..training.profile import SUMMARY, profile, summary_table
 
     target, rows = profile(config, steps=args.steps, world_size=args.world_size, output=args.output)
     print(summary_table(rows))
@@ -265,7 +265,7 @@ def _profile(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from .runs import plots
+    from ..runs import plots
 
     for path in args.runs:  # every directory checked first
         plots.read_run(path)
