@@ -55,7 +55,7 @@ import smoke  # noqa: E402
 
 from QuantumGravPy.config import config_from_dict  # noqa: E402
 from QuantumGravPy.physics import destroyed_sprinkling, sprinkle  # noqa: E402
-from QuantumGravPy.runs.directory import read_ranks  # noqa: E402
+from QuantumGravPy.runs.layout import read_ranks  # noqa: E402
 
 PREPARATION_TARGET = 1.5
 CHANCE_TARGET = 1.3

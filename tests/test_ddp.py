@@ -26,7 +26,7 @@ from conftest import (
 
 import QuantumGravPy as qg
 from QuantumGravPy.parallel.distributed import available_cores, free_port
-from QuantumGravPy.runs import directory as rd
+from QuantumGravPy.runs import layout as rd
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -282,7 +282,7 @@ def test_qg_generate_writes_files_that_qg_train_learns_from(make_config, tmp_pat
     assert trained.returncode == 0, trained.stderr
     assert "test_accuracy" in trained.stdout
     # each test prediction names the causal set it is of: its file, sample and group
-    rows = qg.runs.directory.read_predictions(Path(train.training.path))["dim"]
+    rows = qg.runs.layout.read_predictions(Path(train.training.path))["dim"]
     assert set(rows["source"]) == {str(store)} and len(set(rows["index"])) == len(rows["true"])
     sets = zarr.open_group(str(store), mode="r")
     for group, index, true in zip(rows["group"], rows["index"], rows["true"], strict=True):

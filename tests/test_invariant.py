@@ -16,7 +16,7 @@ from test_resume import final_state, killed
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import apply_overrides, config_from_dict
-from QuantumGravPy.runs import directory as rd
+from QuantumGravPy.runs import layout as rd
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -125,7 +125,7 @@ def test_a_crashed_run_says_why_in_its_log_and_a_plain_retry_starts_again(
     log = (run / "train.log").read_text()
     assert "stopped by an error during epoch 1: RuntimeError: broke in the training pass" in log
     assert "Traceback" in log  # not a user's mistake: where it happened, for a bug report
-    assert qg.runs.directory.results(run) == []  # nothing of value: a plain retry may start
+    assert qg.runs.layout.results(run) == []  # nothing of value: a plain retry may start
     retry = run_main(capsys, "train", cfg)
     assert retry.returncode == 0, retry.stderr
     assert "broke in the training pass" in (run / "train.log").read_text()  # kept, appended to
@@ -174,7 +174,7 @@ def test_a_checkpoint_that_does_not_fit_names_the_settings_and_tensors(
         "training.num_epochs=3",
     )  # fmt: skip
     assert_refused(resumed, "last.pt: does not fit", "model.hidden_channels 8", "encoder.weight")
-    assert len(qg.runs.directory.read_history(tmp_path / "run")) == 2  # the run is untouched
+    assert len(qg.runs.layout.read_history(tmp_path / "run")) == 2  # the run is untouched
     # weights that fit a model that computes otherwise: tested, with a word of warning
     gelu = run_main(capsys, "test", cfg, "--checkpoint", best, "model.activation=torch.nn.GELU")
     assert gelu.returncode == 0, gelu.stderr

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import assert_refused, run_main, train
 
-from QuantumGravPy.runs import directory as rd
+from QuantumGravPy.runs import layout as rd
 
 PNG = b"\x89PNG\r\n\x1a\n"
 # The panels of curves.png for a classification run, and the history columns each one draws.

@@ -59,7 +59,7 @@ def test_every_public_name_loads_on_first_use_and_submodules_keep_their_names():
     from QuantumGravPy.tune import outputs  # noqa: F401
 
     assert callable(qg.predict) and callable(qg.tune)
-    assert qg.config.per_process is not None and qg.runs.directory is not None
+    assert qg.config.per_process is not None and qg.runs.layout is not None
     with pytest.raises(AttributeError, match="no attribute 'Trainr'"):
         qg.Trainr  # noqa: B018
 

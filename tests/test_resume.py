@@ -24,7 +24,7 @@ from conftest import (
 import QuantumGravPy as qg
 from QuantumGravPy.config import apply_overrides, config_from_dict
 from QuantumGravPy.runs import check_resumable
-from QuantumGravPy.runs import directory as rd
+from QuantumGravPy.runs import layout as rd
 from QuantumGravPy.runs.checkpoint import save_checkpoint
 
 # Everything that draws random numbers or carries state across epochs: dropout (torch's RNG),

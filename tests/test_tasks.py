@@ -195,7 +195,7 @@ def test_two_processes_train_three_tasks_and_stop_on_a_binary_f1(make_config, tm
     _, _, test_split = qg.split_dataset(
         list(range(three.data.num_graphs)), three.data.split, three.data.seed
     )
-    kept = qg.runs.directory.read_predictions(three.run_dir)
+    kept = qg.runs.layout.read_predictions(three.run_dir)
     for task in kept.values():
         assert sorted(set(task["index"].tolist())) == sorted(test_split)
         assert set(task["source"]) == {"generated"}

@@ -14,8 +14,8 @@ from test_resume import kill_config, start_job
 
 import QuantumGravPy as qg
 from QuantumGravPy.compat.wandb import _records, offline_history
-from QuantumGravPy.runs import directory as rd
-from QuantumGravPy.runs.directory import WANDB_FILES
+from QuantumGravPy.runs import layout as rd
+from QuantumGravPy.runs.layout import WANDB_FILES
 
 pytestmark = pytest.mark.timeout(240)
 

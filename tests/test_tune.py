@@ -92,7 +92,7 @@ def test_a_study_prunes_and_its_best_config_trains(tmp_path, data_root, capsys, 
     for row, trial in zip(rows, stored_trials(study), strict=True):
         run = Path(row["run_dir"])
         assert run == study / f"trial_{trial.number:04d}"
-        history = qg.runs.directory.read_history(run)
+        history = qg.runs.layout.read_history(run)
         # every epoch reported once, at its number; a pruned trial stopped before the end
         assert sorted(trial.intermediate_values) == [h["epoch"] for h in history]
         assert int(row["epochs"]) == len(history)

@@ -121,7 +121,7 @@ def _train(args: argparse.Namespace) -> int:
     if force and not resume:
         raise ConfigError("--force only applies to --resume")
     from ..parallel.distributed import process_env, restart_count
-    from ..runs.directory import check_flags
+    from ..runs.layout import check_flags
 
     check_flags(overwrite=overwrite, resume=resume)
     configure_logging(config.log_level)  # what is done before the trainers start (the cache)

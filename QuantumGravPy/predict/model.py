@@ -24,7 +24,7 @@ from ..config.dotted import config_folder
 from ..data import dataset_from_config, graph_feature_width, num_node_features
 from ..errors import CheckpointError, RunDirectoryError
 from ..models import build_model
-from ..runs import directory as rd
+from ..runs import layout as rd
 from ..runs.checkpoint import evaluation_weights, load_checkpoint, load_model_state
 from ..training.devices import PRECISIONS, autocast, select_device
 from ..training.evaluation import to_device

@@ -29,7 +29,7 @@ import numpy as np
 from ..config import Config, load_config, shown_columns, task_list
 from ..errors import ConfigError, QGError
 from ..figures import new_figure, save
-from . import directory as rd
+from . import layout as rd
 
 CURVES = "curves.png"
 CONFUSION = "confusion_matrix.png"

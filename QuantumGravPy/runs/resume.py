@@ -19,7 +19,7 @@ from ..config import Config, config_to_dict, per_process
 from ..errors import CheckpointError, ConfigError, flag
 from ..parallel.strategies import STRATEGIES
 from .checkpoint import FORMAT_VERSION, load_checkpoint
-from .directory import CHECKPOINTS, LAST, check_startable
+from .layout import CHECKPOINTS, LAST, check_startable
 from .reproducibility import version_changes
 
 # Keys a resumed run may change: how long it runs, where its files go, and how it is spread over

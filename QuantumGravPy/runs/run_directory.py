@@ -17,7 +17,7 @@ from typing import Any
 from ..config import Config, config_to_dict, dump_config
 from ..errors import QGError, cause
 from ..logs import add_file_handler
-from . import directory as rd
+from . import layout as rd
 from . import plots
 from .tracking import MLflowTracker, TensorBoardTracker
 from .wandb_run import WandbTracker

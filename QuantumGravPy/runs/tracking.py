@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import ConfigError, OutageError, require, unreachable
 from ..logs import get_logger
-from .directory import (
+from .layout import (
     CHECKPOINTS,
     CONFIG,
     HISTORY,

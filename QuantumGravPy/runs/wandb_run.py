@@ -22,7 +22,7 @@ from typing import Any
 from ..compat.wandb import offline_history
 from ..errors import ConfigError, OutageError, require, unreachable
 from ..logs import get_logger
-from .directory import WANDB, WANDB_FILES, write_atomic
+from .layout import WANDB, WANDB_FILES, write_atomic
 from .tracking import log_safely
 
 

@@ -20,7 +20,7 @@ from torch import nn
 from ..config import Config, config_to_dict
 from ..errors import CheckpointError, DiskFullError, cause, flag
 from ..parallel.strategies import Strategy
-from ..runs import directory as rd
+from ..runs import layout as rd
 from ..runs.checkpoint import checkpoint_epoch, load_model_state, save_checkpoint
 from ..runs.resume import config_digest
 from .early_stopping import MetricStopping

@@ -16,7 +16,7 @@ from ..logs import append_to_log
 from ..parallel import WorkerError, distributed, run_distributed
 from ..parallel.strategies import strategy_class
 from ..runs import check_resumable
-from ..runs.directory import LOG, check_flags, check_run_dir
+from ..runs.layout import LOG, check_flags, check_run_dir
 from .fit import fit
 
 

@@ -24,7 +24,7 @@ import torch
 from ..config import Config
 from ..errors import ConfigError, RunDirectoryError, option
 from ..parallel import distributed, run_distributed
-from ..runs.directory import results, write_rows
+from ..runs.layout import results, write_rows
 from .fit import opened
 from .launch import build_cache
 from .trainer import Trainer

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from ..config import Config, shown_columns
 from ..data.provenance import provenance, with_sources
 from ..errors import DiskFullError
-from ..runs import directory as rd
+from ..runs import layout as rd
 from ..runs.run_directory import RunDirectory
 from .callbacks import Callbacks
 from .checkpointing import Checkpoints

@@ -31,7 +31,7 @@ from ..data import (
 )
 from ..logs import configure_logging, set_terminal_level
 from ..parallel.strategies import Strategy, strategy_class
-from ..runs import directory as rd
+from ..runs import layout as rd
 from ..runs import reproducibility as rs
 from ..runs.resume import read_resume_state
 from ..runs.run_directory import RunDirectory

@@ -16,7 +16,7 @@ import yaml
 from ..config import config_from_dict
 from ..config.loading import set_key
 from ..logs import get_logger
-from ..runs.directory import write_atomic
+from ..runs.layout import write_atomic
 from .plots import plot_history, plot_params
 from .space import SearchSpace
 

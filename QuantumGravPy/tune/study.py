@@ -39,7 +39,7 @@ from ..logs import add_file_handler, configure_logging, get_logger
 from ..parallel import spawn
 from ..parallel.distributed import available_cores
 from ..parallel.spawn import resolve_backend
-from ..runs import directory as rd
+from ..runs import layout as rd
 from .outputs import SURPLUS, counted, write_outputs
 from .space import SearchSpace, trial_config
 from .storage import JOURNAL, open_storage, redact

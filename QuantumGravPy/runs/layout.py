@@ -1,4 +1,6 @@
-"""The run directory: what a run leaves behind, and the guard against overwriting a finished one."""
+"""The run directory's layout: the files a run leaves behind, their names, reading and writing
+them, and the guard against overwriting a finished run (:mod:`.run_directory` is one run's
+directory as an object, which writes them as the run goes)."""
 
 from __future__ import annotations
 
