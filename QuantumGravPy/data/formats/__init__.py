@@ -4,8 +4,24 @@ is asked is :class:`~.base.FileFormat`'s; a new format is a new module here (eve
 this package is imported, and each subclass with a ``name`` registers itself)."""
 
 from ...registry import import_all
-from .base import FORMATS, FileFormat, described, format_of, suffixes, writable
+from .base import (
+    FORMATS,
+    FileFormat,
+    described,
+    format_of,
+    reference_markdown,
+    suffixes,
+    writable,
+)
 
 import_all(__name__, __path__)
 
-__all__ = ["FORMATS", "FileFormat", "described", "format_of", "suffixes", "writable"]
+__all__ = [
+    "FORMATS",
+    "FileFormat",
+    "described",
+    "format_of",
+    "reference_markdown",
+    "suffixes",
+    "writable",
+]

@@ -120,5 +120,18 @@ def writable() -> list[type[FileFormat]]:
     return [cls for cls in FORMATS if not cls.holds_graphs]
 
 
+def reference_markdown() -> str:
+    """The table of the file formats for the documentation, from their classes."""
+    lines = ["| format | suffixes | read with | by its content | written by `qg generate` |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for cls in FORMATS:
+        content = "yes" if "recognises" in vars(cls) else "no"
+        written = "no" if cls.holds_graphs else f"`--format {cls.name}`"
+        shown = ", ".join(f"`{s}`" for s in cls.suffixes)
+        title = cls.title[:1].upper() + cls.title[1:]
+        lines.append(f"| {title} | {shown} | {cls.module} | {content} | {written} |")
+    return "\n".join(lines)
+
+
 def suffixes() -> tuple[str, ...]:
     return tuple(s for cls in FORMATS for s in cls.suffixes)
