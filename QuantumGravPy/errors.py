@@ -58,8 +58,8 @@ class DiskFullError(RunError):
     Not a mistake in what the user passed: the message names the file being written and what
     is kept (``kept``, once known), and the run continues with ``--resume`` once there is room."""
 
-    def __init__(self, message: str, *, kept: str | None = None):
-        super().__init__(f"{message}; {kept}" if kept else message)
+    def __init__(self, message: str, *, kept: str | None = None, traceback: str | None = None):
+        super().__init__(f"{message}; {kept}" if kept else message, traceback=traceback)
         self.kept = kept
 
 

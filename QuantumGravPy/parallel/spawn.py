@@ -261,7 +261,6 @@ def _record(out: Path, rank: int, error: QGError | RunError) -> None:
         "library": isinstance(error, QGError),  # one of the library's errors of what it met
         "users": isinstance(error, QGError) and getattr(error, "users", True),
         "class": type(error).__name__,
-        "kept": getattr(error, "kept", None),
         "followed": isinstance(error, distributed.RankFailedError),
     }
     (out / f"error{rank}.json").write_text(json.dumps(record))
@@ -285,11 +284,8 @@ def _recorded(out: Path, rank: int, detail: str) -> Exception | None:
         error = WorkerError(message, rank=rank)
         error.users = found["users"]
         return error
-    if found["class"] == "DiskFullError":
-        return DiskFullError(f"rank {rank}: {found['message']}")
-    error = OutageError(message) if found["class"] == "OutageError" else RunError(message)
-    error.traceback = detail
-    return error
+    kinds = {"DiskFullError": DiskFullError, "OutageError": OutageError}
+    return kinds.get(found["class"], RunError)(message, traceback=detail)
 
 
 def _failure(out: Path, rank: int, detail: str, context, timeout_s: float) -> Exception:
