@@ -46,6 +46,9 @@ class Registry(Generic[T]):
             f"{key or self.key}: unknown {name!r} (known: {', '.join(sorted(self._classes))}){hint}"
         )
 
+    def names(self) -> list[str]:
+        return sorted(self._classes)
+
     def __iter__(self) -> Iterator[type[T]]:
         return iter(sorted(self._classes.values(), key=lambda cls: cls.name))  # type: ignore
 

@@ -82,7 +82,7 @@ def main() -> int:
                 "data.split=[0.768, 0.116, 0.116]",
                 "parallel.strategy=invariant",
                 "training.global_batch_size=384",
-                "parallel.micro_batches=12",
+                "parallel.invariant.micro_batches=12",
                 "training.num_epochs=3",
                 "early_stopping.enabled=false",
                 "log_level=WARNING",

@@ -1,6 +1,7 @@
 """The documentation: the site builds strictly, documents every config key and public name,
 quotes the last benchmark run, and the README stays a page a visitor reads."""
 
+import dataclasses
 import inspect
 import os
 import re
@@ -42,11 +43,13 @@ def test_the_site_builds_in_strict_mode(tmp_path):
     assert ":class:" not in api  # the hook turns Sphinx roles into code
     tutorial = (tmp_path / "tutorial" / "index.html").read_text(encoding="utf-8")
     assert tutorial.count("data:image/png;base64") >= 4  # the notebook's plots
-    # the table of strategies, made from their classes: each says what it does and refuses
+    # the table of strategies, made from their classes: each says what it does, its own keys
+    # and what it refuses
     page = (tmp_path / "distributed" / "index.html").read_text(encoding="utf-8")
     for cls in strategies.STRATEGIES:
         assert f"<td><code>{cls.name}</code></td>" in page, cls.name
-        assert cls.refused() != "nothing", cls.name
+        keys = dataclasses.fields(cls.Settings) if cls.Settings else ()
+        assert all(f"<code>{f.name}</code> (" in page for f in keys), cls.name
     assert "<!-- strategies -->" not in page
     # and the table of task kinds with their metrics
     page = (tmp_path / "training" / "index.html").read_text(encoding="utf-8")

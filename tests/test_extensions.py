@@ -18,6 +18,8 @@ from QuantumGravPy.data.formats import format_of
 MODULE = '''
 """What a user adds: each class registers itself under its name when this module is imported."""
 
+from dataclasses import dataclass
+
 from torchmetrics.classification import BinaryMatthewsCorrCoef
 
 from QuantumGravPy.data.formats.hdf5_format import HDF5
@@ -58,10 +60,30 @@ class Sized(DataKind):
         return sprinkle(n, d, seed)
 
 
+@dataclass(frozen=True)
+class PlainSettings:
+    bucket_cap_mb: float = 25.0  # DDP's gradient buckets
+
+
 class PlainDDP(DDPStrategy):
-    """DDP under a name of our own."""
+    """DDP under a name of our own, with a setting of its own."""
 
     name = "plain_ddp"
+    Settings = PlainSettings
+
+    @classmethod
+    def notices(cls, config, processes):
+        size = cls.settings(config).bucket_cap_mb
+        return [f"plain_ddp: buckets of {size} MB"] if size < 25 else []
+
+    @classmethod
+    def from_config(cls, config, device, **kwargs):
+        strategy = cls(device)
+        strategy.bucket_cap_mb = cls.settings(config).bucket_cap_mb
+        return strategy
+
+    def ddp_options(self):
+        return {"bucket_cap_mb": self.bucket_cap_mb}
 
 
 class Ours(HDF5):
@@ -120,7 +142,7 @@ def extended(tmp_path, config_file, capsys):
     raw["tasks"] = [
         {"name": "second", "type": "yes_or_no", "target": "y", "metrics": ["accuracy", "matthews"]}
     ]
-    raw["parallel"] = {"strategy": "plain_ddp", "world_size": 2}
+    raw["parallel"] = {"strategy": "plain_ddp", "world_size": 2, "plain_ddp": {"bucket_cap_mb": 5}}
     raw["training"]["num_epochs"] = 1
     raw["extensions"] = ["my_kinds"]
     path = tmp_path / "extended.yaml"
@@ -141,6 +163,11 @@ def test_a_users_task_kind_strategy_and_format_train_from_the_command_line(exten
     assert -1 <= summary["test_matthews"] <= 1, summary
     run = qg.load_checkpoint(f"{raw['training']['path']}/checkpoints/last.pt")
     assert run["config"]["parallel"]["strategy"] == "plain_ddp" and run["world_size"] == 2
+    # its own setting, read from its section and checked as every key is
+    assert "plain_ddp: buckets of 5.0 MB" in (run_dir / "train.log").read_text()
+    assert run["config"]["parallel"]["plain_ddp"] == {"bucket_cap_mb": 5}
+    wrong = run_main(capsys, "train", path, "parallel.plain_ddp.bucket_cap_mb=big")
+    assert_refused(wrong, "parallel.plain_ddp.bucket_cap_mb: expected a number, found 'big'")
     assert run["config"]["tasks"][0]["type"] == "yes_or_no"
 
 

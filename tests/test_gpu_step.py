@@ -101,7 +101,7 @@ def test_tf32_is_on_for_float32_except_under_the_invariant_strategy(make_config,
     trainer.close()
     assert torch.get_float32_matmul_precision() == before
     invariant = make_config(
-        "training.device=cuda", "parallel.strategy=invariant", "parallel.micro_batches=2",
+        "training.device=cuda", "parallel.strategy=invariant", "parallel.invariant.micro_batches=2",
         "training.global_batch_size=16", f"training.path={tmp_path / 'invariant'}",
     )  # fmt: skip
     trainer = qg.Trainer(invariant)

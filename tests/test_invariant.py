@@ -161,7 +161,7 @@ def test_global_batch_size_splits_over_the_processes(tmp_path, data_root):
         (["training.global_batch_size=null"], "parallel.strategy invariant: needs "
          "training.global_batch_size"),
         (["training.global_batch_size=30"], "training.global_batch_size 30 is not a multiple "
-         "of parallel.micro_batches 12"),
+         "of parallel.invariant.micro_batches 12"),
         (["model.norm=batch"], "not with model.norm batch"),
         # the old spelling, parallel.invariant: true, with another strategy
         (["parallel.strategy=zero", "parallel.invariant=true"], "parallel.invariant: only "
@@ -170,8 +170,8 @@ def test_global_batch_size_splits_over_the_processes(tmp_path, data_root):
          "ddp (found fsdp)"),
         (["augmentation.seeding=per_rank"], "not with augmentation.seeding per_rank"),
         (["validation.mode=sharded"], "needs validation.mode rank0"),
-        (["parallel.world_size=5"], "parallel.micro_batches 12 micro-batches do not divide "
-         "over 5 processes"),
+        (["parallel.world_size=5"], "parallel.invariant.micro_batches 12 micro-batches do not "
+         "divide over 5 processes"),
     ],
 )  # fmt: skip
 def test_what_invariance_cannot_hold_is_refused_in_one_line(
@@ -185,7 +185,9 @@ def test_what_invariance_cannot_hold_is_refused_in_one_line(
 
 def test_the_older_spelling_is_read_as_the_strategy_with_a_note(tmp_path, data_root, capsys):
     """``parallel.invariant: true`` and ``parallel.shards`` (before the strategy had a class of
-    its own) still mean ``parallel.strategy: invariant`` and ``parallel.micro_batches``."""
+    its own) still mean ``parallel.strategy: invariant`` and
+    ``parallel.invariant.micro_batches``, as ``parallel.micro_batches`` (before the strategy had
+    settings of its own) does."""
     path = write_config(tmp_path, data_root, "old", "parallel.strategy=ddp")
     raw = yaml.safe_load(path.read_text())
     raw["parallel"] = {**raw.get("parallel", {}), "invariant": True, "shards": 5}
@@ -195,9 +197,16 @@ def test_the_older_spelling_is_read_as_the_strategy_with_a_note(tmp_path, data_r
     # read as the strategy with 5 micro-batches: 24 graphs do not cut into 5; a note for each
     *notes, error = result.stderr.strip().splitlines()
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "training.global_batch_size 24 is not a multiple of parallel.micro_batches 5" in error
+    assert "global_batch_size 24 is not a multiple of parallel.invariant.micro_batches 5" in error
     assert len(notes) == 2, notes
-    assert "parallel.shards is now called parallel.micro_batches" in notes[0]
-    assert "parallel.invariant: true is now written parallel.strategy: invariant" in notes[1]
-    both = run_main(capsys, "train", path, "parallel.micro_batches=6")
-    assert_refused(both, "parallel.shards: the old name of parallel.micro_batches")
+    assert "parallel.invariant: true is now written parallel.strategy: invariant" in notes[0]
+    assert "parallel.shards is now called parallel.invariant.micro_batches" in notes[1]
+    both = run_main(capsys, "train", path, "parallel.micro_batches=6")  # two old names of one
+    assert_refused(both, "parallel.micro_batches: the old name of parallel.invariant.micro_batches")
+    raw["parallel"] = {"strategy": "invariant", "micro_batches": 5}
+    path.write_text(yaml.safe_dump(raw))
+    result = run_main(capsys, "train", path)
+    *notes, error = result.stderr.strip().splitlines()
+    assert "global_batch_size 24 is not a multiple of parallel.invariant.micro_batches 5" in error
+    assert len(notes) == 1
+    assert "note: parallel.micro_batches is now called parallel.invariant.micro_batches" in notes[0]

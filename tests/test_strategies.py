@@ -1,5 +1,8 @@
-"""parallel.strategy: zero and fsdp train as ddp does, and their checkpoints are plain ones that
-any strategy and any number of processes resumes."""
+"""parallel.strategy: every strategy trains as ddp does, and its checkpoints are plain ones that
+any strategy and any number of processes resumes.
+
+The strategies are read from the registry: one added to the package (or by an extension) is
+tested here without a line of this file changing; settings of its own take their defaults."""
 
 import csv
 import json
@@ -8,7 +11,14 @@ import pytest
 import torch
 from conftest import ROOT, assert_refused, run_main
 
+import QuantumGravPy as qg
+from QuantumGravPy.parallel.strategies import STRATEGIES
+
 SHIPPED = ROOT / "configs" / "train_ddp.yaml"
+EVERY = STRATEGIES.names()
+# 24 graphs per step over the ranks, a multiple of every shipped strategy's cut (invariant's
+# 12 micro-batches): the same batches, so the same weights, whatever the strategy
+GLOBAL = "training.global_batch_size=24"
 
 
 def small(tmp_path, data_root, name, *extra):
@@ -39,21 +49,26 @@ def largest_difference(a: dict, b: dict) -> float:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("precision, tolerance", [("64", 1e-10), ("32", 1e-5)])
-def test_zero_and_fsdp_train_the_shipped_config_as_ddp_does(
+def test_every_strategy_trains_the_shipped_config_as_ddp_does(
     tmp_path, data_root, capsys, precision, tolerance
 ):
     """After 2 epochs, the same weights and optimizer state (the plain optimizer's, in the
     checkpoint) and the same accuracy; the log and environment.json name the strategy."""
     runs = {}
-    for strategy in ("ddp", "zero", "fsdp"):
-        args = small(tmp_path, data_root, strategy, "training.num_epochs=2",
+    for strategy in EVERY:
+        args = small(tmp_path, data_root, strategy, "training.num_epochs=2", GLOBAL,
                      f"training.precision={precision}", f"parallel.strategy={strategy}")  # fmt: skip
         result = run_main(capsys, "train", SHIPPED, *args)
         assert result.returncode == 0, result.stderr
         runs[strategy] = tmp_path / strategy
     ddp = last(runs["ddp"])
-    for strategy in ("zero", "fsdp"):
+    for strategy in EVERY:
         other = last(runs[strategy])
+        assert f"strategy {strategy}" in (runs[strategy] / "train.log").read_text()
+        environment = json.loads((runs[strategy] / "environment.json").read_text())
+        assert environment[-1]["strategy"] == strategy
+        if STRATEGIES.get(strategy).cuts_batches:
+            continue  # batches cut its own way (invariant's fixed micro-batches): other numbers
         assert largest_difference(other["model"], ddp["model"]) <= tolerance, strategy
         states = other["optimizer"]["state"], ddp["optimizer"]["state"]
         assert states[0].keys() == states[1].keys()
@@ -61,9 +76,6 @@ def test_zero_and_fsdp_train_the_shipped_config_as_ddp_does(
             assert largest_difference(states[0][i], states[1][i]) <= tolerance, (strategy, i)
         accuracy = other["history"][-1]["val_accuracy"]
         assert accuracy == pytest.approx(ddp["history"][-1]["val_accuracy"], abs=0.02)
-        assert f"strategy {strategy}" in (runs[strategy] / "train.log").read_text()
-        environment = json.loads((runs[strategy] / "environment.json").read_text())
-        assert environment[-1]["strategy"] == strategy
     for strategy, run in runs.items():
         # every strategy's exchange is timed (fsdp's reduce-scatters too), on every rank
         rows = exchanges(run)
@@ -71,23 +83,27 @@ def test_zero_and_fsdp_train_the_shipped_config_as_ddp_does(
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("strategy", ["zero", "fsdp"])
+@pytest.mark.parametrize("strategy", [name for name in EVERY if name != "ddp"])
 def test_a_sharded_checkpoint_resumes_in_one_process_and_is_tested(
     tmp_path, data_root, capsys, strategy
 ):
-    """Checkpoints hold the plain optimizer's state: a 2-rank zero or fsdp run continues as
-    one process (with ddp's numbering of the parameters) and `qg test` reads its best.pt."""
+    """Checkpoints hold the plain optimizer's state: a 2-rank run of any strategy continues as
+    one process (with ddp's numbering of the parameters), saying what the strategy does not do
+    there, and `qg test` reads its best.pt."""
     args = small(
-        tmp_path, data_root, "run", f"parallel.strategy={strategy}", "training.ema_decay=0.9"
-    )
+        tmp_path, data_root, "run", f"parallel.strategy={strategy}", "training.ema_decay=0.9",
+        GLOBAL,
+    )  # fmt: skip
     first = run_main(capsys, "train", SHIPPED, *args, "training.num_epochs=2")
     assert first.returncode == 0, first.stderr
-    one = ("parallel.world_size=1", "training.batch_size=16", "training.num_epochs=3")
+    one = ("parallel.world_size=1", "training.num_epochs=3")
     again = run_main(capsys, "train", SHIPPED, *args, *one, "--resume")
     assert again.returncode == 0, again.stderr
     log = (tmp_path / "run" / "train.log").read_text()
     assert "resumed from" in log
-    assert f"{strategy} shares the optimizer state between processes; with one process" in log
+    alone = qg.load_config(SHIPPED, [*args, *one])
+    for notice in STRATEGIES.get(strategy).notices(alone, 1):
+        assert notice in log, notice
     assert [row["epoch"] for row in last(tmp_path / "run")["history"]] == [1, 2, 3]
     best = tmp_path / "run" / "checkpoints" / "best.pt"
     tested = run_main(capsys, "test", SHIPPED, *args, *one, "--checkpoint", best)
@@ -99,7 +115,28 @@ def test_a_sharded_checkpoint_resumes_in_one_process_and_is_tested(
     "overrides, fragments",
     [
         (["parallel.strategy=zer0"], ["parallel.strategy", "zero"]),
-        (["parallel.fsdp_modules=[torch.nn.Linear]"], ["parallel.fsdp_modules", "only with"]),
+        # a section of a strategy not chosen would do nothing: refused, naming both
+        (
+            ["parallel.fsdp.modules=[torch.nn.Linear]"],
+            ["parallel.fsdp: the settings of strategy fsdp, but parallel.strategy is ddp"],
+        ),
+        (["parallel.fdsp.modules=[torch.nn.Linear]"], ["parallel.fdsp: unknown key", "fsdp?"]),
+        (
+            ["parallel.strategy=fsdp", "parallel.fsdp.units=[torch.nn.Linear]"],
+            ["parallel.fsdp.units: unknown key (known here: modules)"],
+        ),
+        (
+            [
+                "parallel.strategy=invariant",
+                "training.global_batch_size=24",
+                "parallel.invariant.micro_batches=0",
+            ],
+            ["parallel.invariant.micro_batches: expected a positive number, found 0"],
+        ),
+        (
+            ["parallel.strategy=zero", "parallel.zero.x=1"],
+            ["parallel.zero: strategy zero has no settings"],
+        ),
         (
             ["parallel.strategy=fsdp", "parallel.find_unused_parameters=true"],
             ["parallel.find_unused_parameters", "fsdp"],
@@ -114,25 +151,25 @@ def test_impossible_strategy_settings_are_refused(
 
 
 def test_fsdp_units_of_a_users_model_are_named_by_class(tmp_path, data_root, capsys):
-    """parallel.fsdp_modules: a class the model has no submodule of is refused, naming those
+    """parallel.fsdp.modules: a class the model has no submodule of is refused, naming those
     it has; for the built-in model (sharded per block and head) the key is refused."""
     user = ["model.type=user_models.SmallGCN", "model.kwargs={hidden: 12}",
             "parallel.strategy=fsdp"]  # fmt: skip
     result = run_main(
         capsys, "train", SHIPPED, *small(tmp_path, data_root, "a"), *user,
-        "parallel.fsdp_modules=[torch.nn.LSTM]",
+        "parallel.fsdp.modules=[torch.nn.LSTM]",
     )  # fmt: skip
     # found when the ranks build the model: after the launcher's preparation, which its
     # log_level INFO reports, the one error line, exit 2
     assert result.returncode == 2 and "Traceback" not in result.stderr
     error = result.stderr.strip().splitlines()[-1]
-    assert error.startswith("error: rank ") and ": parallel.fsdp_modules: " in error
+    assert error.startswith("error: rank ") and ": parallel.fsdp.modules: " in error
     assert "the model has no submodule of class torch.nn.LSTM" in error and "GCNConv" in error
     result = run_main(
         capsys, "train", SHIPPED, *small(tmp_path, data_root, "b"), "parallel.strategy=fsdp",
-        "parallel.fsdp_modules=[torch.nn.Linear]",
+        "parallel.fsdp.modules=[torch.nn.Linear]",
     )  # fmt: skip
-    assert_refused(result, "parallel.fsdp_modules", "built-in model")
+    assert_refused(result, "parallel.fsdp.modules", "built-in model")
 
 
 @pytest.mark.timeout(300)
@@ -142,7 +179,7 @@ def test_a_users_model_sharded_by_its_layers_trains_as_under_ddp(tmp_path, data_
     runs = {}
     for name, extra in {
         "ddp": [],
-        "fsdp": ["parallel.strategy=fsdp", "parallel.fsdp_modules=[torch_geometric.nn.GCNConv]"],
+        "fsdp": ["parallel.strategy=fsdp", "parallel.fsdp.modules=[torch_geometric.nn.GCNConv]"],
     }.items():
         result = run_main(
             capsys, "train", SHIPPED, *small(tmp_path, data_root, name), *user, *extra

@@ -101,7 +101,9 @@ def reference_rows(cls: type = Config, prefix: str = "") -> list[tuple[str, str,
             section = inner[0]  # an optional section, such as lr_scheduler
         meaning = comments.get(f.name, "")
         args = typing.get_args(tp)
-        if (
+        if f.metadata.get("sections"):  # sections under names of their own
+            rows.append((f"{prefix}<{f.metadata['sections']}>", "section", "", meaning))
+        elif (
             typing.get_origin(tp) is tuple
             and args[-1] is Ellipsis
             and dataclasses.is_dataclass(args[0])

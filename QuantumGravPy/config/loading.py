@@ -99,26 +99,34 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
     return config
 
 
+# Keys of earlier versions that a strategy's section now holds: old key, (section, key).
+MOVED = {
+    "shards": ("invariant", "micro_batches"),
+    "micro_batches": ("invariant", "micro_batches"),
+    "fsdp_modules": ("fsdp", "modules"),
+}
+
+
 def upgrade(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
     """``raw`` with the keys of earlier versions replaced by what they became, and a note for
-    each: ``parallel.shards`` is ``parallel.micro_batches``; ``parallel.invariant: true`` is
-    ``parallel.strategy: invariant``."""
+    each: ``parallel.shards`` and ``parallel.micro_batches`` are
+    ``parallel.invariant.micro_batches``; ``parallel.fsdp_modules`` is
+    ``parallel.fsdp.modules``; ``parallel.invariant: true`` is ``parallel.strategy:
+    invariant``."""
     parallel = raw.get("parallel") if isinstance(raw, Mapping) else None
-    if not isinstance(parallel, Mapping) or not {"shards", "invariant"} & set(parallel):
+    if not isinstance(parallel, Mapping):
         return raw, []
-    parallel, notes = dict(parallel), []
-    if "shards" in parallel:
-        if "micro_batches" in parallel:
-            raise ConfigError(
-                "parallel.shards: the old name of parallel.micro_batches; give only "
-                "parallel.micro_batches"
-            )
-        parallel["micro_batches"] = parallel.pop("shards")
-        notes.append("parallel.shards is now called parallel.micro_batches; read as such")
-    if "invariant" in parallel:
+    old_switch = "invariant" in parallel and not isinstance(parallel["invariant"], Mapping)
+    if not old_switch and not set(MOVED) & set(parallel):
+        return raw, []
+    parallel, notes = _deep_copy(parallel), []
+    if old_switch:
         invariant = parallel.pop("invariant")
         if invariant not in (True, False):
-            raise ConfigError(f"parallel.invariant: expected true or false, found {invariant!r}")
+            raise ConfigError(
+                f"parallel.invariant: expected a section (the invariant strategy's settings), "
+                f"or true or false as earlier versions did, found {invariant!r}"
+            )
         strategy = parallel.get("strategy", "ddp")
         if invariant and strategy not in ("ddp", "invariant"):
             raise ConfigError(
@@ -129,20 +137,39 @@ def upgrade(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
             notes.append(
                 "parallel.invariant: true is now written parallel.strategy: invariant; read as such"
             )
+    for old, (section, key) in MOVED.items():
+        if old not in parallel:
+            continue
+        new = f"parallel.{section}.{key}"
+        into = parallel.setdefault(section, {})
+        if not isinstance(into, dict) or key in into:
+            raise ConfigError(f"parallel.{old}: the old name of {new}; give only {new}")
+        into[key] = parallel.pop(old)
+        notes.append(f"parallel.{old} is now called {new}; read as such")
     return {**raw, "parallel": parallel}, notes
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
-    """Plain YAML-safe dict (tuples become lists)."""
+    """Plain YAML-safe dict (tuples become lists), as a config file writes it: a field of
+    sections (``parallel.settings``) as the sections themselves."""
 
     def plain(v: Any) -> Any:
+        if dataclasses.is_dataclass(v):
+            out = {}
+            for f in dataclasses.fields(v):
+                value = plain(getattr(v, f.name))
+                if f.metadata.get("sections"):
+                    out.update(value)
+                else:
+                    out[f.name] = value
+            return out
         if isinstance(v, (tuple, list)):
             return [plain(x) for x in v]
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items()}
         return v
 
-    return plain(dataclasses.asdict(config))
+    return plain(config)
 
 
 def dump_config(config: Config) -> str:
@@ -182,6 +209,13 @@ def set_key(raw: dict[str, Any], key: str, value: Any) -> None:
 # --- the schema walker ---------------------------------------------------------------------------
 
 
+def build_section(cls: type, raw: Any, key: str) -> Any:
+    """The dataclass ``cls`` from the section ``raw`` found at ``key`` (a dotted key such as
+    ``parallel.fsdp``), checked as every key of the config is: what a component that declares
+    its own settings (a strategy) reads them with."""
+    return _build(cls, {} if raw is None else raw, key + ".")
+
+
 def _build(cls: type, raw: Any, prefix: str) -> Any:
     if not isinstance(raw, Mapping):
         raise ConfigError(
@@ -189,13 +223,24 @@ def _build(cls: type, raw: Any, prefix: str) -> Any:
         )
     hints = typing.get_type_hints(cls, include_extras=True)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    # A field marked "sections" takes the sections (mappings) under names of its own, which
+    # the code that reads them checks (parallel.fsdp: the strategy of that name).
+    open_field = next((n for n, f in fields.items() if f.metadata.get("sections")), None)
+    sections = {}
     for key in raw:
-        if key not in fields:
-            close = difflib.get_close_matches(str(key), fields, n=1)
-            hint = f"; did you mean {prefix}{close[0]}?" if close else ""
-            raise ConfigError(f"{prefix}{key}: unknown key (known here: {', '.join(fields)}){hint}")
-    values = {}
+        if key in fields and key != open_field:
+            continue
+        if open_field is not None and key != open_field and isinstance(raw[key], Mapping):
+            sections[key] = _deep_copy(raw[key])
+            continue
+        known = [n for n in fields if n != open_field]
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+        raise ConfigError(f"{prefix}{key}: unknown key (known here: {', '.join(known)}){hint}")
+    values = {open_field: sections} if open_field is not None else {}
     for name, f in fields.items():
+        if name == open_field:
+            continue
         key = prefix + name
         if name in raw:
             value = _convert(hints[name], raw[name], key)

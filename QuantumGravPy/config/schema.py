@@ -326,13 +326,10 @@ class ParallelConfig:
     # Extending). Checkpoints hold full state dicts whatever it is: any strategy and number of
     # processes resumes any other's
     strategy: str = "ddp"
-    # fsdp with your own model.type: dotted class names of its submodules that become units
-    # (gathered only while they run); empty: the whole model is one (built-in: blocks, heads)
-    fsdp_modules: tuple[str, ...] = ()
-    # strategy invariant: each global batch is cut into this many fixed micro-batches (any
-    # number of processes dividing it gives the same bits; training.global_batch_size is a
-    # multiple of it). Was parallel.shards
-    micro_batches: int = field(default=12, metadata=_POSITIVE)
+    # the chosen strategy's own keys, in a section named after it (parallel.fsdp.modules,
+    # parallel.invariant.micro_batches); its class declares and checks them, and Distributed
+    # lists each strategy's. A section of a strategy not chosen is refused
+    settings: dict[str, dict] = field(default_factory=dict, metadata={"sections": "strategy"})
 
 
 # training.sampler's named samplers (built in data/samplers.py); anything else is a dotted path.

@@ -9,7 +9,7 @@ A model is an ordinary ``nn.Module`` called as ``model(batch)``; it knows nothin
 files or data loading. Imports ``config`` and the ground floor.
 """
 
-from .build import build_model, forward_failure, shard_units, task_output
+from .build import build_model, forward_failure, task_output
 from .gnn import GNNModel
 
-__all__ = ["GNNModel", "build_model", "forward_failure", "shard_units", "task_output"]
+__all__ = ["GNNModel", "build_model", "forward_failure", "task_output"]

@@ -150,30 +150,3 @@ def task_output(
             f"expected [{rows}, {num_outputs}] (one row per {level}, one column per output)"
         )
     return outputs
-
-
-def shard_units(model: nn.Module, names: tuple[str, ...] = ()) -> list[list[nn.Module]]:
-    """The submodules ``parallel.strategy: fsdp`` shards as units of their own, innermost
-    first: the built-in model's blocks and heads, or those of ``model``'s submodules whose class
-    ``parallel.fsdp_modules`` names (``names``, dotted paths; empty: none, the whole model is
-    one unit). A class the model has no submodule of is refused, naming those it has."""
-    if not names:
-        return model.shard_units() if isinstance(model, GNNModel) else []
-    if isinstance(model, GNNModel):
-        raise ConfigError(
-            "parallel.fsdp_modules: only for your own model.type; the built-in model is sharded "
-            f"per block and per head (found {list(names)})"
-        )
-    inner = [m for m in model.modules() if m is not model][::-1]  # children before parents
-    units = []
-    for name in names:
-        cls = resolve(name, key="parallel.fsdp_modules")
-        chosen = [m for m in inner if type(m) is cls]
-        if not chosen:
-            present = sorted({type(m).__name__ for m in inner})
-            raise ConfigError(
-                f"parallel.fsdp_modules: the model has no submodule of class {name}; its "
-                f"submodules are {', '.join(present) or 'none'}"
-            )
-        units += chosen
-    return [[m] for m in sorted(units, key=inner.index)]

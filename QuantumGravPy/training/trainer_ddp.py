@@ -30,7 +30,6 @@ from ..data import SHARED_BUILD_MIN, dataset_from_config, epoch_sampler
 from ..data.digest import check_same_on_every_rank, digest
 from ..errors import ConfigError, QGError, RunError
 from ..logs import LOGGER_NAME, configure_logging, waiting
-from ..models import shard_units
 from ..parallel import distributed, sharing, shm_comm
 from ..parallel.distributed import DistributedError, RankFailedError
 from ..parallel.strategies import Strategy
@@ -120,12 +119,9 @@ class TrainerDDP(Trainer):
         return self.strategy.no_sync(self.train_module)
 
     def make_strategy(self) -> Strategy:
+        # fsdp with bf16 / 16 gathers and computes in bfloat16 / float16 weights
         return self.strategy_class.from_config(
-            self.config,
-            self.device,
-            units=lambda module: shard_units(module, self.config.parallel.fsdp_modules),
-            # fsdp with bf16 / 16 gathers and computes in bfloat16 / float16 weights
-            param_dtype=self.autocast_dtype,
+            self.config, self.device, compute_dtype=self.autocast_dtype
         )
 
     @property

@@ -226,6 +226,8 @@ def _check_key(key: str) -> None:
         if not dataclasses.is_dataclass(tp):
             raise ConfigError(f"{key}: {'.'.join(parts[:i])} is a value, not a section")
         names = [f.name for f in dataclasses.fields(tp)]
+        if part not in names and any(f.metadata.get("sections") for f in dataclasses.fields(tp)):
+            return  # a strategy's section (parallel.fsdp): checked by its class, trial_config
         if part not in names:
             close = difflib.get_close_matches(part, names, n=1)
             hint = f"; did you mean {'.'.join([*parts[:i], close[0]])}?" if close else ""

@@ -13,14 +13,19 @@ any number of processes resumes any other's. Gradient clipping needs nothing of 
 under ddp and zero every rank holds the whole averaged gradient, and fsdp's sharded gradients
 (DTensors) give ``clip_grad_norm_`` the norm over every rank's part.
 
-A new strategy is one module in this package: a subclass with a ``name`` (the value of
-``parallel.strategy``), registered when the package is imported.
+A new strategy is one module in this package, or in a module of the user's named by
+``extensions``: a subclass with a ``name`` (the value of ``parallel.strategy``), registered when
+its module is imported. Keys of its own are a frozen dataclass, its ``Settings``: the config
+gives them in the section ``parallel.<name>``, checked as every key is, and the reference docs
+list them from the dataclass's comments.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import difflib
 import inspect
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -28,6 +33,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import torch
 from torch import nn
 
+from ...config.docs import default_text, field_comments
+from ...config.loading import build_section
 from ...errors import ConfigError
 from ...registry import Registry
 from .. import distributed
@@ -36,8 +43,6 @@ if TYPE_CHECKING:
     from ...config import Config
 
 STRATEGIES: Registry[Strategy] = Registry("parallel.strategy")
-
-Units = Callable[[nn.Module], list[nn.Module | list[nn.Module]]]
 
 
 class ExchangeTimer(Protocol):
@@ -63,6 +68,9 @@ class Strategy:
     invariant = False  # the same bits on any number of processes
     cuts_batches = False  # whether each batch is cut into fixed micro-batches (the loader's)
     micro_batches = 1  # passes per batch of this rank
+    # its own keys, in the section parallel.<name>: a frozen dataclass whose fields have
+    # defaults, each with a comment (the reference docs'); None: it has none
+    Settings: ClassVar[type | None] = None
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -85,22 +93,59 @@ class Strategy:
         """The paragraph of the class's docstring that starts "Refuses": what :meth:`refusals`
         says no to, for the reference docs."""
         said = [p for p in _paragraphs(cls) if p.startswith("Refuses ")]
-        return said[0].removeprefix("Refuses ") if said else "nothing"
+        return said[0].removeprefix("Refuses ") if said else "nothing of its own"
+
+    @classmethod
+    def settings(cls, config: Config) -> Any:
+        """This strategy's ``Settings`` as ``parallel.<name>`` gives them (defaults where it
+        does not); a :class:`ConfigError` naming the key for one that is not its own or not
+        valid. None for a strategy without settings."""
+        raw = config.parallel.settings.get(cls.name)
+        if cls.Settings is None:
+            if raw is not None:
+                raise ConfigError(f"parallel.{cls.name}: strategy {cls.name} has no settings")
+            return None
+        return build_section(cls.Settings, raw, f"parallel.{cls.name}")
 
     @classmethod
     def refusals(cls, config: Config, world_size: int) -> Iterator[str]:
         """One line for each setting of ``config`` this strategy cannot train with on
-        ``world_size`` processes, naming the key (the first is raised by :meth:`check`)."""
-        if config.parallel.fsdp_modules:
+        ``world_size`` processes, naming the key (the first is raised by :meth:`check`); the
+        base refuses the settings of any other strategy."""
+        for name in config.parallel.settings:
+            if name == cls.name:
+                continue
+            if name in STRATEGIES.names():
+                yield (
+                    f"parallel.{name}: the settings of strategy {name}, but parallel.strategy "
+                    f"is {cls.name}; remove them or choose that strategy"
+                )
+                continue
+            known = [f.name for f in dataclasses.fields(type(config.parallel))]
+            known = [k for k in known if k != "settings"]
+            close = difflib.get_close_matches(name, [*known, *STRATEGIES.names()], n=1)
+            hint = f"; did you mean parallel.{close[0]}?" if close else ""
             yield (
-                f"parallel.fsdp_modules: only with parallel.strategy fsdp (found strategy "
-                f"{cls.name} and fsdp_modules {list(config.parallel.fsdp_modules)})"
+                f"parallel.{name}: unknown key (known here: {', '.join(known)}, and a "
+                f"strategy's section: {', '.join(STRATEGIES.names())}){hint}"
             )
 
     @classmethod
     def check(cls, config: Config, world_size: int) -> None:
+        cls.settings(config)
         for refusal in cls.refusals(config, world_size):
             raise ConfigError(refusal)
+
+    @classmethod
+    def settings_text(cls) -> str:
+        """Its settings for the reference docs: each key, its default and its meaning."""
+        if cls.Settings is None:
+            return "none"
+        comments = field_comments(cls.Settings)
+        return "; ".join(
+            f"`{f.name}` ({default_text(f)}): {comments.get(f.name, '')}".rstrip(": ")
+            for f in dataclasses.fields(cls.Settings)
+        )
 
     @classmethod
     def notices(cls, config: Config, processes: int) -> list[str]:
@@ -118,11 +163,11 @@ class Strategy:
         config: Config,
         device: torch.device,
         *,
-        units: Units | None = None,
-        param_dtype: torch.dtype | None = None,
+        compute_dtype: torch.dtype | None = None,
     ) -> Strategy:
-        """The strategy of this run's processes; ``units`` and ``param_dtype``: what fsdp
-        shards and computes in (see :class:`~.fsdp.FSDPStrategy`)."""
+        """The strategy of this run's processes; ``compute_dtype``: what the run computes in
+        (None: the parameters' own dtype; bfloat16 or float16 with ``training.precision`` bf16
+        or 16)."""
         return cls(device)
 
     # --- building --------------------------------------------------------------------------
@@ -251,11 +296,12 @@ def reference_markdown() -> str:
     """The table of strategies for the documentation, from the registered classes' docstrings
     (the site's build puts it into docs/distributed.md: docs/scripts/tables.py)."""
     lines = [
-        "| `parallel.strategy` | what each rank holds and does | what it refuses |",
-        "|---|---|---|",
+        "| `parallel.strategy` | what each rank holds and does | its settings "
+        "(`parallel.<strategy>.<key>`) | what it refuses |",
+        "|---|---|---|---|",
     ]
     for cls in STRATEGIES:
-        cells = (cls.summary(), cls.refused())
+        cells = (cls.summary(), cls.settings_text(), cls.refused())
         lines.append(f"| `{cls.name}` | " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 

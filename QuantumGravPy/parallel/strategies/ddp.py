@@ -9,8 +9,6 @@ class DDPStrategy(Strategy):
     """Every rank holds the whole model, its gradients and its optimizer state; DDP averages the
     gradients during the backward pass (through gloo's or NCCL's all-reduce, or the shared-memory
     exchange on one CPU machine).
-
-    Refuses `parallel.fsdp_modules` (fsdp's units).
     """
 
     name = "ddp"

@@ -5,14 +5,27 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from ...compat.fsdp import default_reduce_scatter
+from ...config.dotted import resolve
+from ...errors import ConfigError
 from .. import distributed
-from .base import ExchangeTimer, Strategy, Units, alone_notice
+from .base import ExchangeTimer, Strategy, alone_notice
+
+KEY = "parallel.fsdp.modules"
+
+
+@dataclass(frozen=True)
+class FSDPSettings:
+    # dotted class names of your own model.type's submodules that become units of their own
+    # (each gathered whole only while it runs); empty: the units the model names itself (its
+    # method shard_units(): the built-in model's blocks and heads), else the whole model is one
+    modules: tuple[str, ...] = ()
 
 
 class FSDPStrategy(Strategy):
@@ -22,37 +35,39 @@ class FSDPStrategy(Strategy):
     gathered from the shards.
 
     Refuses `parallel.find_unused_parameters` (a DDP option: fsdp reduces every gradient it
-    has), `training.compile`, and `parallel.fsdp_modules` with the built-in model (which is
+    has), `training.compile`, and `parallel.fsdp.modules` with the built-in model (which is
     sharded per block and per head).
 
-    ``units(module)``: the submodules (or groups of them) sharded as units of their own, each
-    gathered whole only while it runs; the rest of the model is the root unit. ``param_dtype``:
-    the dtype units compute in (bfloat16 or float16 with ``training.precision`` bf16 / 16;
-    None: the parameters' own); gradients are reduced in float32.
+    ``modules``: dotted class names of the submodules sharded as units of their own; the rest
+    of the model is the root unit. ``compute_dtype``: the dtype units compute in (bfloat16 or
+    float16 with ``training.precision`` bf16 / 16; None: the parameters' own); gradients are
+    reduced in float32.
     """
 
     name = "fsdp"
     replicated = False
     comm_hook = False  # gradients reduce-scattered by FSDP's own collectives
+    Settings = FSDPSettings
 
     def __init__(
         self,
         device: torch.device,
-        units: Units | None = None,
-        param_dtype: torch.dtype | None = None,
+        modules: tuple[str, ...] = (),
+        compute_dtype: torch.dtype | None = None,
     ):
         super().__init__(device)
-        self.units, self.param_dtype = units or (lambda module: []), param_dtype
+        self.modules, self.param_dtype = modules, compute_dtype
         self._templates: dict[int, nn.Module] = {}  # by id of a sharded module: its structure
         self._copies: dict[int, tuple[int, nn.Module]] = {}  # gathered: (step, plain copy)
 
     @classmethod
     def refusals(cls, config: Any, world_size: int) -> Iterator[str]:
-        # (fsdp_modules are its own: the base refusal does not apply)
-        if config.parallel.fsdp_modules and config.model.type is None:
+        yield from super().refusals(config, world_size)
+        modules = cls.settings(config).modules
+        if modules and config.model.type is None:
             yield (
-                "parallel.fsdp_modules: only for your own model.type; the built-in model is "
-                f"sharded per block and per head (found {list(config.parallel.fsdp_modules)})"
+                f"{KEY}: only for your own model.type; the built-in model is sharded per block "
+                f"and per head (found {list(modules)})"
             )
         if config.parallel.find_unused_parameters:
             yield (
@@ -70,8 +85,29 @@ class FSDPStrategy(Strategy):
         return [alone_notice(cls.name)] if processes == 1 else []
 
     @classmethod
-    def from_config(cls, config, device, *, units=None, param_dtype=None) -> FSDPStrategy:
-        return cls(device, units, param_dtype)
+    def from_config(cls, config, device, *, compute_dtype=None) -> FSDPStrategy:
+        return cls(device, cls.settings(config).modules, compute_dtype)
+
+    def units(self, model: nn.Module) -> list[list[nn.Module]]:
+        """The submodules of ``model`` sharded as units of their own, innermost first: those
+        whose class ``modules`` names, or those the model names itself (``shard_units()``), or
+        none. A class the model has no submodule of is refused, naming those it has."""
+        if not self.modules:
+            own = getattr(model, "shard_units", None)
+            return own() if callable(own) else []
+        inner = [m for m in model.modules() if m is not model][::-1]  # children before parents
+        units = []
+        for name in self.modules:
+            cls = resolve(name, key=KEY)
+            chosen = [m for m in inner if type(m) is cls]
+            if not chosen:
+                present = sorted({type(m).__name__ for m in inner})
+                raise ConfigError(
+                    f"{KEY}: the model has no submodule of class {name}; its submodules are "
+                    f"{', '.join(present) or 'none'}"
+                )
+            units += chosen
+        return [[m] for m in sorted(units, key=inner.index)]
 
     def prepare(self, *modules: nn.Module) -> Iterable[nn.Parameter]:
         from torch.distributed.device_mesh import init_device_mesh

@@ -5,27 +5,37 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
+from ...config.checks import POSITIVE
 from .. import distributed
 from .base import ExchangeTimer, Strategy
 
 KEY = "parallel.strategy invariant"
+MICRO = "parallel.invariant.micro_batches"
+
+
+@dataclass(frozen=True)
+class InvariantSettings:
+    # each global batch is cut into this many fixed micro-batches (any number of processes
+    # dividing it gives the same bits; training.global_batch_size is a multiple of it); each
+    # is a forward and backward pass. Was parallel.micro_batches, and before parallel.shards
+    micro_batches: int = field(default=12, metadata=POSITIVE)
 
 
 class InvariantStrategy(Strategy):
     """The same weights, history and predictions, bit for bit, on any number of processes that
-    divides ``parallel.micro_batches``: each global batch is cut into that many fixed
+    divides ``parallel.invariant.micro_batches``: each global batch is cut into that many fixed
     micro-batches, whose gradients are added exactly and in a fixed order (docs:
     Reproducibility). Needs ``training.global_batch_size``, a multiple of it.
 
     Refuses a `training.global_batch_size` that is missing or not a multiple of
-    `parallel.micro_batches`, a number of processes that does not divide it,
-    `training.batch_nodes`, `model.norm: batch`, `augmentation.seeding: per_rank`,
-    `validation.mode: sharded` and `parallel.fsdp_modules`.
+    `micro_batches`, a number of processes that does not divide it, `training.batch_nodes`,
+    `model.norm: batch`, `augmentation.seeding: per_rank` and `validation.mode: sharded`.
 
     Every micro-batch's gradient is kept apart (:meth:`after_backward`), and the step's are
     added exactly: each parameter's gradients are put on one fixed-point grid, chosen from
@@ -43,6 +53,7 @@ class InvariantStrategy(Strategy):
     one_thread = True
     invariant = True
     cuts_batches = True
+    Settings = InvariantSettings
 
     def __init__(self, device: torch.device, world_size: int, *, seed: int, micro_batches: int):
         super().__init__(device)
@@ -53,7 +64,7 @@ class InvariantStrategy(Strategy):
     @classmethod
     def refusals(cls, config: Any, world_size: int) -> Iterator[str]:
         yield from super().refusals(config, world_size)
-        t, micro = config.training, config.parallel.micro_batches
+        t, micro = config.training, cls.settings(config).micro_batches
         if t.batch_nodes is not None:
             yield (
                 f"{KEY}: not with training.batch_nodes (its batches hold varying numbers of "
@@ -62,13 +73,13 @@ class InvariantStrategy(Strategy):
         elif t.global_batch_size is None:
             yield (
                 f"{KEY}: needs training.global_batch_size (the graphs per batch over all "
-                f"processes, a multiple of parallel.micro_batches {micro}), not a per-process "
+                f"processes, a multiple of {MICRO} {micro}), not a per-process "
                 "batch_size"
             )
         elif t.global_batch_size % micro:
             yield (
                 f"{KEY}: training.global_batch_size {t.global_batch_size} is not a multiple of "
-                f"parallel.micro_batches {micro} (each batch is cut into {micro} equal "
+                f"{MICRO} {micro} (each batch is cut into {micro} equal "
                 "micro-batches)"
             )
         if config.model.norm == "batch":
@@ -88,22 +99,22 @@ class InvariantStrategy(Strategy):
             )
         if micro % world_size:
             yield (
-                f"{KEY}: parallel.micro_batches {micro} micro-batches do not divide over "
+                f"{KEY}: {MICRO} {micro} micro-batches do not divide over "
                 f"{world_size} processes; use a number of processes that divides {micro}"
             )
 
     @classmethod
     def note(cls, config: Any) -> str:
-        micro = config.parallel.micro_batches
+        micro = cls.settings(config).micro_batches
         return (
             f"{KEY}: the same bits on any number of processes dividing {micro} ({micro} "
             f"micro-batches of {config.training.global_batch_size // micro} graphs per batch)"
         )
 
     @classmethod
-    def from_config(cls, config, device, *, units=None, param_dtype=None) -> InvariantStrategy:
+    def from_config(cls, config, device, *, compute_dtype=None) -> InvariantStrategy:
         world_size = distributed.get_world_size()
-        micro = config.parallel.micro_batches
+        micro = cls.settings(config).micro_batches
         return cls(device, world_size, seed=config.training.seed, micro_batches=micro)
 
     def before_forward(self, step: int, index: int) -> None:

@@ -18,8 +18,6 @@ class ZeroStrategy(DDPStrategy):
     (``ZeroRedundancyOptimizer``, whole parameters split by size): after its step, each rank
     broadcasts its share. In one process there is nothing to share: it trains as ddp does,
     with a warning.
-
-    Refuses `parallel.fsdp_modules` (fsdp's units).
     """
 
     name = "zero"
