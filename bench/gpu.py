@@ -92,7 +92,7 @@ import lightning_helpers  # noqa: E402
 import smoke  # noqa: E402
 
 import QuantumGravPy as qg  # noqa: E402
-from QuantumGravPy.training.host_reads import HostReads  # noqa: E402
+from QuantumGravPy.training.monitoring.host_reads import HostReads  # noqa: E402
 
 HAND_TARGET = 0.95  # qg.Trainer's graphs/s against the fastest hand-written loop's, at least
 PYG_TARGET = 2.0  # against the common PyG loop at 32-64 elements, at least

@@ -373,7 +373,7 @@ def test_on_a_gpu_data_device_cuda_trains_with_batches_made_there(
 
 
 def test_workers_on_a_cpu_run_are_warned_about_before_training(make_config):
-    from QuantumGravPy.training.notices import start_notices
+    from QuantumGravPy.training.loop.notices import start_notices
 
     dataset = dataset_from_config(make_config("data.num_graphs=30").data, progress=False)
 

@@ -8,7 +8,7 @@ from conftest import run_ranks, train
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import improves_towards
-from QuantumGravPy.training.early_stopping import MetricStopping
+from QuantumGravPy.training.state.early_stopping import MetricStopping
 
 
 def run(es, values):

@@ -10,7 +10,7 @@ import torch
 from conftest import ROOT, run_ranks
 
 import QuantumGravPy as qg
-from QuantumGravPy.training.host_reads import HostReads
+from QuantumGravPy.training.monitoring.host_reads import HostReads
 
 # classification, binary, standardised regression, three tasks at once
 CONFIGS = ["train.yaml", "manifold_like.yaml", "ricci.yaml", "multitask.yaml"]
@@ -137,7 +137,7 @@ def test_a_nan_read_late_is_still_named_with_its_rank_parameter_and_step(make_co
 
 
 def test_which_optimizers_leave_a_step_out_on_the_device():
-    from QuantumGravPy.training.gradients import masks_on_device
+    from QuantumGravPy.training.monitoring.gradients import masks_on_device
 
     params = [torch.nn.Parameter(torch.zeros(3))]
     assert masks_on_device(torch.optim.AdamW(params, fused=True))

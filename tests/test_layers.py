@@ -28,6 +28,11 @@ LAYERS = [
     {"tune", "predict"},
     {"cli", "forkserver", "__init__", "__main__"},
 ]
+# A layer of sub-packages has floors of its own, bottom first: a sub-package imports only from
+# its floor and those below (the layer's __init__, its public face, from any).
+FLOORS = {
+    "training": [{"evaluation", "monitoring"}, {"state"}, {"loop"}, {"launching"}],
+}
 # Only the parallel layer talks to other processes through torch itself (and the adapter of
 # torch's FSDP internals, which the parallel layer alone uses).
 PARALLEL_ONLY = ("torch.distributed", "torch.multiprocessing")
@@ -93,6 +98,22 @@ def layer_name(level: int) -> str:
     return "/".join(sorted(LAYERS[level]))
 
 
+def floor_of(module: str) -> tuple[str, int] | None:
+    """(layer, floor) of a module inside a layer with floors; None for others and for the
+    layer's own __init__ (a module directly in the layer's folder has no floor: refused)."""
+    parts = module.split(".")
+    if len(parts) < 3 or parts[1] not in FLOORS:
+        return None
+    for level, names in enumerate(FLOORS[parts[1]]):
+        if parts[2] in names:
+            return parts[1], level
+    return parts[1], -1
+
+
+def floor_name(layer: str, level: int) -> str:
+    return f"{layer}/" + "|".join(sorted(FLOORS[layer][level]))
+
+
 def check(root: Path) -> list[str]:
     """Every violation of the layering in the package under ``root``, one line each."""
     modules = package_modules(root)
@@ -104,6 +125,8 @@ def check(root: Path) -> list[str]:
         if mine is None:
             problems.append(f"{where}: {name} is in no layer; give it a place in LAYERS")
             continue
+        if floor_of(name) is not None and floor_of(name)[1] == -1:
+            problems.append(f"{where}: {name} is on no floor of its layer; give it one in FLOORS")
         graph[name] = set()
         for line, target in imports_of(name, path, modules):
             if (
@@ -117,6 +140,13 @@ def check(root: Path) -> list[str]:
             if target != PACKAGE and not target.startswith(PACKAGE + "."):
                 continue
             graph[name].add(target)
+            here, there = floor_of(name), floor_of(target)
+            if here and there and here[0] == there[0] and -1 < here[1] < there[1]:
+                problems.append(
+                    f"{where}:{line}: {name} imports {target}, which is above it "
+                    f"({floor_name(*here)} may import only from "
+                    f"{', '.join(floor_name(here[0], i) for i in range(here[1], -1, -1))})"
+                )
             theirs = layer_of(target)
             if theirs is not None and theirs > mine:
                 problems.append(
@@ -187,6 +217,16 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
             "QuantumGravPy.training.a",
         ),
         ({"serve/app.py": ""}, "QuantumGravPy.serve.app is in no layer"),
+        (  # inside the training layer: the loop may not be imported by what it holds
+            {
+                "training/state/records.py": "from ..loop.trainer import Trainer\n",
+                "training/loop/trainer.py": "",
+            },
+            "QuantumGravPy.training.state.records imports QuantumGravPy.training.loop.trainer, "
+            "which is above it (training/state may import only from training/state, "
+            "training/evaluation|monitoring)",
+        ),
+        ({"training/extra.py": ""}, "QuantumGravPy.training.extra is on no floor of its layer"),
         (
             {"training/trainer.py": "import torch.distributed as dist\n"},
             "QuantumGravPy.training.trainer imports torch.distributed; only the parallel layer",
@@ -201,9 +241,13 @@ def test_the_check_names_the_modules_of_a_broken_rule(tmp_path, files, expected)
 def test_the_check_allows_imports_downwards_and_within_a_layer(tmp_path):
     files = {
         "__init__.py": "from .training import Trainer\n",
-        "training/__init__.py": "from .trainer import Trainer\n",
-        "training/trainer.py": "from ..data import loaders\nfrom .ema import EMA\nimport torch\n",
-        "training/ema.py": "",
+        "training/__init__.py": "from .loop.trainer import Trainer\n",
+        "training/loop/trainer.py": (
+            "from ...data import loaders\nfrom ..state.ema import EMA\nfrom .step import x\n"
+            "import torch\n"
+        ),
+        "training/loop/step.py": "",
+        "training/state/ema.py": "",
         "data/__init__.py": "",
         "data/loaders.py": "from ..errors import DataError\nfrom ..parallel import spawn\n",
         "parallel/spawn.py": "import torch.multiprocessing as mp\n",

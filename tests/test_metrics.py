@@ -9,7 +9,7 @@ from conftest import run_ranks
 
 import QuantumGravPy as qg
 from QuantumGravPy.tasks import KINDS, task_kind
-from QuantumGravPy.training.metrics import TaskMetrics
+from QuantumGravPy.training.evaluation.metrics import TaskMetrics
 
 N = 101  # odd, so no even split over 2 or 3 ranks
 CASES = {  # (task type, outputs): classification with 4 classes, binary, one and three values

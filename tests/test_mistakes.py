@@ -288,7 +288,7 @@ def test_labels_counted_from_one_are_named_and_tasks_classes_maps_them(
 
 
 def test_a_cosine_schedule_lasts_the_run_unless_its_length_is_given(make_config, capsys):
-    from QuantumGravPy.training.optim import build_scheduler
+    from QuantumGravPy.training.loop.optim import build_scheduler
 
     cosine = "training.lr_scheduler={type: torch.optim.lr_scheduler.CosineAnnealingLR}"
     _, history, _ = train(make_config(cosine, "training.num_epochs=3", "log_level=INFO"))

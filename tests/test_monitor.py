@@ -13,7 +13,7 @@ import torch
 from conftest import assert_refused, run_cli, run_main, run_ranks
 
 import QuantumGravPy as qg
-from QuantumGravPy.training.timing import COLUMNS, PARTS
+from QuantumGravPy.training.monitoring.timing import COLUMNS, PARTS
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, float]]]:
@@ -272,8 +272,8 @@ def test_profile_from_python(make_config, tmp_path):
 def test_on_a_gpu_the_parts_are_cuda_event_times_and_memory_is_the_devices(make_config, tmp_path):
     from conftest import train
 
-    from QuantumGravPy.training.monitor import Monitor
-    from QuantumGravPy.training.timing import CudaClock
+    from QuantumGravPy.training.monitoring.monitor import Monitor
+    from QuantumGravPy.training.monitoring.timing import CudaClock
 
     trainer, history, _ = train(make_config("training.device=cuda", "training.num_epochs=2"))
     assert isinstance(trainer.monitor, Monitor) and isinstance(trainer.monitor.clock, CudaClock)

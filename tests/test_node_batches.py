@@ -154,7 +154,7 @@ def test_the_sizes_are_read_from_what_memory_and_disk_keep(make_config, storage)
 
 def test_the_log_says_what_a_batch_holds(make_config, capsys):
     from QuantumGravPy.runs.reproducibility import invariance_breaks
-    from QuantumGravPy.training.notices import describe_run
+    from QuantumGravPy.training.loop.notices import describe_run
 
     config = make_config("training.batch_nodes=300")
     assert "batches of at most 300 nodes" in describe_run(config, torch.device("cpu"), 84)

@@ -10,7 +10,7 @@ from torch_geometric.data import Batch
 
 import QuantumGravPy as qg
 from QuantumGravPy.data.padding import PADDING_DEGREE, Budgets, pad_batch
-from QuantumGravPy.training.tasks import unpadded
+from QuantumGravPy.training.evaluation.tasks import unpadded
 
 PAD = ("training.batch_nodes=300", "training.pad_batches=true")
 
@@ -173,7 +173,7 @@ def test_padding_that_could_change_results_is_refused(capsys, config_file, overr
 
 
 def test_cuda_graphs_only_where_a_step_has_one_backward_pass(make_config):
-    from QuantumGravPy.training.compiling import Compiling
+    from QuantumGravPy.training.loop.compiling import Compiling
 
     gpu = torch.device("cuda", 0)  # the options only: nothing runs there
 

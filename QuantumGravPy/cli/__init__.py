@@ -141,7 +141,7 @@ def _train(args: argparse.Namespace) -> int:
             _report(result["test"], config)
         return 0
     from ..training import fit
-    from ..training.launch import preflight
+    from ..training.launching.launch import preflight
 
     # An occupied run directory (or a checkpoint that does not fit) is refused before minutes
     # go on data and model, as for a distributed job.
@@ -256,7 +256,7 @@ def _profile(args: argparse.Namespace) -> int:
     from ..config import load_config
 
     config = load_config(args.config, args.overrides)
-    from ..training.profile import SUMMARY, profile, summary_table
+    from ..training.launching.profile import SUMMARY, profile, summary_table
 
     target, rows = profile(config, steps=args.steps, world_size=args.world_size, output=args.output)
     print(summary_table(rows))

@@ -9,7 +9,7 @@ outlives the call (except, with ``forkserver``, the idle server the ranks are fo
 ends with the program). :func:`run_distributed` does the same from a config, forking the ranks
 from that server (one import of torch and this package instead of one per rank), or joins the
 job that torchrun or srun started. What the ranks run is up to the caller: a training job
-(:func:`QuantumGravPy.training.launch`), dataset generation, a test.
+(:func:`QuantumGravPy.training.launching.launch`), dataset generation, a test.
 """
 
 from __future__ import annotations

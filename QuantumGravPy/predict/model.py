@@ -26,9 +26,9 @@ from ..errors import CheckpointError, RunDirectoryError
 from ..models import build_model
 from ..runs import layout as rd
 from ..runs.checkpoint import evaluation_weights, load_checkpoint, load_model_state
-from ..training.devices import PRECISIONS, autocast, select_device
-from ..training.evaluation import to_device
-from ..training.tasks import Task, build_tasks, select_outputs
+from ..training.evaluation.evaluator import to_device
+from ..training.evaluation.tasks import Task, build_tasks, select_outputs
+from ..training.loop.devices import PRECISIONS, autocast, select_device
 
 BEST = "best.pt"
 

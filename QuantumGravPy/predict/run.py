@@ -25,7 +25,7 @@ from ..data import SHARED_BUILD_MIN, dataset_from_config, make_loader
 from ..data.provenance import dataset_positions, provenance
 from ..errors import ConfigError
 from ..parallel import distributed, run_distributed
-from ..training.evaluation import Accumulated, Tester
+from ..training.evaluation.evaluator import Accumulated, Tester
 from .inputs import (
     elements,
     given_graphs,

@@ -1,36 +1,35 @@
-"""The training layer: the one epoch loop and everything it decides.
+"""The training layer: the one epoch loop and everything it decides, in five folders, each
+importing only from those before it (``tests/test_layers.py`` checks it):
 
-- :mod:`.trainer`: :class:`Trainer`, the loop and its hooks, validation, testing; it holds
-  the run's state (:mod:`.run_state`), its training pass (:mod:`.step`), its checkpoints
-  (:mod:`.checkpointing`) and what it writes as it goes (:mod:`.records`);
-- :mod:`.fit`: :func:`fit`, the sequence every entry point runs, and :func:`make_trainer`;
-- :mod:`.trainer_ddp`: :class:`TrainerDDP`, the same loop in every process of a DDP job, with
-  rank-0 decisions broadcast to every rank;
-- :mod:`.launch`: :func:`launch`, a whole training job over several processes;
-- :mod:`.profile`: :func:`profile` (``qg profile``), a few steps under ``torch.profiler``;
-- :mod:`.evaluation`: loss and metrics as sums over graphs, exact for any number of processes;
-- :mod:`.metrics`: task metrics from torchmetrics, combined over processes;
-- :mod:`.monitor`: inside every run: where each rank's time goes, the gradient norm, non-finite
-  gradients and replica checks;
-- :mod:`.early_stopping`, :mod:`.ema`, :mod:`.optim`, :mod:`.devices`: the pieces the loop uses.
+- :mod:`.evaluation`: each task's target, loss and outputs; metrics; validation and testing
+  as sums over graphs, exact for any number of processes (:class:`Validator`, :class:`Tester`);
+- :mod:`.monitoring`: inside every run: where each rank's time goes, the gradient norm,
+  non-finite gradients and replica checks (:class:`Monitor`);
+- :mod:`.state`: what a run keeps and resumes from: counters, history, random states, the
+  moving average (:class:`EMA`), early stopping, checkpoints, what it writes as it goes;
+- :mod:`.loop`: :class:`Trainer`, the loop and its hooks, and :class:`TrainerDDP`, the same
+  loop in every process of a DDP job, with rank-0 decisions broadcast to every rank; the
+  training pass, the optimizer and its schedule, devices;
+- :mod:`.launching`: :func:`fit` (the sequence every entry point runs), :func:`launch` (a
+  whole training job over several processes), :func:`profile` (``qg profile``).
 
 Imports every layer below it (``data``, ``models``, ``runs``, ``parallel``, ``config``).
 """
 
-from .early_stopping import EarlyStopping
-from .ema import EMA
-from .evaluation import Tester, Validator
-from .fit import fit, make_trainer, opened
-from .launch import launch, prepare_run, train_worker
-from .monitor import (
+from .evaluation.evaluator import Tester, Validator
+from .launching.fit import fit, make_trainer, opened
+from .launching.launch import launch, prepare_run, train_worker
+from .launching.profile import profile
+from .loop.trainer import Trainer
+from .loop.trainer_ddp import TrainerDDP
+from .monitoring.monitor import (
     Monitor,
     NonFiniteGradientError,
     ReplicaMismatchError,
     TrainingDivergedError,
 )
-from .profile import profile
-from .trainer import Trainer
-from .trainer_ddp import TrainerDDP
+from .state.early_stopping import EarlyStopping
+from .state.ema import EMA
 
 __all__ = [
     "EMA",

@@ -55,13 +55,13 @@ if _ARMED and _AT:
 
     _phase, _epoch, _batch = _AT.split(":")
     _TARGET = (_phase, int(_epoch), int(_batch))
-    _TRAINER = "QuantumGravPy.training.trainer"
+    _TRAINER = "QuantumGravPy.training.loop.trainer"
 
     def _plant(trainer):
         """Count the batches each pass is handed: the training pass iterates
         ``step.fed(...)``, validation (and testing) ``evaluation.fed(...)``."""
-        evaluation = sys.modules["QuantumGravPy.training.evaluation"]
-        step = sys.modules["QuantumGravPy.training.step"]  # imported by the trainer's module
+        evaluation = sys.modules["QuantumGravPy.training.evaluation.evaluator"]
+        step = sys.modules["QuantumGravPy.training.loop.step"]  # imported by the trainer's module
         counts = {"epoch": 0, "train": 0, "validate": 0}
         train_epoch = trainer.Trainer.train_epoch
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..config import TrainingConfig
+from ...config import TrainingConfig
 
 
 class Compiling:

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from ..config import SchedulerConfig, resolve
-from ..errors import ConfigError
+from ...config import SchedulerConfig, resolve
+from ...errors import ConfigError
 from .optim import build_optimizer, build_scheduler, length_key, step_scheduler
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from ..runs import reproducibility as rs
-from ..runs.reproducibility import seed_everything
+from ...runs import reproducibility as rs
+from ...runs.reproducibility import seed_everything
 
 
 @dataclass

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..config.tasks import improves_towards
+from ...config.tasks import improves_towards
 
 
 class EarlyStopping:

@@ -21,13 +21,13 @@ from typing import Any
 
 import torch
 
-from ..config import Config
-from ..errors import ConfigError, RunDirectoryError, option
-from ..parallel import distributed, run_distributed
-from ..runs.layout import results, write_rows
+from ...config import Config
+from ...errors import ConfigError, RunDirectoryError, option
+from ...parallel import distributed, run_distributed
+from ...runs.layout import results, write_rows
+from ..loop.trainer import Trainer
 from .fit import opened
 from .launch import build_cache
-from .trainer import Trainer
 
 SUMMARY = "summary.csv"
 TRACE = "rank{rank}.trace.json.gz"

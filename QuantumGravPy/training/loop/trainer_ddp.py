@@ -1,6 +1,6 @@
 """TrainerDDP: the base Trainer's loop, run by every process of a DistributedDataParallel job.
 
-It overrides small hooks of :class:`~QuantumGravPy.training.trainer.Trainer` and nothing else:
+It overrides small hooks of :class:`~QuantumGravPy.training.loop.trainer.Trainer` and nothing else:
 
 - the model is wrapped in DDP with integer ``device_ids`` (``cuda:LOCAL_RANK``) or none on CPU,
   and the optimizer built, by the ``parallel.strategy`` (:mod:`~QuantumGravPy.parallel.strategies`);
@@ -25,15 +25,15 @@ import torch
 from torch.utils.data import Dataset, Subset
 from torch_geometric.loader import DataLoader
 
-from ..config import Config
-from ..data import SHARED_BUILD_MIN, dataset_from_config, epoch_sampler
-from ..data.digest import check_same_on_every_rank, digest
-from ..errors import ConfigError, QGError, RunError
-from ..logs import LOGGER_NAME, configure_logging, waiting
-from ..parallel import distributed, sharing, shm_comm
-from ..parallel.distributed import DistributedError, RankFailedError
-from ..parallel.strategies import Strategy
-from ..runs.reproducibility import seed_everything
+from ...config import Config
+from ...data import SHARED_BUILD_MIN, dataset_from_config, epoch_sampler
+from ...data.digest import check_same_on_every_rank, digest
+from ...errors import ConfigError, QGError, RunError
+from ...logs import LOGGER_NAME, configure_logging, waiting
+from ...parallel import distributed, sharing, shm_comm
+from ...parallel.distributed import DistributedError, RankFailedError
+from ...parallel.strategies import Strategy
+from ...runs.reproducibility import seed_everything
 from .trainer import Trainer
 
 T = TypeVar("T")

@@ -18,11 +18,11 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ..config import Config, TaskConfig, check_kwargs, resolve, task_list
-from ..data import check_target, target_statistics, task_num_outputs
-from ..errors import ConfigError
-from ..models import task_output
-from ..tasks import TaskKind
+from ...config import Config, TaskConfig, check_kwargs, resolve, task_list
+from ...data import check_target, target_statistics, task_num_outputs
+from ...errors import ConfigError
+from ...models import task_output
+from ...tasks import TaskKind
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,14 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.data import Batch
 
-from .. import logs
-from ..data import fed
-from ..errors import ConfigError, QGError, RunError, cause, in_user_code
-from ..logs import get_logger
-from ..models import forward_failure
-from ..models.build import device_failure
-from ..parallel import distributed
-from ..runs.checkpoint import (
+from ... import logs
+from ...data import fed
+from ...errors import ConfigError, QGError, RunError, cause, in_user_code
+from ...logs import get_logger
+from ...models import forward_failure
+from ...models.build import device_failure
+from ...parallel import distributed
+from ...runs.checkpoint import (
     evaluation_weights,
     load_checkpoint,
     load_model_state,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import Config, per_process
-from ..data import SHARED_BUILD_MIN, check_file_targets, dataset_from_config
-from ..logs import append_to_log
-from ..parallel import WorkerError, distributed, run_distributed
-from ..parallel.strategies import strategy_class
-from ..runs import check_resumable
-from ..runs.layout import LOG, check_flags, check_run_dir
+from ...config import Config, per_process
+from ...data import SHARED_BUILD_MIN, check_file_targets, dataset_from_config
+from ...logs import append_to_log
+from ...parallel import WorkerError, distributed, run_distributed
+from ...parallel.strategies import strategy_class
+from ...runs import check_resumable
+from ...runs.layout import LOG, check_flags, check_run_dir
 from .fit import fit
 
 

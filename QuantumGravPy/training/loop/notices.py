@@ -16,10 +16,10 @@ from typing import Any
 
 import torch
 
-from ..config import Config, resolve, task_list
-from ..data import label_notice, num_edge_features
-from ..parallel.strategies import STRATEGIES
-from ..runs import reproducibility as rs
+from ...config import Config, resolve, task_list
+from ...data import label_notice, num_edge_features
+from ...parallel.strategies import STRATEGIES
+from ...runs import reproducibility as rs
 from .optim import schedule_notice
 
 
@@ -136,7 +136,7 @@ def log_start(
 
 def _edge_notice(config: Config, dataset: Any) -> str | None:
     """A word when the graphs' edges carry features the built-in model's conv does not read."""
-    from ..models.gnn import reads_edges
+    from ...models.gnn import reads_edges
 
     edges = num_edge_features(dataset) if config.model.type is None else 0
     if not edges or reads_edges(resolve(config.model.conv, key="model.conv")):

@@ -12,12 +12,12 @@ from typing import Any
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..config import Config, resolve
-from ..data import graph_feature_width, num_edge_features, num_node_features
-from ..errors import ConfigError, DataError
-from ..models import build_model
-from ..models.gnn import reads_edges
-from .tasks import Task, build_tasks
+from ...config import Config, resolve
+from ...data import graph_feature_width, num_edge_features, num_node_features
+from ...errors import ConfigError, DataError
+from ...models import build_model
+from ...models.gnn import reads_edges
+from ..evaluation.tasks import Task, build_tasks
 
 
 def model_spec(config: Config, dataset: Dataset | list, tasks: list[Task]) -> dict[str, Any]:

@@ -26,9 +26,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..compat import torch as compat_torch
-from ..errors import QGError
-from ..parallel import distributed
+from ...compat import torch as compat_torch
+from ...errors import QGError
+from ...parallel import distributed
 
 NONE = 2**62  # no parameter: larger than any parameter's index (exact in float64)
 WINDOW_ROWS = 256  # steps the window holds before it grows (monitor.read_every is 200)

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import check_kwargs, resolve
-from ..config.hooks import CallbackConfig
-from ..errors import ConfigError, QGError, RunError, cause, in_user_code
+from ...config import check_kwargs, resolve
+from ...config.hooks import CallbackConfig
+from ...errors import ConfigError, QGError, RunError, cause, in_user_code
 
 POINTS = ("on_train_start", "on_epoch_end", "on_checkpoint", "on_train_end", "on_test_end")
 

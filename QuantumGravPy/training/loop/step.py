@@ -17,18 +17,18 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from .. import logs
-from ..config import TrainingConfig
-from ..data import fed
-from ..data.padding import Budgets, budgets, pad_batch
-from ..errors import RunError
-from ..parallel.strategies import Strategy
+from ... import logs
+from ...config import TrainingConfig
+from ...data import fed
+from ...data.padding import Budgets, budgets, pad_batch
+from ...errors import RunError
+from ...parallel.strategies import Strategy
+from ..evaluation.tasks import Task, add_train_sums, total_loss, train_columns, unpadded
+from ..monitoring.monitor import Monitor, check_loss
+from ..state.ema import EMA
+from ..state.run_state import RunState
 from .compiling import Compiling
-from .ema import EMA
-from .monitor import Monitor, check_loss
 from .optim import clip_gradients, optimizer_step, step_groups
-from .run_state import RunState
-from .tasks import Task, add_train_sums, total_loss, train_columns, unpadded
 
 
 class TrainingPass:

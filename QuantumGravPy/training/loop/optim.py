@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from ..config import GradientClipConfig, OptimizerConfig, SchedulerConfig, check_kwargs, resolve
-from ..errors import ConfigError, in_user_code
+from ...config import GradientClipConfig, OptimizerConfig, SchedulerConfig, check_kwargs, resolve
+from ...errors import ConfigError, in_user_code
 
 
 def build_optimizer(

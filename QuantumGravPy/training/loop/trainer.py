@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from ..config import Config, balanced_task, headline_columns, per_process
-from ..data import (
+from ...config import Config, balanced_task, headline_columns, per_process
+from ...data import (
     batch_device,
     check_file_targets,
     dataset_from_config,
@@ -29,27 +29,27 @@ from ..data import (
     release_workers,
     split_dataset,
 )
-from ..logs import configure_logging, set_terminal_level
-from ..parallel.strategies import Strategy, strategy_class
-from ..runs import layout as rd
-from ..runs import reproducibility as rs
-from ..runs.resume import read_resume_state
-from ..runs.run_directory import RunDirectory
-from .checkpointing import Checkpoints
+from ...logs import configure_logging, set_terminal_level
+from ...parallel.strategies import Strategy, strategy_class
+from ...runs import layout as rd
+from ...runs import reproducibility as rs
+from ...runs.resume import read_resume_state
+from ...runs.run_directory import RunDirectory
+from ..evaluation.evaluator import Evaluation, Tester, Validator, check_forward
+from ..evaluation.tasks import Task, build_tasks, fit_scaling, select_outputs
+from ..monitoring.gradients import masks_on_device
+from ..monitoring.monitor import Monitor
+from ..state.checkpointing import Checkpoints
+from ..state.early_stopping import MetricStopping
+from ..state.ema import EMA
+from ..state.records import RunRecords
+from ..state.run_state import RunState
 from .compiling import Compiling
 from .devices import PRECISIONS, autocast, process_settings, select_device
-from .early_stopping import MetricStopping
-from .ema import EMA
-from .evaluation import Evaluation, Tester, Validator, check_forward
-from .gradients import masks_on_device
-from .monitor import Monitor
 from .notices import log_start
-from .records import RunRecords
-from .run_state import RunState
 from .schedule import build_optimization, step_scheduler
 from .spec import check_data, model_from_spec, model_spec
 from .step import TrainingPass
-from .tasks import Task, build_tasks, fit_scaling, select_outputs
 
 T = TypeVar("T")
 

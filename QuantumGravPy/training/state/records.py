@@ -15,16 +15,16 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..config import Config, shown_columns
-from ..data.provenance import provenance, with_sources
-from ..errors import DiskFullError
-from ..runs import layout as rd
-from ..runs.run_directory import RunDirectory
+from ...config import Config, shown_columns
+from ...data.provenance import provenance, with_sources
+from ...errors import DiskFullError
+from ...runs import layout as rd
+from ...runs.run_directory import RunDirectory
+from ..monitoring.timing import stragglers
 from .callbacks import Callbacks
 from .checkpointing import Checkpoints
 from .early_stopping import MetricStopping
 from .run_state import RunState
-from .timing import stragglers
 
 T = TypeVar("T")
 BEST_EPOCH = "best_epoch_"  # training.keep_best's checkpoints: best_epoch_NNNN.pt

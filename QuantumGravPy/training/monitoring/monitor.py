@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import MonitorConfig
-from ..errors import QGError
-from ..parallel import distributed
+from ...config import MonitorConfig
+from ...errors import QGError
+from ...parallel import distributed
 from .gradients import GradientChecks, NonFiniteGradientError, TrainingDivergedError
 from .timing import (
     PARTS,

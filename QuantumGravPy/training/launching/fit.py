@@ -14,10 +14,10 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset
 
-from ..config import Config
-from ..parallel import distributed
-from .trainer import Trainer
-from .trainer_ddp import TrainerDDP
+from ...config import Config
+from ...parallel import distributed
+from ..loop.trainer import Trainer
+from ..loop.trainer_ddp import TrainerDDP
 
 Loaders = tuple[DataLoader, DataLoader, DataLoader]
 

@@ -17,17 +17,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config import Config, config_to_dict
-from ..errors import CheckpointError, DiskFullError, cause, flag
-from ..parallel.strategies import Strategy
-from ..runs import layout as rd
-from ..runs.checkpoint import checkpoint_epoch, load_model_state, save_checkpoint
-from ..runs.resume import config_digest
+from ...config import Config, config_to_dict
+from ...errors import CheckpointError, DiskFullError, cause, flag
+from ...parallel.strategies import Strategy
+from ...runs import layout as rd
+from ...runs.checkpoint import checkpoint_epoch, load_model_state, save_checkpoint
+from ...runs.resume import config_digest
+from ..evaluation.evaluator import checkpoint_model
+from ..evaluation.tasks import Task, scalings
 from .early_stopping import MetricStopping
 from .ema import EMA
-from .evaluation import checkpoint_model
 from .run_state import RunState
-from .tasks import Task, scalings
 
 
 class Checkpoints:

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ..compat import torchmetrics as compat_metrics
-from ..parallel import distributed
-from ..tasks import TaskKind, task_kind
-from ..tasks.metric import own_metric
+from ...compat import torchmetrics as compat_metrics
+from ...parallel import distributed
+from ...tasks import TaskKind, task_kind
+from ...tasks.metric import own_metric
 
 if TYPE_CHECKING:
     import torchmetrics
