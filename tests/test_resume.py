@@ -23,6 +23,7 @@ from conftest import (
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import apply_overrides, config_from_dict
+from QuantumGravPy.parallel.strategies import STRATEGIES
 from QuantumGravPy.runs import check_resumable
 from QuantumGravPy.runs import layout as rd
 from QuantumGravPy.runs.checkpoint import save_checkpoint
@@ -377,26 +378,29 @@ def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(
 @pytest.mark.jobs
 @SHARES_UNINTERRUPTED
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("strategy", ["zero", "fsdp"])
-def test_a_sharded_job_killed_in_an_epoch_resumes_to_the_uninterrupted_result(
+@pytest.mark.parametrize("strategy", [name for name in STRATEGIES.names() if name != "ddp"])
+def test_a_job_of_every_strategy_killed_in_an_epoch_resumes_to_the_uninterrupted_result(
     tmp_path, data_root, uninterrupted, strategy
 ):
-    """parallel.strategy zero or fsdp, killed in a validation and resumed: the uninterrupted
-    run's bits. For zero that run is ddp's: zero shards the optimizer state, not the
-    arithmetic; fsdp averages its gradients in another order, so its own run is the measure."""
-
-    epochs = 6 if strategy == "zero" else 4  # (fsdp's uninterrupted run is this test's own)
+    """Every strategy of the registry (ddp's own test is above), killed in a validation and
+    resumed: the uninterrupted run's bits. For zero that run is ddp's: zero shards the optimizer
+    state, not the arithmetic; the others add gradients in another order (fsdp) or cut batches
+    their own way (invariant), so their own uninterrupted run is the measure."""
+    cls = STRATEGIES.get(strategy)
+    epochs = 6 if strategy == "zero" else 4  # (the others' uninterrupted run is this test's own)
 
     def config(name):
         path = kill_config(tmp_path, data_root, name, 2)
         raw = yaml.safe_load(path.read_text())
         raw["parallel"]["strategy"] = strategy
         raw["training"]["num_epochs"] = epochs
+        if cls.cuts_batches:  # a global batch the strategy cuts: 24, a multiple of its default
+            raw["training"]["global_batch_size"] = 24
         path.write_text(yaml.safe_dump(raw))
         return path
 
     whole = uninterrupted(2)
-    if strategy == "fsdp":
+    if strategy != "zero":
         train_here(config("whole"))
         whole = tmp_path / "whole"
     cut = config("cut")
