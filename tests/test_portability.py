@@ -56,7 +56,7 @@ def test_every_public_name_loads_on_first_use_and_submodules_keep_their_names():
         assert getattr(qg, name) is not None, name
     # predict and tune are both a subpackage and the function it defines: qg.NAME is the function
     from QuantumGravPy.predict import read  # noqa: F401
-    from QuantumGravPy.tune import outputs  # noqa: F401
+    from QuantumGravPy.tune import results  # noqa: F401
 
     assert callable(qg.predict) and callable(qg.tune)
     assert qg.config.per_process is not None and qg.runs.layout is not None

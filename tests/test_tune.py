@@ -679,7 +679,7 @@ def test_a_trial_asked_for_past_n_by_a_second_job_at_once_is_surplus(
     Both counted N - 1 trials and ask at the same moment: the storage numbers the trials, and
     the one after N counted ones is failed at once, shown and counted nowhere."""
     from QuantumGravPy.tune import load_space
-    from QuantumGravPy.tune.outputs import counted, write_outputs
+    from QuantumGravPy.tune.results import counted, write_outputs
     from QuantumGravPy.tune.study import Tuner
 
     space = {"training.optimizer.kwargs.lr": LR, "objective": {"metric": "val_loss"}}
@@ -704,7 +704,7 @@ def test_importances_rank_only_the_parameters_that_varied_among_enough_trials(tm
     once there are three finished trials for each of them; before that, the reason."""
     import optuna
 
-    from QuantumGravPy.tune.outputs import draw_plots
+    from QuantumGravPy.tune.results import draw_plots
     from QuantumGravPy.tune.space import parse_space
 
     base = qg.config.config_from_dict(small_raw_config(tmp_path, tmp_path / "data"))

@@ -199,7 +199,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     from ..tune import STALE_AFTER_S, tune
-    from ..tune.outputs import BEST_YAML, TRIALS_CSV, shown
+    from ..tune.results import BEST_YAML, TRIALS_CSV, shown
 
     study = tune(
         args.config,

@@ -5,7 +5,7 @@
 - :mod:`.study`: the study's own process: asks for trials, runs them K at a time, tells results,
   and on ``--resume`` reruns trials a killed job left running;
 - :mod:`.trial`: what a trial's processes run (an ordinary run; rank 0 reports and prunes);
-- :mod:`.outputs`: trials.csv, best.yaml and the plots.
+- :mod:`.results`: trials.csv, best.yaml and the plots.
 
 Sits above ``training`` (a trial is a training run) and below the command line. Optuna is the
 ``tune`` extra.

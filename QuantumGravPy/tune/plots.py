@@ -5,7 +5,7 @@
   trial so far;
 - ``objective_vs_params.png``: the objective against each searched parameter, one panel each,
   coloured by trial number, on a logarithmic axis where the parameter is searched on one;
-- ``param_importances.png``: Optuna's importance estimate (drawn in :mod:`.outputs`).
+- ``param_importances.png``: Optuna's importance estimate (drawn in :mod:`.results`).
 
 matplotlib is used without pyplot, as for the pictures of runs.
 """

@@ -40,7 +40,7 @@ from ..parallel import spawn
 from ..parallel.distributed import available_cores
 from ..parallel.spawn import resolve_backend
 from ..runs import layout as rd
-from .outputs import SURPLUS, counted, write_outputs
+from .results import SURPLUS, counted, write_outputs
 from .space import SearchSpace, trial_config
 from .storage import JOURNAL, open_storage, redact
 from .trial import TrialLink, trial_worker
