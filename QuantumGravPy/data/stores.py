@@ -100,7 +100,7 @@ class Samples:
             self.count = None
         self.matrix, self.is_links = self._matrix_name()
         if layout == "stacked":
-            shape = store[self.matrix].shape
+            shape = self.format.shape(store, self.matrix)
             if len(shape) != 3 or shape[1] != shape[2]:
                 raise DataError(
                     f"{path}: array {self.matrix!r} should be (samples, n, n) in the stacked "
@@ -110,7 +110,7 @@ class Samples:
             self.size = data_cfg.size or next((n for n in SIZE_NAMES if n in self.arrays), None)
             if self.size is not None:
                 self._require(self.size, "data.size")
-                self.sizes = np.asarray(store[self.size][...]).reshape(-1).astype(np.int64)
+                self.sizes = self.format.read(store, self.size).reshape(-1).astype(np.int64)
                 if len(self.sizes) != self.count:
                     raise DataError(
                         f"{path}: array {self.size!r} holds {len(self.sizes)} sizes for "
@@ -232,21 +232,21 @@ class Samples:
             array = self.format.read_fast(self.store, self.path, self.groups[index], name)
             if array is not None:
                 return array
-            group = self.store[self.groups[index]]
-            if name not in group:
-                raise DataError(f"{self.path}: {self.groups[index]} has no array {name!r}")
-            return np.asarray(group[name][...])
+            group = self.groups[index]
+            try:
+                return self.format.read(self.store, name, group=group)
+            except KeyError:  # what a member missing by name raises (h5py's, zarr's groups)
+                raise DataError(f"{self.path}: {group} has no array {name!r}") from None
         n = int(self.sizes[index])
-        array = self.store[name]
         if name == self.matrix:
-            full = np.asarray(array[index])
+            full = self.format.read(self.store, name, index=index)
             if n > full.shape[0] or full[n:].any() or full[:, n:].any():
                 raise DataError(
                     f"{self.path}: sample {index} of {name!r} has size {n} but holds relations "
                     f"beyond it (padding must be zero)"
                 )
             return full[:n, :n]
-        row = np.asarray(array[index])
+        row = self.format.read(self.store, name, index=index)
         return row if row.ndim == 0 else row[:n]
 
 

@@ -51,7 +51,7 @@ def write_causal_sets(
             logs.progress(graphs, total=total, desc="writing", unit="causal set", enabled=progress),
             start=1,
         ):
-            group = root.create_group(f"cset_{i}")
+            group = fmt.group(root, f"cset_{i}")
             fmt.write(group, "adj", relations.t().numpy().astype(np.uint8))
             fmt.write(group, "linkmat", links.t().numpy().astype(np.uint8))
             for key in graph.keys():

@@ -24,7 +24,13 @@ FORMATS: Registry[FileFormat] = Registry("--format")
 
 class FileFormat:
     """A format of causal-set files; subclasses set the class attributes and implement the
-    methods below."""
+    methods below.
+
+    Everything the library reads and writes of a file goes through these methods: the store
+    that :meth:`open` returns and the groups :meth:`create` and :meth:`group` make are handed
+    back to them and never indexed by other code. The defaults read a store that behaves like
+    h5py's and zarr's groups (members by name, ``keys()``, arrays sliced with ``[...]``); a
+    library that does not overrides them."""
 
     name: ClassVar[str] = ""  # qg generate --format; a subclass with one is registered
     suffixes: ClassVar[tuple[str, ...]] = ()  # that name a file of this format
@@ -75,6 +81,19 @@ class FileFormat:
         """Whether member ``name`` of the file is a group (not an array)."""
         return hasattr(store[name], "keys")
 
+    def shape(self, store: Any, name: str) -> tuple[int, ...]:
+        """The shape of array ``name`` directly in the file, without reading it."""
+        return tuple(store[name].shape)
+
+    def read(
+        self, store: Any, name: str, *, group: str | None = None, index: int | None = None
+    ) -> np.ndarray:
+        """Array ``name`` of the file (or of its ``group``), whole, or its row ``index`` alone
+        (one sample of a stacked array, without reading the others); KeyError if there is no
+        member of that name."""
+        array = (store if group is None else store[group])[name]
+        return np.asarray(array[...] if index is None else array[index])
+
     def read_fast(self, store: Any, path: Path, group: str, name: str) -> np.ndarray | None:
         """Array ``name`` of ``group``, read past the library where the format allows it;
         None where it does not (the library reads it)."""
@@ -83,6 +102,10 @@ class FileFormat:
     def create(self, path: Path) -> Any:
         """A new, empty file at ``path``, open for writing (its root group)."""
         raise NotImplementedError
+
+    def group(self, root: Any, name: str) -> Any:
+        """A new group ``name`` in a file :meth:`create` made."""
+        return root.create_group(name)
 
     def write(self, group: Any, name: str, array: np.ndarray) -> None:
         """``array`` as ``name`` in ``group`` of a file :meth:`create` made."""
