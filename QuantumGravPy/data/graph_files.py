@@ -44,7 +44,7 @@ def read_graph(samples: Samples, index: int) -> Data:
     cfg = samples.cfg
     where = f"{samples.path}: {samples.where(index)}"
     if samples.format.holds_graphs:
-        attributes: dict[str, Any] = dict(samples.store[index].items())
+        attributes: dict[str, Any] = samples.format.graph(samples.store, index)
         missing = sorted(samples.arrays - set(attributes))
         if missing:
             raise DataError(

@@ -159,8 +159,8 @@ class Samples:
                 "graphs (data.layout: auto or graphs)"
             )
         self.layout = "graphs"
-        self.count = len(self.store)
-        self.arrays = set(self.store[0].keys())
+        self.count = self.format.graph_count(self.store)
+        self.arrays = set(self.format.graph(self.store, 0))
         self._graph_checks()
 
     def _graph_checks(self) -> None:

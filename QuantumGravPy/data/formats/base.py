@@ -94,6 +94,14 @@ class FileFormat:
         array = (store if group is None else store[group])[name]
         return np.asarray(array[...] if index is None else array[index])
 
+    def graph_count(self, store: Any) -> int:
+        """How many graphs a file that ``holds_graphs`` holds."""
+        return len(store)
+
+    def graph(self, store: Any, index: int) -> dict[str, Any]:
+        """The attributes of graph ``index`` of a file that ``holds_graphs``, by name."""
+        return dict(store[index].items())
+
     def read_fast(self, store: Any, path: Path, group: str, name: str) -> np.ndarray | None:
         """Array ``name`` of ``group``, read past the library where the format allows it;
         None where it does not (the library reads it)."""
