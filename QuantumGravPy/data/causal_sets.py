@@ -64,7 +64,7 @@ def generate_causal_set_graphs(
     """Graphs ``start`` to ``end - 1`` of the causal-set dataset with these parameters (with
     ``light_cone_ranks``, two more node features: :func:`.kinds.with_light_cone_ranks`)."""
     max_dim = max(dimensions)
-    if kind != "dimension":
+    if not data_kind(kind).flat_diamonds:
         # The drawn sets' matrices are turned into graphs, and freed, every _CHUNK_ENTRIES
         # entries: 4,000 sets of 1,024 elements at once would need tens of GB.
         out: list[Data] = []

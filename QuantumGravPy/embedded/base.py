@@ -23,6 +23,9 @@ class DataKind:
     name: ClassVar[str] = ""  # the value of data.kind; a subclass with one is registered
     coordinates: ClassVar[bool] = False  # its graphs carry pos and time (sprinklings alone)
     uses_h: ClassVar[bool] = False  # it reads data.h (a curvature, or a range to draw from)
+    # its sets are flat sprinklings into diamonds, labelled by the dimension's index alone:
+    # generated many at a time from their coordinates (not one by one through draw)
+    flat_diamonds: ClassVar[bool] = False
     # a task to give where the kind has no classes for the implicit classification (y)
     example_task: ClassVar[str | None] = None
 

@@ -11,6 +11,7 @@ class Dimension(DataKind):
 
     name = "dimension"
     coordinates = True
+    flat_diamonds = True
 
     def classes(self, dimensions):
         return len(dimensions)
