@@ -40,7 +40,8 @@ import smoke  # noqa: E402
 
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.parallel import distributed  # noqa: E402
-from QuantumGravPy.training import monitor, trainer  # noqa: E402
+from QuantumGravPy.training.loop import trainer  # noqa: E402
+from QuantumGravPy.training.monitoring import monitor  # noqa: E402
 
 TARGET = 0.02  # of the epoch time
 BLOCK = 4  # steps
