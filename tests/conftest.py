@@ -67,6 +67,8 @@ def config_file(tmp_path, data_root):
                 "plots": False,  # as small_raw_config
             },
         }
+        if "type" in sections.get("model", {}):  # your own model: no built-in model's keys
+            raw["model"] = {}
         for key, value in sections.items():
             raw.setdefault(key, {}).update(value)
         path = tmp_path / "config.yaml"

@@ -11,7 +11,7 @@ from conftest import assert_refused, run_main, run_ranks, train
 import QuantumGravPy as qg
 from QuantumGravPy.config import config_to_dict
 
-CUSTOM = ("model.type=user_models.SmallGCN", "model.kwargs={hidden: 24}")
+CUSTOM = ("model={type: user_models.SmallGCN}", "model.kwargs={hidden: 24}")
 
 
 def write_config(cfg, path):
@@ -45,7 +45,7 @@ def test_a_custom_model_trains_averages_and_is_tested(make_config, tmp_path, cap
 def test_a_model_returning_one_tensor_needs_no_dict(make_config):
     _, history, metrics = train(
         make_config(
-            "model.type=user_models.MeanFeatures",
+            "model={type: user_models.MeanFeatures}",
             "training.num_epochs=6",
             "training.optimizer.kwargs={lr: 0.03}",
         )
@@ -74,26 +74,26 @@ def test_a_custom_model_trains_under_ddp(make_config):
     "overrides, message",
     [
         (
-            ["model.type=user_models.OneColumnTooMany"],
+            ["model={type: user_models.OneColumnTooMany}"],
             "model.type: user_models.OneColumnTooMany returned shape [2, 4] for task 'y', "
             "expected [2, 3] (one row per graph, one column per output)",
         ),
         (
-            ["model.type=user_models.WrongTaskName"],
+            ["model={type: user_models.WrongTaskName}"],
             "model.type: user_models.WrongTaskName returned no output for task 'y' "
             "(it returned 'dimension')",
         ),
         (
-            ["model.type=user_models.NotAModel"],
+            ["model={type: user_models.NotAModel}"],
             "model.type: 'user_models.NotAModel' is not an nn.Module class",
         ),
         (
-            ["model.type=user_models.SmallGCN", "model.kwargs={width: 3}"],
+            ["model={type: user_models.SmallGCN}", "model.kwargs={width: 3}"],
             "model.kwargs: user_models.SmallGCN got an unexpected keyword argument 'width' (it "
             "takes hidden, dropout)",
         ),
         (["model.kwargs={hidden: 3}"], "model.kwargs: only for your own model.type"),
-        (["model.type=user_models.nowhere"], "model.type: cannot import 'user_models.nowhere'"),
+        (["model={type: user_models.nowhere}"], "model.type: cannot import 'user_models.nowhere'"),
     ],
 )
 def test_a_broken_custom_model_is_one_line_naming_it(
@@ -103,3 +103,37 @@ def test_a_broken_custom_model_is_one_line_naming_it(
     result = run_main(capsys, "train", path, *overrides)
     assert_refused(result, message)
     assert not (tmp_path / "run" / "history.csv").exists()  # it failed before any epoch ended
+
+
+@pytest.mark.parametrize(
+    "overrides, key, found",
+    [
+        # the file sets the built-in model's width (16): with a model of one's own it would do
+        # nothing, so the first such key is named
+        (["model.type=user_models.SmallGCN"], "model.hidden_channels", "16"),
+        (
+            ["model={type: user_models.SmallGCN}", "model.dropout=0.3"],
+            "model.dropout",
+            "0.3",
+        ),
+        (
+            ["model={type: user_models.SmallGCN}", "model.pooling=[max]"],
+            "model.pooling",
+            "['max']",
+        ),
+    ],
+)
+def test_a_built_in_model_key_that_model_type_makes_meaningless_is_refused(
+    make_config, tmp_path, capsys, overrides, key, found
+):
+    path = write_config(make_config("training.num_epochs=1"), tmp_path / "c.yaml")
+    result = run_main(capsys, "train", path, *overrides)
+    assert_refused(
+        result, f"{key}: only for the built-in model, and would be ignored with model.type "
+        f"user_models.SmallGCN (your own model.type is set up by model.kwargs; found {found})",
+    )  # fmt: skip
+    with pytest.raises(qg.ConfigError, match=key):  # from Python, as load_config reads it
+        qg.load_config(path, overrides)
+    # the whole section replaced: the model's own keys alone, which train
+    fine = run_main(capsys, "train", path, "model={type: user_models.SmallGCN}")
+    assert fine.returncode == 0, fine.stderr

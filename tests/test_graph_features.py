@@ -45,4 +45,4 @@ def test_a_missing_or_integer_graph_feature_is_named(make_config, features, mess
 
 def test_graph_features_are_for_the_built_in_model(make_config):
     with pytest.raises(qg.ConfigError, match="model.graph_features: only for the built-in model"):
-        make_config("model.type=user_models.MeanFeatures", "model.graph_features=[charge]")
+        make_config("model={type: user_models.MeanFeatures}", "model.graph_features=[charge]")

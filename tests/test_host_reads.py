@@ -99,7 +99,7 @@ def steps_and_weights(rank: int, world_size: int, config: qg.Config):
 
 # two processes, rank 1's third step with a NaN gradient, a fused optimizer
 NAN_ON_RANK_1 = (
-    "model.type=user_models.NaNGradientOnRank1", "parallel.world_size=2",
+    "model={type: user_models.NaNGradientOnRank1}", "parallel.world_size=2",
     "training.optimizer.kwargs={lr: 0.003, fused: true}",
 )  # fmt: skip
 

@@ -33,6 +33,8 @@ TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 def write_config(tmp_path: Path, data_root: Path, **sections) -> Path:
     raw = small_raw_config(tmp_path, data_root)
     raw["parallel"] = {"timeout_s": 30}
+    if "type" in sections.get("model", {}):  # your own model: no built-in model's keys
+        raw["model"] = {}
     for key, value in sections.items():
         raw.setdefault(key, {}).update(value)
     path = tmp_path / "config.yaml"

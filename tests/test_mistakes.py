@@ -69,12 +69,12 @@ def test_a_bug_in_the_users_code_or_memory_running_out_is_reported_as_what_it_is
     original traceback; nothing is written."""
     cfg = config_file()
     # a bug in the user's model (a shape error inside torch, called from its forward)
-    line = failed(run_main(capsys, "train", cfg, "model.type=user_models.FailsOnEveryBatch"))
+    line = failed(run_main(capsys, "train", cfg, "model={type: user_models.FailsOnEveryBatch}"))
     assert "error: RuntimeError: mat1 and mat2 shapes cannot be multiplied" in line
     assert "(user_models.py:" in line and "in FailsOnEveryBatch.forward)" in line
     assert "in the model's first forward pass" in line and "model.type" not in line
     # the same in the ranks of a job: one line too, naming a rank
-    ranks = ("model.type=user_models.FailsOnEveryBatch", "parallel.world_size=2")
+    ranks = ("model={type: user_models.FailsOnEveryBatch}", "parallel.world_size=2")
     line = failed(run_main(capsys, "train", cfg, *ranks))
     assert line.startswith("error: rank ") and "in FailsOnEveryBatch.forward)" in line, line
     # memory running out inside the built-in model's conv: not blamed on model.conv
@@ -121,7 +121,7 @@ def test_a_crashed_run_says_why_in_its_log_and_a_plain_retry_starts_again(
 ):
     cfg, run = config_file(), tmp_path / "run"
     with pytest.raises(RuntimeError, match="broke in the training pass"):
-        run_main(capsys, "train", cfg, "model.type=user_models.BreaksWhenTraining")
+        run_main(capsys, "train", cfg, "model={type: user_models.BreaksWhenTraining}")
     log = (run / "train.log").read_text()
     assert "stopped by an error during epoch 1: RuntimeError: broke in the training pass" in log
     assert "Traceback" in log  # not a user's mistake: where it happened, for a bug report
@@ -241,7 +241,7 @@ def test_a_failed_job_ends_on_its_error_line_and_its_log_says_why(config_file, t
     outside, says which rank failed. On the way: two processes on one core, each with less
     than a batch of graphs, are warned about before training starts."""
     result = run_forked(
-        "train", config_file(), "parallel.world_size=2", "model.type=user_models.FailsOnRankOne",
+        "train", config_file(), "parallel.world_size=2", "model={type: user_models.FailsOnRankOne}",
         "training.batch_size=64",  # 56 training graphs: 28 per process
         cores={min(os.sched_getaffinity(0))},  # one core
     )  # fmt: skip

@@ -168,7 +168,7 @@ def test_node_context_lets_a_node_see_its_whole_graph_and_nothing_else(make_conf
         batched = model(Batch.from_data_list([two_paths(0.0), other]))["r"][:8]
         assert torch.allclose(batched, before, atol=1e-6)
     with pytest.raises(qg.ConfigError, match="model.node_context: only for the built-in"):
-        make_config("model.type=torch.nn.Linear", "model.node_context=true")
+        make_config("model={type: torch.nn.Linear}", "model.node_context=true")
 
 
 def test_edge_features_reach_an_edge_aware_conv_and_a_conv_that_ignores_them_is_named(

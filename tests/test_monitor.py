@@ -139,7 +139,7 @@ def train_and_keep_weights(rank, world_size, config):
 @pytest.mark.timeout(180)
 def test_a_nan_gradient_is_skipped_on_every_rank_alike(make_config):
     config = make_config(
-        "model.type=user_models.NaNGradientOnRank1",
+        "model={type: user_models.NaNGradientOnRank1}",
         "monitor.nonfinite=skip",
         "training.num_epochs=2",
     )

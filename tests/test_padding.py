@@ -163,7 +163,7 @@ def test_compiled_padded_batches_of_64_to_2048_elements_compile_once(make_config
         (["training.pad_batches=true"], "training.batch_nodes"),
         ([*PAD, "training.precision=16"], 'training.precision: "16"'),
         ([*PAD, "model.norm=batch"], "model.norm: batch"),
-        ([*PAD, "model.type=user_models.SmallGCN"], "model.type"),
+        ([*PAD, "model={type: user_models.SmallGCN}"], "model.type"),
         ([*PAD, "augmentation.preset=mild"], "augmentation.preset"),
     ],
 )

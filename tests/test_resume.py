@@ -92,7 +92,7 @@ def test_a_run_checkpointed_before_the_package_was_split_into_layers_resumes(tmp
     # Keys added since (model.type) count as their defaults, so another value is a change.
     other = config_from_dict(
         apply_overrides(
-            raw, (*moved, f"training.path={run}", "model.type=user_models.MeanFeatures")
+            raw, (*moved, f"training.path={run}", "model={type: user_models.MeanFeatures}")
         )
     )
     with pytest.raises(qg.ConfigError, match="model.type: None -> 'user_models.MeanFeatures'"):
@@ -268,6 +268,8 @@ def kill_config(tmp_path, data_root, name, world_size, **model):
     raw["log_level"] = "INFO"
     raw["training"].update(path=str(tmp_path / name), batch_size=16 // world_size, num_epochs=6)
     raw["model"]["dropout"] = 0.2
+    if "type" in model:  # your own model: the built-in model's keys would be refused
+        raw["model"] = {}
     raw["model"].update(model)
     raw["augmentation"] = {"preset": "mild"}
     raw["training"]["ema_decay"] = 0.8

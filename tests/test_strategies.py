@@ -153,7 +153,7 @@ def test_impossible_strategy_settings_are_refused(
 def test_fsdp_units_of_a_users_model_are_named_by_class(tmp_path, data_root, capsys):
     """parallel.fsdp.modules: a class the model has no submodule of is refused, naming those
     it has; for the built-in model (sharded per block and head) the key is refused."""
-    user = ["model.type=user_models.SmallGCN", "model.kwargs={hidden: 12}",
+    user = ["model={type: user_models.SmallGCN}", "model.kwargs={hidden: 12}",
             "parallel.strategy=fsdp"]  # fmt: skip
     result = run_main(
         capsys, "train", SHIPPED, *small(tmp_path, data_root, "a"), *user,
@@ -174,7 +174,7 @@ def test_fsdp_units_of_a_users_model_are_named_by_class(tmp_path, data_root, cap
 
 @pytest.mark.timeout(300)
 def test_a_users_model_sharded_by_its_layers_trains_as_under_ddp(tmp_path, data_root, capsys):
-    user = ["model.type=user_models.SmallGCN", "model.kwargs={hidden: 12}",
+    user = ["model={type: user_models.SmallGCN}", "model.kwargs={hidden: 12}",
             "training.precision=64", "training.num_epochs=2"]  # fmt: skip
     runs = {}
     for name, extra in {

@@ -299,7 +299,7 @@ def test_the_command_line_names_a_missing_target_without_a_traceback(make_config
     ],
 )
 def test_a_custom_model_missing_a_task_or_its_shape_is_named(make_config, model, message):
-    trainer = qg.Trainer(make_config(*THREE, f"model.type={model}"))
+    trainer = qg.Trainer(make_config(*THREE, f"model={{type: {model}}}"))
     batch = next(iter(trainer.prepare_dataloaders()[0]))
     with pytest.raises(qg.ConfigError) as info:
         trainer.select(trainer.model(batch), batch)

@@ -640,7 +640,7 @@ def test_a_live_workers_trial_is_left_alone_and_a_silent_ones_run_again_after_th
     # a worker on another machine (its own host name), whose one trial trains for long (and
     # idly: its model waits instead of computing, so it takes no core from the other tests)
     far = start_worker(
-        config, space_file, "--trials", 1, "--stale-after", 3, "model.type=user_models.Unhurried",
+        config, space_file, "--trials", 1, "--stale-after", 3, "model={type: user_models.Unhurried}",
         hostname="node-a",
     )  # fmt: skip
     try:

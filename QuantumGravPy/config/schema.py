@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from ..embedded import data_kind
 from ..errors import ConfigError
@@ -180,22 +180,33 @@ class ModelConfig:
     in_channels: int | None = None  # node features; null: taken from the dataset
     num_classes: int | None = None  # null: taken from the dataset
 
+    # what each key of the built-in model alone is instead, for your own model.type
+    BUILT_IN_ONLY: ClassVar[dict[str, str]] = {
+        "graph_features": "your own model.type reads any attribute of the batch itself",
+        "node_context": "your own model.type builds its node-level heads itself",
+        "activation_checkpointing": (
+            "your own model.type can call torch.utils.checkpoint in its forward"
+        ),
+        **dict.fromkeys(
+            ("conv", "conv_kwargs", "hidden_channels", "num_layers", "activation", "dropout",
+             "residual", "norm", "pooling", "head_channels"),
+            "your own model.type is set up by model.kwargs",
+        ),
+    }  # fmt: skip
+
     def validate(self) -> None:
-        if self.graph_features and self.type is not None:
-            raise ConfigError(
-                "model.graph_features: only for the built-in model; your own model.type reads "
-                f"any attribute of the batch itself (found {list(self.graph_features)})"
-            )
-        if self.node_context and self.type is not None:
-            raise ConfigError(
-                "model.node_context: only for the built-in model; your own model.type builds "
-                "its node-level heads itself"
-            )
-        if self.activation_checkpointing and self.type is not None:
-            raise ConfigError(
-                "model.activation_checkpointing: only for the built-in model; your own "
-                "model.type can call torch.utils.checkpoint in its forward"
-            )
+        if self.type is not None:
+            defaults = ModelConfig()
+            for key, instead in self.BUILT_IN_ONLY.items():
+                value = getattr(self, key)
+                if value != getattr(defaults, key):
+                    shown = list(value) if isinstance(value, tuple) else value
+                    raise ConfigError(
+                        f"model.{key}: only for the built-in model, and would be ignored with "
+                        f"model.type {self.type} ({instead}; found {shown!r}); remove it (on "
+                        "the command line, model={type: ..., kwargs: {...}} replaces the whole "
+                        "section)"
+                    )
         if self.kwargs and self.type is None:
             raise ConfigError(
                 "model.kwargs: only for your own model.type; the built-in model is set up by the "
