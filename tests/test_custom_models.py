@@ -137,3 +137,68 @@ def test_a_built_in_model_key_that_model_type_makes_meaningless_is_refused(
     # the whole section replaced: the model's own keys alone, which train
     fine = run_main(capsys, "train", path, "model={type: user_models.SmallGCN}")
     assert fine.returncode == 0, fine.stderr
+
+
+COMPOSED = (
+    "model={type: user_models.Composed, kwargs: {hidden: 16, "
+    "conv: {class: torch_geometric.nn.GraphConv, kwargs: {in_channels: 16, out_channels: 16, "
+    "aggr: mean}}, activation: {object: torch.nn.Tanh}}}"
+)
+
+
+def test_model_kwargs_build_the_objects_they_name(make_config, tmp_path, capsys):
+    """{class: ..., kwargs: ...} is an instance, {object: ...} the object itself: built for
+    the model from Python and from the command line, in every process; the config and the
+    checkpoint keep the plain mappings, and qg test builds them again."""
+    cfg = make_config(COMPOSED, "training.num_epochs=2")
+    trainer, history, _ = train(cfg)
+    model = trainer.model
+    assert type(model.conv).__name__ == "GraphConv" and model.conv.aggr == "mean"
+    assert type(model.act).__name__ == "Tanh"
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    saved = qg.load_checkpoint(cfg.run_dir / "checkpoints" / "last.pt")
+    assert saved["config"]["model"]["kwargs"]["activation"] == {"object": "torch.nn.Tanh"}
+    path = write_config(cfg, tmp_path / "composed.yaml")
+    tested = run_main(capsys, "test", path, "--checkpoint", cfg.run_dir / "checkpoints/best.pt")
+    assert tested.returncode == 0, tested.stderr
+    both = run_main(capsys, "train", path, "parallel.world_size=2", "--overwrite")
+    assert both.returncode == 0, both.stderr
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (
+            "conv: {class: nowhere.Conv}, activation: {object: torch.nn.Tanh}",
+            "model.kwargs.conv.class: cannot import 'nowhere.Conv'",
+        ),
+        (
+            "conv: {class: torch_geometric.nn.GraphConv, kwargs: {in_channels: 16, "
+            "out_channels: 16, width: 3}}, activation: {object: torch.nn.Tanh}",
+            # GraphConv passes **kwargs on: its parent refuses the key as it is built
+            "model.kwargs.conv: torch_geometric.nn.GraphConv(**kwargs) failed: TypeError: "
+            "MessagePassing.__init__() got an unexpected keyword argument 'width'",
+        ),
+        (
+            "conv: {class: torch_geometric.nn.GraphConv, args: [16, 16]}, "
+            "activation: {object: torch.nn.Tanh}",
+            "model.kwargs.conv: expected {class: dotted.path, kwargs: {...}} (an instance) or "
+            "{object: dotted.path} (the object itself), found the keys args, class",
+        ),
+        (
+            "conv: {class: torch_geometric.nn.GraphConv, kwargs: {in_channels: 16, "
+            "out_channels: 16}}, activation: {object: torch.nn.Tanh, kwargs: {}}",
+            "model.kwargs.activation: expected {class: dotted.path",
+        ),
+    ],
+)
+def test_an_object_model_kwargs_cannot_build_is_one_line_naming_its_key(
+    make_config, tmp_path, capsys, kwargs, message
+):
+    path = write_config(make_config("training.num_epochs=1"), tmp_path / "c.yaml")
+    override = f"model={{type: user_models.Composed, kwargs: {{{kwargs}}}}}"
+    assert_refused(run_main(capsys, "train", path, override), message)
+    # a YAML tag that would build the object is refused, whatever it names
+    tagged = tmp_path / "tagged.yaml"
+    tagged.write_text(path.read_text() + "\nextra: !!python/name:torch.nn.Tanh ''\n")
+    assert_refused(run_main(capsys, "train", tagged), "YAML tags are not allowed")

@@ -178,3 +178,22 @@ class OutOfMemoryConv(nn.Module):
 
     def forward(self, x, edge_index):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
+class Composed(nn.Module):
+    """A model built from objects its config names, as configs of the predecessor built layers:
+    ``conv`` an instance (``{class: ..., kwargs: ...}``), ``activation`` a class it
+    instantiates itself (``{object: ...}``)."""
+
+    def __init__(self, in_channels, outputs, conv, activation, hidden=16):
+        super().__init__()
+        self.encode = nn.Linear(in_channels, hidden)
+        self.conv = conv
+        self.act = activation()
+        self.heads = nn.ModuleDict({t: nn.Linear(hidden, n) for t, (n, _) in outputs.items()})
+
+    def forward(self, batch):
+        x = self.act(self.encode(batch.x))
+        x = self.act(self.conv(x, batch.edge_index))
+        pooled = global_mean_pool(x, batch.batch, batch.num_graphs)
+        return {task: head(pooled) for task, head in self.heads.items()}

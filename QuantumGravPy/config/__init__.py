@@ -6,6 +6,8 @@
   kind's: :mod:`QuantumGravPy.tasks`);
 - :mod:`.loading`: YAML, overrides and the validating walk (errors name the dotted key);
 - :mod:`.dotted`: dotted import paths to the user's own classes and functions;
+- :mod:`.objects`: objects built by name inside ``model.kwargs`` (``{class: ..., kwargs:
+  ...}``, ``{object: ...}``);
 - :mod:`.docs`: the documentation's configuration reference (docs/config.md), generated
   from the schema.
 

@@ -17,6 +17,7 @@ from ..errors import ConfigError
 from .checks import NON_NEGATIVE, POSITIVE, PROBABILITY, check_padding, value_check
 from .dotted import DottedPath, resolve
 from .hooks import CallbackConfig
+from .objects import check_objects
 from .optim import OptimizerConfig, SchedulerConfig
 from .tasks import TaskConfig, validate_tasks
 from .watching import MonitorConfig, TrackingConfig
@@ -151,7 +152,10 @@ class ModelConfig:
     # nn.Module class, built as cls(in_channels=N, outputs={task: (num_outputs, level)},
     # **model.kwargs), whose forward(batch) returns {task: tensor} (or one tensor)
     type: DottedPath | None = None
-    kwargs: dict[str, Any] = field(default_factory=dict)  # keyword arguments of model.type
+    # keyword arguments of model.type; a value {class: dotted.path, kwargs: {...}} is built
+    # as an instance of that class, {object: dotted.path} passes the object itself (a class, a
+    # function), at any depth (docs: Training)
+    kwargs: dict[str, Any] = field(default_factory=dict)
     conv: DottedPath = "torch_geometric.nn.GraphConv"  # any message-passing layer class
     # extra arguments for each conv layer, e.g. {aggr: mean}; bias is left out before a graph
     # or batch norm (which subtracts it again) unless given here
@@ -212,6 +216,7 @@ class ModelConfig:
                 "model.kwargs: only for your own model.type; the built-in model is set up by the "
                 f"other model keys (found {self.kwargs})"
             )
+        check_objects(self.kwargs, "model.kwargs")
         if not self.pooling:
             raise ConfigError(
                 "model.pooling: expected at least one of mean, max, add, scaled_add, std, found []"

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig, check_kwargs, resolve
+from ..config.objects import build_objects
 from ..errors import ConfigError, QGError, RunError, cause, in_user_code
 from .gnn import GNNModel
 
@@ -53,8 +54,9 @@ def build_model(
         raise ConfigError(f"model.type: {section.type!r} is not an nn.Module class")
     ours = ("in_channels", "outputs")
     check_kwargs(cls, dict(section.kwargs), "model.kwargs", passed=ours, name=section.type)
+    kwargs = build_objects(dict(section.kwargs), "model.kwargs")
     try:
-        return cls(in_channels=in_channels, outputs=dict(outputs), **section.kwargs)
+        return cls(in_channels=in_channels, outputs=dict(outputs), **kwargs)
     except (QGError, RunError):
         raise
     except Exception as e:  # the user's model could not be built: what it raised, where
