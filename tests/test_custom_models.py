@@ -5,6 +5,7 @@ after a kill is in test_resume.py.)"""
 import json
 
 import pytest
+import torch
 import yaml
 from conftest import assert_refused, run_main, run_ranks, train
 
@@ -202,3 +203,51 @@ def test_an_object_model_kwargs_cannot_build_is_one_line_naming_its_key(
     tagged = tmp_path / "tagged.yaml"
     tagged.write_text(path.read_text() + "\nextra: !!python/name:torch.nn.Tanh ''\n")
     assert_refused(run_main(capsys, "train", tagged), "YAML tags are not allowed")
+
+
+def test_a_run_starts_from_another_runs_weights(make_config, tmp_path, capsys):
+    """model.init_from: a run directory, or a state dict file, gives a new run its starting
+    weights; with a learning rate of 0 the new run's model is the old run's best, to the bit.
+    A model they do not fit is refused, naming the tensors, unless init_strict is false."""
+    first = make_config("training.num_epochs=2", f"training.path={tmp_path / 'first'}")
+    train(first)
+    best = qg.load_checkpoint(first.run_dir / "checkpoints" / "best.pt")["model"]
+    frozen = ("training.optimizer={type: torch.optim.SGD, kwargs: {lr: 0.0}}",
+              "training.lr_scheduler=null", "training.num_epochs=1", "log_level=INFO")  # fmt: skip
+    state_dict = tmp_path / "weights.pt"
+    torch.save(best, state_dict)
+    for i, source in enumerate((first.run_dir, state_dict)):
+        path = write_config(make_config(*frozen, f"training.path={tmp_path / f'again{i}'}"),
+                            tmp_path / f"again{i}.yaml")  # fmt: skip
+        result = run_main(capsys, "train", path, f"model.init_from={source}")
+        assert result.returncode == 0, result.stderr
+        again = qg.load_checkpoint(tmp_path / f"again{i}" / "checkpoints" / "last.pt")["model"]
+        assert again.keys() == best.keys()
+        assert all(torch.equal(again[k], best[k]) for k in best), source
+        log = (tmp_path / f"again{i}" / "train.log").read_text()
+        assert f"model.init_from: {len(best)} of the model's {len(best)} tensors from" in log
+
+    # resumed, a run continues from its own last.pt: the weights it started from may be gone
+    state_dict.unlink()
+    resumed = run_main(capsys, "train", path, f"model.init_from={state_dict}", "--resume",
+                       "training.num_epochs=2")  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+
+    # two classes instead of three: the head's last layer does not fit
+    other = write_config(make_config("data.dimensions=[2, 3]", "training.num_epochs=1", "log_level=INFO",
+                                     f"training.path={tmp_path / 'other'}"),
+                         tmp_path / "other.yaml")  # fmt: skip
+    quiet = "log_level=WARNING"  # the refusals: one line
+    refused = run_main(capsys, "train", other, f"model.init_from={first.run_dir}", quiet)
+    assert_refused(
+        refused, "model.init_from: ", "does not fit the model: tensor head.", "[3, 16] in the "
+        "checkpoint, [2, 16] in the model", "set model.init_strict: false",
+    )  # fmt: skip
+    loose = run_main(capsys, "train", other, f"model.init_from={first.run_dir}",
+                     "model.init_strict=false")  # fmt: skip
+    assert loose.returncode == 0, loose.stderr
+    log = (tmp_path / "other" / "train.log").read_text()
+    assert f"of the model's {len(best)} tensors from" in log and "2 left as built" in log
+    missing = run_main(capsys, "train", other, f"model.init_from={tmp_path / 'nowhere'}", quiet,
+                       f"training.path={tmp_path / 'third'}")  # fmt: skip
+    assert_refused(missing, "model.init_from: ", "nowhere does not exist")

@@ -181,6 +181,12 @@ class ModelConfig:
     # recompute each message-passing block's activations in the backward pass instead of
     # keeping them (torch.utils.checkpoint): less memory for large graphs, one more forward
     activation_checkpointing: bool = False
+    # start from trained weights: a run directory (its checkpoints/best.pt), a checkpoint, or a
+    # model's state dict saved with torch.save; a new run, unlike --resume (which continues one)
+    init_from: str | None = None
+    # with init_from: every tensor of the model must be there, in its shape; false: load those
+    # that fit, leave the others as built (a new head, say) and name them in the log
+    init_strict: bool = True
     in_channels: int | None = None  # node features; null: taken from the dataset
     num_classes: int | None = None  # null: taken from the dataset
 

@@ -152,7 +152,7 @@ def load_model_state(
     except (RuntimeError, KeyError, ValueError) as e:
         raise CheckpointError(
             f"{path}: does not fit the configured model: "
-            + "; ".join([*model_changes(trained, configured), _tensor_mismatch(model, weights)])
+            + "; ".join([*model_changes(trained, configured), tensor_mismatch(model, weights)])
         ) from e
 
 
@@ -172,7 +172,7 @@ def model_changes(
     return [f"it was trained with {', '.join(changed)}"] if changed else []
 
 
-def _tensor_mismatch(model: torch.nn.Module, weights: Mapping[str, Any]) -> str:
+def tensor_mismatch(model: torch.nn.Module, weights: Mapping[str, Any]) -> str:
     """The first differences between a model's tensors and a state dict's, in words."""
     own = model.state_dict()
     shapes = [

@@ -119,6 +119,7 @@ def log_start(
     processes: int,
     local_processes: int,
     main: bool,
+    init: str | None = None,
 ) -> None:
     """The run's first line (every process), then the main process's warnings and what the
     number of processes does to the results."""
@@ -132,6 +133,8 @@ def log_start(
         logger.warning("%s", notice)
     if note := invariance_note(config, processes):
         logger.info("%s", note)
+    if init:  # what model.init_from loaded
+        logger.info("%s", init)
 
 
 def _edge_notice(config: Config, dataset: Any) -> str | None:

@@ -17,6 +17,7 @@ from ...data import graph_feature_width, num_edge_features, num_node_features
 from ...errors import ConfigError, DataError
 from ...models import build_model
 from ...models.gnn import reads_edges
+from ...runs.init_weights import load_starting_weights
 from ..evaluation.tasks import Task, build_tasks
 
 
@@ -54,6 +55,20 @@ def model_from_spec(config: Config, spec: dict[str, Any], tasks: list[Task]) -> 
         graph_feature_channels=spec["graph_feature_channels"],
         edge_channels=spec.get("edge_channels", 0),  # 0 in the checkpoints of older versions
     )
+
+
+def initial_model(
+    config: Config, spec: dict[str, Any], tasks: list[Task], *, resuming: bool = False
+) -> tuple[nn.Module, str | None]:
+    """The model a run starts from, built as :func:`model_from_spec` builds it, with the
+    weights ``model.init_from`` names loaded into it; and a line for the log saying what was
+    loaded (None without init_from, or when ``resuming``: the checkpoint's weights replace them,
+    and the file they came from may be gone)."""
+    model = model_from_spec(config, spec, tasks)
+    if config.model.init_from is None or resuming:
+        return model, None
+    section = config.model
+    return model, load_starting_weights(model, section.init_from, strict=section.init_strict)
 
 
 def check_data(config: Config, dataset: Dataset | list, spec: dict[str, Any]) -> None:

@@ -48,7 +48,7 @@ from .compiling import Compiling
 from .devices import PRECISIONS, autocast, process_settings, select_device
 from .notices import log_start
 from .schedule import build_optimization, step_scheduler
-from .spec import check_data, model_from_spec, model_spec
+from .spec import check_data, initial_model, model_spec
 from .step import TrainingPass
 
 T = TypeVar("T")
@@ -112,9 +112,9 @@ class Trainer:
         self.model_spec = model_spec(config, self.dataset, self.tasks)  # in every checkpoint
         self.in_channels = self.model_spec["in_channels"]
         self.autocast_dtype, self.float_dtype = PRECISIONS[config.training.precision]
-        self.model: nn.Module = model_from_spec(config, self.model_spec, self.tasks).to(
-            self.device, self.float_dtype
-        )
+        spec, tasks = self.model_spec, self.tasks  # resumed: last.pt's weights, not init_from's
+        self.model, self.init_note = initial_model(config, spec, tasks, resuming=resume)
+        self.model = self.model.to(self.device, self.float_dtype)
         t = config.training
         # The average follows the trained weights; it is not wrapped in DDP (fsdp shards it).
         self.ema = EMA(self.model, t.ema_decay) if t.ema_decay is not None else None
@@ -251,7 +251,7 @@ class Trainer:
         log_start(
             self.logger, self.config, self.dataset, self.device,
             train_graphs=len(train_loader.dataset), processes=self.world_size,
-            local_processes=self.local_processes, main=self.is_main,
+            local_processes=self.local_processes, main=self.is_main, init=self.init_note,
         )  # fmt: skip
 
     def on_epoch_start(self, train_loader: DataLoader) -> None:  # hook
