@@ -29,6 +29,7 @@ from conftest import (
 from test_tracking import wandb_records
 
 import QuantumGravPy as qg
+from QuantumGravPy.tune import load_space
 from QuantumGravPy.tune.storage import filesystem_type, open_storage, redact, warn_if_shared
 
 optuna = pytest.importorskip("optuna")
@@ -745,3 +746,33 @@ def test_importances_rank_only_the_parameters_that_varied_among_enough_trials(tm
     bars = drawn.figure("param_importances.png").axes[0]
     labels = {t.get_text() for t in bars.get_yticklabels()}
     assert labels == {"training.optimizer.kwargs.lr", "model.hidden_channels"}  # not num_layers
+
+
+def test_a_grid_search_tries_every_combination_once(tmp_path, data_root, capsys):
+    """sampler grid: the parameters' listed values (choices, or low to high in steps), each
+    combination one trial, also with two trials at a time; more trials than combinations, or a
+    range with no list of values, is refused naming the key."""
+    space = {
+        "model.hidden_channels": {"type": "int", "low": 8, "high": 16, "step": 8},
+        "training.optimizer.kwargs.lr": {"type": "categorical", "choices": [0.01, 0.001]},
+        "objective": {"metric": "val_loss"},
+        "pruner": {"type": "none"},
+        "sampler": {"type": "grid", "seed": 0},
+    }
+    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=1)
+    too_many = run_main(capsys, "tune", config, space_file, "--trials", "5")
+    assert_refused(too_many, "--trials: 5 trials, but the grid has 4 combinations (2 x 2)")
+    done = run_main(capsys, "tune", config, space_file, "--trials", "4", "--parallel", "2")
+    assert done.returncode == 0, done.stderr
+    rows = read_trials(study)
+    tried = sorted((int(r["model.hidden_channels"]), float(r["training.optimizer.kwargs.lr"]))
+                   for r in rows)  # fmt: skip
+    assert tried == [(8, 0.001), (8, 0.01), (16, 0.001), (16, 0.01)]
+    base = qg.load_config(config)
+    for spec, message in (
+        ({"type": "float", "low": 0.1, "high": 0.5}, "a float needs a step to be searched"),
+        ({"type": "float", "low": 0.1, "high": 0.5, "log": True}, "a log scale has no grid"),
+    ):
+        wrong = {**space, "model.dropout": spec}
+        with pytest.raises(qg.ConfigError, match=f"model.dropout: {message}"):
+            load_space(wrong, base)

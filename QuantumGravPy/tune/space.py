@@ -8,7 +8,7 @@ A space file is keyed by dotted config keys (or the same keys nested), each a pa
     model.conv: {type: categorical, choices: [torch_geometric.nn.GraphConv, ...]}
     objective: {metric: val_loss, direction: minimize}
     pruner: {type: median, n_startup_trials: 3}
-    sampler: {type: tpe, seed: 0}
+    sampler: {type: tpe, seed: 0}     # or random, qmc, gp, grid (every combination, once)
 
 Every value a parameter can take at its ends (low, high, each choice) is put into the base
 config and validated like the config itself, so a range the config refuses fails here, naming
@@ -65,7 +65,21 @@ def _samplers() -> dict[str, Any]:
         "random": optuna.samplers.RandomSampler,
         "qmc": optuna.samplers.QMCSampler,
         "gp": optuna.samplers.GPSampler,
+        "grid": _grid_sampler(),  # every combination of listed values, once
     }
+
+
+def _grid_sampler() -> type:
+    """Optuna's grid sampler for a study driven by ask and tell: the study ends by its own
+    count of trials (at most the grid's size, checked when it starts), so reaching the end of
+    the grid must not stop it (``Study.stop`` is for ``optimize`` alone)."""
+    import optuna
+
+    class GridSampler(optuna.samplers.GridSampler):
+        def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+            pass
+
+    return GridSampler
 
 
 def require_optuna() -> None:
@@ -92,6 +106,23 @@ class Param:
             return trial.suggest_int(self.key, self.low, self.high, log=self.log, step=step)
         return trial.suggest_categorical(self.key, list(self.choices))
 
+    def grid(self) -> list[Any]:
+        """The values a grid search tries: the choices, or low to high (both included) in
+        steps; a ConfigError naming the key for a range that has no such list."""
+        if self.type == "categorical":
+            return list(self.choices)
+        if self.log:
+            raise ConfigError(f"{self.key}: a log scale has no grid; list the values (categorical)")
+        if self.type == "int":
+            return list(range(self.low, self.high + 1, self.step or 1))
+        if self.step is None:
+            raise ConfigError(
+                f"{self.key}: a float needs a step to be searched on a grid (or list the "
+                "values as a categorical)"
+            )
+        count = math.floor((self.high - self.low) / self.step + 1e-9)
+        return [self.low + i * self.step for i in range(count + 1)]
+
     def ends(self) -> list[tuple[str, Any]]:
         """The values checked against the config before the study: (what, value)."""
         if self.type == "categorical":
@@ -117,10 +148,16 @@ class SearchSpace:
         kind, kwargs = _split(self.pruner)
         return _pruners()[kind](**kwargs)
 
+    def grid_points(self) -> int:
+        """How many combinations a grid search has (the product of each parameter's values)."""
+        return math.prod(len(p.grid()) for p in self.params)
+
     def make_sampler(self, *, parallel: int = 1, salt: str | None = None) -> Any:
         """The sampler; with ``salt`` (a study continued by this process), its seed is mixed
         with it, so a resumed study or a second worker does not repeat the first suggestions."""
         kind, kwargs = _split(self.sampler)
+        if kind == "grid":
+            kwargs["search_space"] = {p.key: p.grid() for p in self.params}
         if salt is not None and kwargs.get("seed") is not None:
             kwargs["seed"] = (kwargs["seed"] + zlib.crc32(salt.encode())) % 2**32
         if kind == "tpe" and parallel > 1:
@@ -197,7 +234,10 @@ def parse_space(raw: Any, base: Config) -> SearchSpace:
     metric, direction = _objective(raw.get("objective"), base)
     pruner = _section(raw.get("pruner"), "pruner", _pruners(), "median")
     sampler = _section(raw.get("sampler"), "sampler", _samplers(), "tpe")
-    return SearchSpace(tuple(params), metric, direction, pruner, sampler)
+    space = SearchSpace(tuple(params), metric, direction, pruner, sampler)
+    if sampler["type"] == "grid":
+        space.grid_points()  # every parameter has a list of values
+    return space
 
 
 def _flatten(raw: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -361,10 +401,13 @@ def _section(section: Any, name: str, kinds: dict[str, Any], default: str) -> di
                 f"{name}.{key}: not an argument of the {kind} {name} "
                 f"(known: {', '.join(accepted) or 'none'})"
             )
+    given = {"search_space": {}} if kind == "grid" else {}  # made from the parameters
+    if set(given) & set(kwargs):
+        raise ConfigError(f"{name}.search_space: the grid is made from the parameters; remove it")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # experimental-feature notices
-            cls(**kwargs)
+            cls(**given, **kwargs)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{name}: the {kind} {name} refuses {kwargs}: {e}") from e
     return dict(section)

@@ -75,6 +75,12 @@ class Tuner:
                 f"{option('stale-after', 'stale_after_s')}: expected a positive number, "
                 f"found {stale_after_s}"
             )
+        if space.sampler["type"] == "grid" and trials > space.grid_points():
+            sizes = " x ".join(str(len(p.grid())) for p in space.params)
+            raise ConfigError(
+                f"{option('trials')}: {trials} trials, but the grid has {space.grid_points()} "
+                f"combinations ({sizes}), each tried once; give {space.grid_points()} or fewer"
+            )
         self.stale_after_s = float(stale_after_s)
         self.base, self.space, self.total, self.parallel = base, space, trials, parallel
         self.dir = base.run_dir
