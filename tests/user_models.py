@@ -197,3 +197,54 @@ class Composed(nn.Module):
         x = self.act(self.conv(x, batch.edge_index))
         pooled = global_mean_pool(x, batch.batch, batch.num_graphs)
         return {task: head(pooled) for task, head in self.heads.items()}
+
+
+class TinyVAE(nn.Module):
+    """A variational graph autoencoder, trained as the predecessor's generative models are:
+    per-node latents from a GCN, each link of the causal set decoded from the inner product of
+    two latents. ``forward(batch)`` returns its own loss terms, one value per graph: ``nll``,
+    the links' negative Bernoulli log-likelihood (a mean over the pairs of the graph), and
+    ``kl``, the latents' KL divergence from the standard normal (a mean over its nodes). In
+    evaluation the latents are their means: no random draw."""
+
+    def __init__(self, in_channels, outputs, latent=4, hidden=16):
+        super().__init__()
+        self.conv = GCNConv(in_channels, hidden)
+        self.mu = GCNConv(hidden, latent)
+        self.logvar = GCNConv(hidden, latent)
+
+    def forward(self, batch):
+        from torch_geometric.utils import scatter, to_dense_adj, to_dense_batch
+
+        h = self.conv(batch.x, batch.edge_index).relu()
+        mu = self.mu(h, batch.edge_index)
+        logvar = self.logvar(h, batch.edge_index).clamp(-8.0, 8.0)
+        z = mu + torch.randn_like(mu) * (0.5 * logvar).exp() if self.training else mu
+        dense, mask = to_dense_batch(z, batch.batch, batch_size=batch.num_graphs)
+        logits = dense @ dense.transpose(1, 2)
+        links = to_dense_adj(
+            batch.edge_index, batch.batch, max_num_nodes=dense.shape[1], batch_size=batch.num_graphs
+        )
+        pairs = (mask[:, :, None] & mask[:, None, :]).to(logits.dtype)
+        bce = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, links.to(logits.dtype), reduction="none"
+        )
+        nll = (bce * pairs).sum((1, 2)) / pairs.sum((1, 2))
+        kl_nodes = -0.5 * (1 + logvar - mu**2 - logvar.exp()).sum(dim=1)
+        kl = scatter(kl_nodes, batch.batch, dim=0, dim_size=batch.num_graphs, reduce="mean")
+        return {"nll": nll, "kl": kl}
+
+
+class LossOfOneNumber(TinyVAE):
+    """Returns its terms summed over the batch: one number, not one per graph."""
+
+    def forward(self, batch):
+        terms = super().forward(batch)
+        return {name: value.sum() for name, value in terms.items()}
+
+
+class LossWithoutKL(TinyVAE):
+    """Returns nll alone, while the config names nll and kl."""
+
+    def forward(self, batch):
+        return {"nll": super().forward(batch)["nll"]}

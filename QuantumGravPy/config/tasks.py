@@ -66,6 +66,9 @@ class TaskConfig:
     # regression: learn targets scaled by the training split's mean and std (kept in the
     # checkpoint); metrics and predictions are always in the original units
     standardize: bool = True
+    # model_loss: the loss terms the model returns (one value per graph each), by name, with
+    # their weights in the loss, e.g. {nll: 1.0, kl: 0.1}; each is a metric, <term>_loss
+    terms: dict[str, float] = field(default_factory=dict)
 
     @property
     def target_name(self) -> str:
@@ -78,7 +81,7 @@ class TaskConfig:
 
     @property
     def metric_names(self) -> tuple[str, ...]:
-        return self.kind.default_metrics if self.metrics is None else self.metrics
+        return self.kind.defaults(self) if self.metrics is None else self.metrics
 
     @property
     def loss_name(self) -> str:
@@ -92,15 +95,21 @@ class TaskConfig:
                 f"columns and model outputs), found {self.name!r}"
             )
         kind = task_kind(self.type, key=f"{key}.type")
+        if self.terms and kind.needs_target:
+            raise ConfigError(
+                f"{key}.terms: only for a task whose model returns its own loss terms (type "
+                f"model_loss); task {self.name!r} is {self.type}"
+            )
+        kind.check(self, key)
+        offered = kind.offered(self)
         for metric in self.metric_names:
-            if metric not in kind.metrics:
+            if metric not in offered:
                 other = [k.name for k in KINDS if metric in k.metrics]
                 why = f"a metric of {' and '.join(other)} tasks" if other else "not a metric"
                 raise ConfigError(
                     f"{key}.metrics: {metric!r} is {why}, not of a {self.type} task like "
-                    f"{self.name!r} (choose from {', '.join(kind.metrics)})"
+                    f"{self.name!r} (choose from {', '.join(offered)})"
                 )
-        kind.check(self, key)
 
 
 def task_list(config: Config) -> tuple[TaskConfig, ...]:
@@ -156,6 +165,11 @@ def validate_tasks(config: Config) -> None:
         task.check(f"tasks[{i}]")
         if name in names[:i]:
             raise ConfigError(f"tasks[{i}].name: {name!r} names two tasks")
+        if not task.kind.needs_target and config.model.type is None:
+            raise ConfigError(
+                f"tasks[{i}].type: a {task.type} task needs your own model.type, whose "
+                "forward(batch) returns its loss terms; the built-in model returns predictions"
+            )
     kind = data_kind(config.data.kind, key="data.kind")
     generated = not config.data.files and config.data.dataset is None
     if generated and not tasks and kind.classes(config.data.dimensions) is None:

@@ -98,7 +98,8 @@ def predict_worker(rank: int, world_size: int, job: _Job) -> dict[str, Any] | No
     )
     tasks = loaded.tasks
     scored = labelled(dataset, [t.config.target_name for t in tasks])
-    scored_tasks = [t for t in tasks if t.config.target_name in scored]
+    # a model_loss task scores itself: its terms are computed from any data
+    scored_tasks = [t for t in tasks if t.config.target_name in scored or not t.kind.needs_target]
     tester = Tester(
         tasks, loaded.device, loaded.autocast_dtype, loaded.float_dtype, select=loaded.select
     )

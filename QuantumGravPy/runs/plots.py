@@ -294,7 +294,7 @@ def write_run_plots(
                 names = None  # graphs handed to the trainer, not the config's data: numbers
             written.append(plot_confusion(matrix, file(CONFUSION), names, title))
         kept = predictions.get(name)
-        if kept is None or not len(kept["true"]):
+        if kept is None or not len(kept.get("true", ())):  # (model_loss: no targets)
             continue
         picture = task.kind.picture  # the ROC curve of a binary task, ...
         if picture is not None:

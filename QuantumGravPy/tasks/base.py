@@ -52,6 +52,8 @@ class TaskKind:
     # metrics that are a table of counts, not one number (a confusion matrix): in the test
     # summary and its picture, never a column of history.csv or a headline
     tables: ClassVar[tuple[str, ...]] = ()
+    # whether it reads a target of the data (model_loss does not: the model scores itself)
+    needs_target: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -73,6 +75,20 @@ class TaskKind:
             raise ConfigError(
                 f"{key}.classes: only for classification tasks; task {task.name!r} is {self.name}"
             )
+
+    def offered(self, task: Any) -> tuple[str, ...]:
+        """The metrics a task of this kind may name (a kind whose metrics depend on the task's
+        settings overrides it)."""
+        return self.metrics
+
+    def defaults(self, task: Any) -> tuple[str, ...]:
+        """The metrics of a task that names none."""
+        return self.default_metrics
+
+    def loss_for(self, task: Any) -> Any:
+        """The task's loss, ``loss(outputs, target)``, where the kind makes it itself; None: the
+        loss ``tasks[i].loss`` names (or :attr:`default_loss`)."""
+        return None
 
     # --- the data ------------------------------------------------------------------------------
 
@@ -113,6 +129,11 @@ class TaskKind:
         """How many rows ``outputs`` get right (a 0-dim tensor), for a kind that counts them."""
         raise NotImplementedError(f"a {self.name} task has no right or wrong rows")
 
+    def model_output(self, outputs: Any, task: Any, rows: int, model: str) -> Tensor | None:
+        """The task's ``[rows, outputs]`` tensor of a forward pass's ``outputs``, checked, where
+        the kind reads them its own way; None: the model's output named after the task."""
+        return None
+
     # --- metrics -------------------------------------------------------------------------------
 
     def metric_outputs(self, num_outputs: int) -> int:
@@ -123,6 +144,11 @@ class TaskKind:
         """torchmetrics' metric ``name`` (one of :attr:`metrics`), exact (never binned) and
         never synchronising by itself (``sync_on_compute=False``)."""
         raise NotImplementedError
+
+    def task_metric(self, name: str, num_outputs: int, task: Any) -> torchmetrics.Metric:
+        """The metric ``name`` of ``task`` (a kind whose metrics depend on the task's settings
+        overrides it): :meth:`make_metric`'s."""
+        return self.make_metric(name, num_outputs)
 
     def metric_inputs(self, outputs: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
         """(predictions, targets) as the metrics take them, in float64: probabilities, never

@@ -135,7 +135,7 @@ class Validator:
 
     def task_metrics(self, task: Task) -> TaskMetrics:
         names = [m for m in task.metric_names if self.confusion or m not in task.kind.tables]
-        return TaskMetrics(task.kind, names, task.num_outputs, device=self.device)
+        return TaskMetrics(task.kind, names, task.num_outputs, device=self.device, task=task.config)
 
     @torch.no_grad()
     def accumulate(
@@ -183,7 +183,7 @@ class Validator:
                     rows = task.rows(batch)
                     sums[i, 0] += loss.double() * rows
                     sums[i, 1] += rows
-                    target = task.target(batch)
+                    target = task.target(batch) if task.kind.needs_target else None
                     task_metrics.update(predicted, target)
                 if self.keep_predictions:
                     local = torch.arange(batch.num_graphs, device=self.device)
@@ -192,7 +192,7 @@ class Validator:
                     part = kept[task.name]
                     part["graph"].append((rank + (seen + local) * world_size).cpu())
                     part["predicted"].append(task.kind.prediction_values(predicted).cpu())
-                    if loss is not None:
+                    if loss is not None and target is not None:
                         part["true"].append(target.cpu())
             seen += batch.num_graphs
         model.train(was_training)

@@ -46,29 +46,34 @@ class TaskMetrics:
         num_outputs: int,
         *,
         device: torch.device | str = "cpu",
+        task: Any = None,
     ):
         self.kind = task_kind(kind) if isinstance(kind, str) else kind
-        unknown = [n for n in names if n not in self.kind.metrics]
+        offered = self.kind.offered(task) if task is not None else self.kind.metrics
+        unknown = [n for n in names if n not in offered]
         if unknown:
             raise ValueError(
                 f"{', '.join(map(repr, unknown))} is not a metric of a {self.kind.name} task "
-                f"(choose from {', '.join(self.kind.metrics)})"
+                f"(choose from {', '.join(offered)})"
             )
         self.num_outputs = self.kind.metric_outputs(num_outputs)
         self.metrics: dict[str, torchmetrics.Metric] = {}
         for name in names:
             own = own_metric(self.kind, name)
-            metric = (
-                own.make(self.num_outputs, sync_on_compute=False)
-                if own is not None
-                else self.kind.make_metric(name, self.num_outputs)
-            )
+            if own is not None:
+                metric = own.make(self.num_outputs, sync_on_compute=False)
+            elif task is not None:
+                metric = self.kind.task_metric(name, self.num_outputs, task)
+            else:
+                metric = self.kind.make_metric(name, self.num_outputs)
             # float states (sums of errors) and inputs in float64; after .to(), which resets
             # the dtype torchmetrics casts inputs to
             self.metrics[name] = metric.to(device).set_dtype(torch.float64)
 
-    def update(self, outputs: Tensor, target: Tensor) -> None:
-        preds, target = self.kind.metric_inputs(outputs.detach(), target.detach())
+    def update(self, outputs: Tensor, target: Tensor | None) -> None:
+        """``target``: None for a kind that reads none (model_loss)."""
+        target = None if target is None else target.detach()
+        preds, target = self.kind.metric_inputs(outputs.detach(), target)
         for name, metric in self.metrics.items():
             self.kind.update_metric(name, metric, preds, target)
 

@@ -78,6 +78,8 @@ class Task:
         """The task's loss of ``outputs`` on ``batch``: a mean over the batch's rows."""
         if self.loss_takes_batch:
             return self.loss_fn(outputs, batch)
+        if not self.kind.needs_target:  # the outputs are the model's own loss terms
+            return self.loss_fn(outputs, None)
         target = self.kind.loss_target(self.target(batch), outputs)
         if self.scaled:  # a standardised target: learnt in units of the training split's spread
             mean, std = self._scaling_like(target)
@@ -132,11 +134,14 @@ def build_tasks(
         outputs_key = f"tasks[{i}].num_outputs" if explicit else "model.num_classes"
         if outputs is not None:
             num_outputs = outputs[tc.name]
+        elif not tc.kind.needs_target:  # no target to read: the kind knows its outputs
+            num_outputs = tc.kind.count_outputs(tc, None, lambda: None, None, target_key, "")
         else:
             check_target(dataset, tc, target_key)
             num_outputs = task_num_outputs(dataset, tc, target_key, outputs_key)
         if explicit:
-            tasks.append(Task(tc, num_outputs, make_loss(tc, f"tasks[{i}]")))
+            loss = tc.kind.loss_for(tc) or make_loss(tc, f"tasks[{i}]")
+            tasks.append(Task(tc, num_outputs, loss))
         else:
             tasks.append(Task(tc, num_outputs, make_criterion(config.criterion), True))
     return tasks
@@ -199,12 +204,17 @@ def select_outputs(
             f"model.type: {model} returned one tensor, but the config has {len(tasks)} tasks; "
             "return a dict from task name to tensor"
         )
-    return {
-        t.name: task_output(
-            outputs, t.name, t.rows(batch), t.num_outputs, model=model, level=t.level
+    selected = {}
+    for t in tasks:
+        own = t.kind.model_output(outputs, t.config, t.rows(batch), model)
+        selected[t.name] = (
+            own
+            if own is not None
+            else task_output(
+                outputs, t.name, t.rows(batch), t.num_outputs, model=model, level=t.level
+            )
         )
-        for t in tasks
-    }
+    return selected
 
 
 def unpadded(outputs: Any, tasks: Sequence[Task], batch: Any) -> Any:
