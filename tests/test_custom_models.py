@@ -251,3 +251,43 @@ def test_a_run_starts_from_another_runs_weights(make_config, tmp_path, capsys):
     missing = run_main(capsys, "train", other, f"model.init_from={tmp_path / 'nowhere'}", quiet,
                        f"training.path={tmp_path / 'third'}")  # fmt: skip
     assert_refused(missing, "model.init_from: ", "nowhere does not exist")
+
+
+PLAIN = (
+    "model={type: QuantumGravPy.models.TensorInputs, kwargs: {module: {object: "
+    "user_models.PlainGNN}, module_kwargs: {hidden_channels: 16, out_channels: 3}}}"
+)
+
+
+def test_a_model_taking_tensors_trains_through_the_adapter(make_config, tmp_path, capsys):
+    """forward(x, edge_index, batch), as PyG's and the predecessor's models are written: built
+    with the data's node features, trained on one and two processes, its two outputs named
+    after two tasks; a wrong mapping or input is one line naming the key."""
+    cfg = make_config(PLAIN, "training.num_epochs=3")
+    trainer, history, metrics = train(cfg)
+    assert type(trainer.model.module).__name__ == "PlainGNN"
+    assert trainer.model.module.conv.in_channels == trainer.in_channels  # given by the adapter
+    assert history[-1]["train_loss"] < history[0]["train_loss"] and metrics["test_accuracy"] > 0
+    path = write_config(cfg, tmp_path / "plain.yaml")
+    both = run_main(capsys, "train", path, "parallel.world_size=2", "--overwrite")
+    assert both.returncode == 0, both.stderr
+
+    two = (
+        "model={type: QuantumGravPy.models.TensorInputs, kwargs: {module: {object: "
+        "user_models.PlainTwoHeads}, module_kwargs: {hidden_channels: 16, out_channels: 3}, "
+        "returns: {dim: 0, d: 1}}}",
+        "tasks=[{name: dim, type: classification, target: y}, "
+        "{name: d, type: regression, target: dimension}]",
+    )
+    cfg = make_config(*two, "training.num_epochs=2", f"training.path={tmp_path / 'two'}")
+    _, history, metrics = train(cfg)
+    assert {"test_dim_accuracy", "test_d_r2"} <= set(metrics)
+
+    fresh = f"training.path={tmp_path / 'refused'}"
+    path = write_config(make_config("training.num_epochs=1", fresh), tmp_path / "c.yaml")
+    for override, message in (
+        (two[0], "model.kwargs.returns: names the tasks ['d', 'dim'], but the config's are ['y']"),
+        (PLAIN.replace("module_kwargs", "inputs: [x, edges], module_kwargs"),
+         "model.kwargs.inputs: the batch has no attribute 'edges'"),
+    ):  # fmt: skip
+        assert_refused(run_main(capsys, "train", path, override), message)

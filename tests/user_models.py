@@ -248,3 +248,28 @@ class LossWithoutKL(TinyVAE):
 
     def forward(self, batch):
         return {"nll": super().forward(batch)["nll"]}
+
+
+class PlainGNN(nn.Module):
+    """A model written as PyTorch Geometric's examples are: forward(x, edge_index, batch)."""
+
+    def __init__(self, in_channels, hidden_channels, out_channels):
+        super().__init__()
+        self.conv = GCNConv(in_channels, hidden_channels)
+        self.out = nn.Linear(hidden_channels, out_channels)
+
+    def forward(self, x, edge_index, batch):
+        x = self.conv(x, edge_index).relu()
+        return self.out(global_mean_pool(x, batch))
+
+
+class PlainTwoHeads(PlainGNN):
+    """As PlainGNN, returning two outputs: class logits and one value."""
+
+    def __init__(self, in_channels, hidden_channels, out_channels):
+        super().__init__(in_channels, hidden_channels, out_channels)
+        self.value = nn.Linear(hidden_channels, 1)
+
+    def forward(self, x, edge_index, batch):
+        pooled = global_mean_pool(self.conv(x, edge_index).relu(), batch)
+        return self.out(pooled), self.value(pooled)
