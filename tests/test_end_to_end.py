@@ -36,13 +36,16 @@ def test_shipped_config_learns_the_dimension_of_causal_sets(tmp_path):
         assert (run / name).is_file(), name
 
 
-def run_example(name: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
-    """An example script on a small, fast config, as a user would run it."""
+def run_example(
+    name: str, tmp_path, *args: str, model: str = "model.hidden_channels=8"
+) -> subprocess.CompletedProcess:
+    """An example script on a small, fast config, as a user would run it (``model``: how the
+    model is made small; a model of one's own takes no built-in model's key)."""
     small = [
         f"data.root={tmp_path / 'data'}",
         "data.num_graphs=90",
         "training.num_epochs=2",
-        "model.hidden_channels=8",
+        model,
         f"training.path={tmp_path / 'run'}",
         "training.device=cpu",
     ]
@@ -82,7 +85,9 @@ def test_ddp_standalone_example_trains_with_two_processes(tmp_path):
 
 @pytest.mark.jobs
 def test_custom_multitask_model_example_trains_its_own_class(tmp_path):
-    result = run_example("custom_multitask_model.py", tmp_path)
+    result = run_example(
+        "custom_multitask_model.py", tmp_path, model="model.kwargs={hidden: 8, layers: 1}"
+    )
     assert result.returncode == 0, result.stderr
     assert "dimension class: accuracy" in result.stdout and "time of each element" in result.stdout
     config = (tmp_path / "run" / "config.yaml").read_text()
