@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import inspect
 import math
 import types
@@ -69,6 +70,7 @@ def _samplers() -> dict[str, Any]:
     }
 
 
+@functools.cache
 def _grid_sampler() -> type:
     """Optuna's grid sampler for a study driven by ask and tell: the study ends by its own
     count of trials (at most the grid's size, checked when it starts), so reaching the end of

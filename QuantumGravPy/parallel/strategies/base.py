@@ -121,8 +121,8 @@ class Strategy:
                     f"is {cls.name}; remove them or choose that strategy"
                 )
                 continue
-            known = [f.name for f in dataclasses.fields(type(config.parallel))]
-            known = [k for k in known if k != "settings"]
+            fields = dataclasses.fields(type(config.parallel))
+            known = [f.name for f in fields if not f.metadata.get("sections")]
             close = difflib.get_close_matches(name, [*known, *STRATEGIES.names()], n=1)
             hint = f"; did you mean parallel.{close[0]}?" if close else ""
             yield (
