@@ -327,3 +327,15 @@ def fails_on_rank_1(num_graphs: int = 80) -> list[Data]:
     if dist.is_initialized() and dist.get_rank() == 1:
         raise RuntimeError("rank 1 cannot read its graphs")
     return imbalanced_rings(num_graphs)
+
+
+def rings_with_edge_heat(num_graphs: int = 60) -> list[Data]:
+    """Rings and paths whose edges each carry a value, ``flow`` (the sum of the first features
+    of the edge's two nodes): an edge-level target on a PyG user's graphs, paired by
+    edge_index."""
+    g = torch.Generator().manual_seed(0)
+    graphs = ring_graphs(num_graphs)
+    for graph in graphs:
+        graph.x = torch.randn(graph.num_nodes, 3, generator=g)
+        graph.flow = graph.x[graph.edge_index[0], 0] + graph.x[graph.edge_index[1], 0]
+    return graphs

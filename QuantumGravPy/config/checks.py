@@ -37,5 +37,7 @@ def check_padding(config: Any) -> None:
         against = 'not with training.precision: "16", whose range the padding rows might leave'
     elif config.augmentation.preset is not None:
         against = "not with augmentation.preset, which can add links past the edge budget"
+    elif any(t.level == "edge" for t in config.tasks):
+        against = "not with an edge-level task, whose pairs the padding does not budget"
     if against is not None:
         raise ConfigError(f"training.pad_batches: {against}")

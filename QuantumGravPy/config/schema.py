@@ -54,8 +54,13 @@ class DataConfig:
     links: str | None = None  # the link matrix instead; null: linkmat, link_matrix or links
     size: str | None = None  # stacked: the array of valid sizes; null: cset_size, size or n
     # Data attribute -> array, e.g. {manifold_like: manifold_like}: a value per causal set
-    # becomes a graph attribute, a vector per element a node attribute
+    # becomes a graph attribute, a vector per element a node attribute, an n x n matrix a value
+    # per pair of data.pairs (edge-level tasks)
     targets: dict[str, str] = field(default_factory=dict)
+    # the pairs of each causal set a matrix of data.targets is read at: relations (every i < j)
+    # or links; the graphs hold them as relations_index or links_index, [2, P], for the pairs
+    # of edge-level tasks. A matrix that is not zero off them is refused, naming the sample
+    pairs: Literal["relations", "links"] = "relations"
     # null: the features of the embedded causal sets, computed from the causal structure; or
     # a list of per-element arrays
     node_features: tuple[str, ...] | None = None

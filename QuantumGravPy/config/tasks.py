@@ -40,7 +40,13 @@ class TaskConfig:
     # classes), one of your own among them (docs: Extending)
     type: str = "classification"
     target: str | None = None  # the Data attribute holding the target; null: the task's name
-    level: Literal["graph", "node"] = "graph"  # one target per graph, or one per node
+    # one target per graph, per node, or per pair of nodes (edge: the pairs are named by pairs)
+    level: Literal["graph", "node", "edge"] = "graph"
+    # edge level: the Data attribute of the task's node pairs, [2, P] node indices, one target
+    # row per pair: relations_index or links_index (the relations or links of causal sets read
+    # from files, whose matrix targets are read at them: data.pairs), edge_index (one target per
+    # edge) or one of your graphs' own; its name contains "index", so that batches shift it
+    pairs: str | None = None
     weight: float = field(  # of this task's loss in the total loss
         default=1.0, metadata={"check": lambda v: v > 0, "expected": "a positive number"}
     )
@@ -95,6 +101,23 @@ class TaskConfig:
                 f"columns and model outputs), found {self.name!r}"
             )
         kind = task_kind(self.type, key=f"{key}.type")
+        if self.level == "edge" and self.pairs is None:
+            raise ConfigError(
+                f"{key}.pairs: task {self.name!r} is edge-level; name the attribute of its node "
+                "pairs, e.g. relations_index (the relations of causal sets from data.files) or "
+                "edge_index (one target per edge)"
+            )
+        if self.pairs is not None and self.level != "edge":
+            raise ConfigError(
+                f"{key}.pairs: only for an edge-level task (level: edge); task {self.name!r} is "
+                f"{self.level}-level"
+            )
+        if self.pairs is not None and "index" not in self.pairs:
+            raise ConfigError(
+                f'{key}.pairs: {self.pairs!r} must have "index" in its name, as PyG\'s batches '
+                "shift such attributes by the nodes of the graphs before them (rename it, e.g. "
+                f"{self.pairs}_index)"
+            )
         if self.terms and kind.needs_target:
             raise ConfigError(
                 f"{key}.terms: only for a task whose model returns its own loss terms (type "

@@ -17,10 +17,11 @@ neither orientation (elements not in a natural order) needs ``data.transpose`` s
 Every causal set becomes a graph as the embedded ones are: its elements in a natural labelling
 (every relation points to a later element), its links as edges in both directions, node
 features computed from the causal structure (or read from per-element arrays), and the arrays
-of ``data.targets`` as graph attributes (one value per causal set) or node attributes (one per
-element). zarr and h5py are the ``files`` extra. Files of general graphs (the ``graphs``
-layout, and saved PyG graphs) are read as they are (:mod:`.graph_files`), through the same
-cache, storage and provenance.
+of ``data.targets`` as graph attributes (one value per causal set), node attributes (one per
+element) or values per pair (an n x n matrix, read at the set's relations or links,
+``data.pairs``, which the graph holds as ``relations_index`` or ``links_index``). zarr and h5py
+are the ``files`` extra. Files of general graphs (the ``graphs`` layout, and saved PyG graphs)
+are read as they are (:mod:`.graph_files`), through the same cache, storage and provenance.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from ..physics import (
 )
 from .cache import DigestCachedDataset, collect
 from .graph_files import numbers, read_graph
+from .pair_targets import order_pairs, values_at_pairs
 from .stores import Samples, find_files, fingerprint, open_store
 
 log = logging.getLogger(__name__)
@@ -131,6 +133,7 @@ def read_sample(
         raise DataError(f"{where}: {samples.matrix!r} is not a strict partial order: {e}") from None
     structure = OrderStructure(*(None if t is None else t.cpu() for t in structure))
     order = structure.labelling
+    as_stored = related  # the relations in the file's labelling
     ranks = None
     if cfg.light_cone_ranks:  # in the natural labelling, from the links already found
         related = related.cpu() if order is None else related.cpu()[order][:, order]
@@ -141,8 +144,17 @@ def read_sample(
         except NotTwoDimensional as e:
             raise DataError(f"{where}: data.light_cone_ranks: {e}") from None
     attributes: dict[str, torch.Tensor] = {}
+    pairs = None
     for attribute, name in cfg.targets.items():
-        value = numbers(read(name), f"{where}: {name!r}").reshape(-1)
+        value = numbers(read(name), f"{where}: {name!r}")
+        if value.dim() == 2 and n > 1 and value.shape[0] == n and value.shape[1] >= n:
+            if pairs is None:
+                pairs = order_pairs(cfg.pairs, as_stored, structure)
+            attributes[attribute] = values_at_pairs(
+                value, pairs, transpose, order, n, f"{where}: {name!r}", cfg.pairs
+            )
+            continue
+        value = value.reshape(-1)
         if value.numel() == n and n != 1:
             attributes[attribute] = value if order is None else value[order]
         elif value.numel() == 1:
@@ -150,7 +162,8 @@ def read_sample(
         else:
             raise DataError(
                 f"{where}: {name!r} (data.targets.{attribute}) holds {value.numel()} values for "
-                f"a causal set of {n} elements: expected 1 (per causal set) or {n} (per element)"
+                f"a causal set of {n} elements: expected 1 (per causal set), {n} (per element) "
+                f"or {n} x {n} (per pair: data.pairs)"
             )
     x = None
     if cfg.node_features is not None:
@@ -167,6 +180,8 @@ def read_sample(
             value = value.reshape(n, -1)
             columns.append(value if order is None else value[order])
         x = torch.cat(columns, dim=1)
+    if pairs is not None:
+        attributes[f"{cfg.pairs}_index"] = pairs
     if provenance:
         attributes["source_element"] = torch.arange(n) if order is None else order
     attributes["edge_index"] = torch.cat([structure.links, structure.links.flip(0)], dim=1)
@@ -378,6 +393,7 @@ def cache_params(data_cfg: Any) -> dict[str, Any]:
         "targets": dict(sorted(data_cfg.targets.items())),
         "node_features": list(data_cfg.node_features) if data_cfg.node_features else None,
         **({"light_cone_ranks": True} if data_cfg.light_cone_ranks else {}),
+        **({"pairs": "links"} if data_cfg.pairs == "links" else {}),  # the default: as before
         "transpose": data_cfg.transpose,
         "hooks": [data_cfg.reader, data_cfg.pre_filter, data_cfg.pre_transform],
         "version": FORMAT_VERSION,

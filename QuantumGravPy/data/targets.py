@@ -55,7 +55,38 @@ def check_target(dataset: Dataset | list[Data], task: TaskConfig, key: str) -> N
             f"{key}: task {task.name!r} is node-level, so {name!r} needs one row per node "
             f"({first.num_nodes} in the first graph), found shape {list(value.shape)}"
         )
+    if task.level == "edge":
+        _check_pairs(first, task, value, key)
     task.kind.check_target(value, task, key)
+
+
+def _check_pairs(first: Data, task: TaskConfig, value: torch.Tensor, key: str) -> None:
+    """An edge-level task's pairs in the first graph: ``[2, P]`` node indices, and one target
+    row per pair."""
+    name, where = task.pairs, key.replace(".target", ".pairs")
+    pairs = first[name] if name in first else None
+    if not isinstance(pairs, torch.Tensor):
+        made = " (data.targets' n x n matrices make it, from data.files)" if name in (
+            "relations_index", "links_index") else ""  # fmt: skip
+        raise ConfigError(
+            f"{where}: the data has no tensor attribute {name!r} for the pairs of task "
+            f"{task.name!r}{made}"
+        )
+    if pairs.dim() != 2 or pairs.shape[0] != 2 or pairs.is_floating_point():
+        raise ConfigError(
+            f"{where}: {name!r} must hold node indices [2, pairs], found "
+            f"{pairs.dtype} of shape {list(pairs.shape)}"
+        )
+    if pairs.numel() and not 0 <= int(pairs.min()) <= int(pairs.max()) < first.num_nodes:
+        raise ConfigError(
+            f"{where}: {name!r} names nodes outside the first graph's {first.num_nodes}"
+        )
+    if value.dim() == 0 or value.shape[0] != pairs.shape[1]:
+        raise ConfigError(
+            f"{key}: task {task.name!r} is edge-level, so {task.target_name!r} needs one row "
+            f"per pair of {name!r} ({pairs.shape[1]} in the first graph), found shape "
+            f"{list(value.shape)}"
+        )
 
 
 def task_num_outputs(

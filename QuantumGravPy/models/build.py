@@ -4,7 +4,9 @@
 built as ``cls(in_channels=N, outputs={task: (num_outputs, level)}, **model.kwargs)``: it learns
 how many node features the data has and what each task needs, and its ``forward(batch)``
 returns a dict from task name to tensor (or, with one task, the tensor alone), with one row per
-graph for a graph-level task and one row per node for a node-level task. Such a model is
+graph for a graph-level task, one row per node for a node-level task, and one row per pair for
+an edge-level task (whose entry is ``(num_outputs, "edge", pairs)``: ``batch[pairs]`` holds the
+pairs, [2, P]). Such a model is
 trained, averaged, checkpointed, resumed and tested exactly like the built-in one, in one
 process or under DDP.
 """
@@ -22,8 +24,9 @@ from ..config.objects import build_objects
 from ..errors import ConfigError, QGError, RunError, cause, in_user_code
 from .gnn import GNNModel
 
-# What a task needs of the model: (number of outputs, "graph" or "node")
-Outputs = Mapping[str, tuple[int, str]]
+# What a task needs of the model: (number of outputs, "graph" or "node"), or for an edge-level
+# task (number of outputs, "edge", the attribute of its pairs)
+Outputs = Mapping[str, tuple]
 
 
 def build_model(
@@ -124,6 +127,9 @@ def _blamed_key(section: ModelConfig, model: nn.Module, error: BaseException) ->
     return "model"
 
 
+_ROW = {"graph": "graph", "node": "node", "edge": "pair"}
+
+
 def task_output(
     outputs: Any, task: str, rows: int, num_outputs: int, *, model: str, level: str = "graph"
 ) -> Tensor:
@@ -149,6 +155,7 @@ def task_output(
     if tuple(outputs.shape) != (rows, num_outputs):
         raise ConfigError(
             f"model.type: {model} returned shape {list(outputs.shape)} for task {task!r}, "
-            f"expected [{rows}, {num_outputs}] (one row per {level}, one column per output)"
+            f"expected [{rows}, {num_outputs}] (one row per {_ROW[level]}, one column per "
+            "output)"
         )
     return outputs

@@ -72,8 +72,10 @@ class GNNModel(nn.Module):
     outputs, shape [num_graphs, num_classes]. ``GNNModel(in_channels, outputs={task:
     (num_outputs, level)})``: ``model(batch)`` returns a dict from task name to outputs,
     [num_graphs, num_outputs] for a ``"graph"`` task and [num_nodes, num_outputs] for a
-    ``"node"`` task; all tasks share the message passing. (With a single graph-level task the
-    config builds the first form.)
+    ``"node"`` task; all tasks share the message passing. An ``"edge"`` task's entry is
+    ``(num_outputs, "edge", pairs)``: its head sees the two node embeddings of each pair
+    ``batch[pairs]`` ([2, P]) side by side and returns [P, num_outputs]. (With a single
+    graph-level task the config builds the first form.)
 
     ``graph_features`` names graph-level attributes of the batch (``graph_feature_channels``
     numbers per graph in all) that are concatenated to the pooled node embeddings.
@@ -105,7 +107,7 @@ class GNNModel(nn.Module):
         in_channels: int,
         num_classes: int | None = None,
         *,
-        outputs: Mapping[str, tuple[int, str]] | None = None,
+        outputs: Mapping[str, tuple] | None = None,
         conv: str | type = "torch_geometric.nn.GraphConv",
         conv_kwargs: dict[str, Any] | None = None,
         hidden_channels: int = 64,
@@ -165,12 +167,12 @@ class GNNModel(nn.Module):
 
         # One graph-level head is called ``head`` (the checkpoints of such models name it so).
         self.head = head(pooled, num_classes) if num_classes is not None else None
-        self.levels = {name: level for name, (_, level) in (outputs or {}).items()}
+        self.levels = {name: spec[1] for name, spec in (outputs or {}).items()}
+        # an edge-level task's pairs attribute (a third entry of its spec)
+        self.pairs = {name: spec[2] for name, spec in (outputs or {}).items() if len(spec) > 2}
+        width = {"graph": pooled, "node": node_width, "edge": 2 * node_width}
         self.heads = nn.ModuleDict(
-            {
-                name: head(pooled if level == "graph" else node_width, k)
-                for name, (k, level) in (outputs or {}).items()
-            }
+            {name: head(width[spec[1]], spec[0]) for name, spec in (outputs or {}).items()}
         )
 
     @classmethod
@@ -231,7 +233,9 @@ class GNNModel(nn.Module):
                 x = self._block(conv, norm, x, edge_index, index, num_graphs, edges)
         pooled_needed = self.head is not None or "graph" in self.levels.values()
         if not (pooled_needed or self.node_context):
-            return {name: head(x) for name, head in self.heads.items()}
+            return {
+                name: self._head(name, head, None, x, batch) for name, head in self.heads.items()
+            }
         pooled = [POOLING[p](x, index, num_graphs) for p in self.pooling]
         # graph-level inputs join after pooling: one row of numbers per graph
         pooled += [batch[name].reshape(num_graphs, -1).to(x.dtype) for name in self.graph_features]
@@ -240,9 +244,20 @@ class GNNModel(nn.Module):
             return self.head(graph)
         nodes = torch.cat([x, graph[index]], dim=-1) if self.node_context else x
         return {
-            name: head(graph if self.levels[name] == "graph" else nodes)
-            for name, head in self.heads.items()
+            name: self._head(name, head, graph, nodes, batch) for name, head in self.heads.items()
         }
+
+    def _head(
+        self, name: str, head: nn.Module, graph: Tensor | None, nodes: Tensor, batch: Batch | Data
+    ) -> Tensor:
+        """Task ``name``'s outputs: of each graph's read-out, each node's, or each pair's two."""
+        level = self.levels[name]
+        if level == "graph":
+            return head(graph)
+        if level == "node":
+            return head(nodes)
+        pairs = batch[self.pairs[name]]
+        return head(torch.cat([nodes[pairs[0]], nodes[pairs[1]]], dim=-1))
 
     def shard_units(self) -> list[list[nn.Module]]:
         """The parts that ``parallel.strategy: fsdp`` shards as units of their own: each

@@ -104,6 +104,21 @@ def elements(dataset: Dataset, graph: np.ndarray) -> np.ndarray:
     return np.arange(len(graph)) - first
 
 
+def pair_elements(
+    dataset: Dataset, graph: np.ndarray, pair: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each pair row's two elements (``graph``: the row's graph; ``pair``: ``[P, 2]`` node
+    positions in it): as its file numbers them when the graphs recorded it, else the
+    positions."""
+    pair = np.asarray(pair).reshape(-1, 2).copy()
+    for g in np.unique(graph):
+        recorded = getattr(dataset[int(g)], "source_element", None)
+        if recorded is not None:
+            rows = graph == g
+            pair[rows] = recorded.numpy()[pair[rows]]
+    return pair[:, 0], pair[:, 1]
+
+
 def labelled(dataset: Dataset, names: Sequence[str]) -> set[str]:
     """Which of the target attributes ``names`` the graphs hold (read from the first)."""
     if len(dataset) == 0:

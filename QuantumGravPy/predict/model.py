@@ -139,7 +139,7 @@ def model_from_checkpoint(
     model = build_model(
         config.model,
         spec["in_channels"],
-        {t.name: (t.num_outputs, t.level) for t in tasks},
+        {t.name: t.output_spec for t in tasks},
         graph_feature_channels=spec["graph_feature_channels"],
         edge_channels=spec.get("edge_channels", 0),
     )

@@ -31,6 +31,7 @@ from .inputs import (
     given_graphs,
     input_overrides,
     labelled,
+    pair_elements,
     select_split,
     with_available_targets,
 )
@@ -160,9 +161,12 @@ def predict(
         config = with_available_targets(config)
     # the model is loaded once here: a checkpoint that does not fit fails before data is read
     tasks = model_from_checkpoint(config, checkpoint, "cpu").tasks
-    # each node's element as its file numbers it: only node-level tasks need it (and a cache
-    # of their own); graphs record their file and sample in the training run's cache too
-    nodes = any(t.level == "node" for t in tasks)
+    pairs = list(dict.fromkeys(t.config.pairs for t in tasks if t.level == "edge"))
+    if target is not None and pairs:
+        check_output(target, overwrite=overwrite, pairs=pairs)
+    # each node's element as its file numbers it: only node- and edge-level tasks need it (and
+    # a cache of their own); graphs record their file and sample in the training run's cache
+    nodes = any(t.level != "graph" for t in tasks)
     from_files = bool(config.data.files) and graphs is None
     job = _Job(config, checkpoint, split, provenance=from_files and nodes, graphs=graphs)
     env = distributed.process_env()
@@ -181,6 +185,7 @@ def predict(
         index = dataset_positions(dataset)
         graphs = {"source": np.full(len(index), "graphs"), "index": index}
     nodes: dict[str, np.ndarray] = {}
+    edges: dict[str, dict[str, np.ndarray]] = {}
     for task in tasks:
         found = result["predictions"].get(task.name)
         if found is None:
@@ -188,6 +193,13 @@ def predict(
         columns = task_columns(task, found["predicted"], found.get("true"))
         if task.level == "graph":
             graphs.update(columns)
+        elif task.level == "edge":
+            table = edges.setdefault(task.config.pairs, {})
+            if not table:
+                graph, pair = found["graph"].numpy(), found["pair"].numpy()
+                table["graph"] = graph
+                table["element_from"], table["element_to"] = pair_elements(dataset, graph, pair)
+            table.update(columns)
         else:
             if "graph" not in nodes:
                 graph = found["graph"].numpy()
@@ -195,5 +207,5 @@ def predict(
                 nodes["element"] = elements(dataset, graph)
             nodes.update(columns)
     if target is not None:
-        write(target, graphs, nodes)
-    return Predictions(graphs, nodes, result["metrics"], target)
+        write(target, graphs, nodes, edges)
+    return Predictions(graphs, nodes, edges, result["metrics"], target)

@@ -36,7 +36,7 @@ class Regression(TaskKind):
     ) -> int:
         if task.num_outputs is not None:
             return task.num_outputs
-        if task.level == "node":
+        if task.level != "graph":  # a row per node or pair
             return 1 if first.dim() == 1 else int(first[0].numel())
         return int(first.numel())
 

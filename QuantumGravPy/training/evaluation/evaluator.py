@@ -186,11 +186,13 @@ class Validator:
                     target = task.target(batch) if task.kind.needs_target else None
                     task_metrics.update(predicted, target)
                 if self.keep_predictions:
-                    local = torch.arange(batch.num_graphs, device=self.device)
-                    if task.level == "node":
-                        local = local[batch.batch]
+                    local = task.row_graphs(batch)
                     part = kept[task.name]
                     part["graph"].append((rank + (seen + local) * world_size).cpu())
+                    if task.level == "edge":  # each pair's two nodes, numbered in their graph
+                        part.setdefault("pair", []).append(
+                            (batch[task.config.pairs] - batch.ptr[local]).t().cpu()
+                        )
                     part["predicted"].append(task.kind.prediction_values(predicted).cpu())
                     if loss is not None and target is not None:
                         part["true"].append(target.cpu())

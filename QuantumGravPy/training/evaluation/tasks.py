@@ -64,9 +64,27 @@ class Task:
     def scaled(self) -> bool:
         return self.mean is not None
 
+    @property
+    def output_spec(self) -> tuple:
+        """What a model is built with for this task: ``(num_outputs, level)``, and for an
+        edge-level task the attribute of its pairs, ``(num_outputs, "edge", pairs)``."""
+        if self.level == "edge":
+            return (self.num_outputs, self.level, self.config.pairs)
+        return (self.num_outputs, self.level)
+
     def rows(self, batch: Any) -> int:
-        """How many outputs rows a batch has for this task: graphs, or nodes."""
+        """How many outputs rows a batch has for this task: graphs, nodes, or pairs."""
+        if self.level == "edge":
+            return batch[self.config.pairs].shape[1]
         return batch.num_graphs if self.level == "graph" else batch.num_nodes
+
+    def row_graphs(self, batch: Any) -> Tensor:
+        """Each output row's graph, by its position in the batch."""
+        graphs = torch.arange(batch.num_graphs, device=batch.x.device)
+        if self.level == "graph":
+            return graphs
+        index = batch.batch if batch.batch is not None else graphs.new_zeros(batch.num_nodes)
+        return index if self.level == "node" else index[batch[self.config.pairs][0]]
 
     def target(self, batch: Any) -> Tensor:
         """The batch's targets, in their own units, one row per graph or node (class indices,

@@ -1,0 +1,53 @@
+"""Targets per pair of elements of a causal set read from a file: an n x n matrix of
+``data.targets`` is read at the set's relations or links (``data.pairs``), in the natural
+labelling the graph's nodes have; the pairs become the graph's ``relations_index`` or
+``links_index`` ([2, P]), the pairs of edge-level tasks."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import DataError
+from ..physics import OrderStructure
+
+
+def order_pairs(kind: str, related: torch.Tensor, structure: OrderStructure) -> torch.Tensor:
+    """The pairs (i, j), i before j, of ``data.pairs`` in the natural labelling, [2, P] int64
+    sorted by i, then j: the links, or every relation (``related`` as the file orders it)."""
+    if kind == "links":
+        return structure.links
+    order = structure.labelling
+    related = related.cpu().bool()
+    if order is not None:
+        related = related[order][:, order]
+    return related.nonzero().t().contiguous()
+
+
+def values_at_pairs(
+    value: torch.Tensor, pairs: torch.Tensor, transpose: bool, order: torch.Tensor | None,
+    n: int, where: str, kind: str,
+) -> torch.Tensor:  # fmt: skip
+    """A matrix target's values at ``pairs`` (one per pair), refused, naming ``where`` (the
+    file, sample and array), if it holds a value off them (padding beyond ``n`` in a stacked
+    file included). ``value`` is as stored (transposed where ``transpose``, in the file's
+    labelling, which ``order`` turns into the natural one); ``kind`` is ``data.pairs``."""
+    if value[:, n:].any():
+        raise DataError(f"{where} holds values beyond the causal set's {n} elements")
+    value = value[:, :n]
+    value = value.t() if transpose else value
+    if order is not None:
+        value = value[order][:, order]
+    picked = value[pairs[0], pairs[1]]
+    off = value.ne(0)
+    off[pairs[0], pairs[1]] = False
+    if bool(off.any()):
+        i, j = (int(k) for k in off.nonzero()[0])
+        if order is not None:
+            i, j = int(order[i]), int(order[j])
+        what = "relation" if kind == "relations" else "link"
+        raise DataError(
+            f"{where} is not zero at {int(off.sum())} pair(s) that are not a {what} of the "
+            f"causal set (elements {i} and {j}, as the file numbers them); a matrix target is "
+            f"read at the set's {kind} (data.pairs)"
+        )
+    return picked
