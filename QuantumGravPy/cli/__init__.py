@@ -1,5 +1,5 @@
-"""The command line: ``qg train | test | predict | tune | generate | plot | profile`` (``python -m
-QuantumGravPy``).
+"""The command line: ``qg train | test | predict | sample | tune | generate | plot | profile``
+(``python -m QuantumGravPy``).
 
 A mistake in what the user passed (config, override, path, checkpoint) prints one line starting
 with ``error:`` and exits with status 2. What is not (an exception in the user's own code, memory
@@ -219,6 +219,27 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sample(args: argparse.Namespace) -> int:
+    from ..parallel import distributed
+    from ..predict.sampling import sample
+
+    report = sample(
+        args.run_dir,
+        num=args.num,
+        output=args.output,
+        seed=args.seed,
+        world_size=args.world_size,
+        checkpoint=args.checkpoint,
+        overrides=args.overrides,
+        overwrite=args.overwrite,
+    )
+    if distributed.process_env() is not None and distributed.process_env().rank != 0:
+        return 0
+    print(report.table())
+    print(f"{args.num} causal sets written to {report.output}; the report beside it")
+    return 0
+
+
 def _predict(args: argparse.Namespace) -> int:
     import re
     from pathlib import Path
@@ -282,6 +303,7 @@ COMMANDS = {
     "train": _train,
     "test": _test,
     "predict": _predict,
+    "sample": _sample,
     "tune": _tune,
     "generate": _generate,
     "plot": _plot,

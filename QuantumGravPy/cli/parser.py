@@ -88,6 +88,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="one split of the inputs, drawn as training draws it (default all)",
     )
     pred.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    samp = sub.add_parser(
+        "sample",
+        help="draw causal sets from a trained generative model into a Zarr or HDF5 file",
+        description="Draw N causal sets from the generative model of RUN_DIR (its config.yaml "
+        "and checkpoints/best.pt; a model with generate(num, generator=...)) and write them "
+        "as QuantumGrav.jl writes causal sets, to train and predict on like any file; report "
+        "them against the run's training data (valid orders, ordering fraction, Myrheim-Meyer "
+        "dimension, links per element, interval abundances) as a table, <stem>_report.csv and "
+        "<stem>_report.png.",
+    )
+    samp.add_argument("run_dir", metavar="RUN_DIR", help="a training run's directory")
+    samp.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="override keys of the run's config"
+    )
+    samp.add_argument("--num", type=int, required=True, metavar="N", help="causal sets to draw")
+    samp.add_argument(
+        "--output", required=True, metavar="PATH", help="a .zarr store or .h5 file to write"
+    )
+    samp.add_argument(
+        "--seed", type=int, default=0, help="the draw's seed: the same samples for any W"
+    )
+    samp.add_argument(
+        "--world-size", type=int, default=1, metavar="W", help="share the work over W processes"
+    )
+    samp.add_argument(
+        "--checkpoint", metavar="PATH", help="weights to use (default RUN_DIR/checkpoints/best.pt)"
+    )
+    samp.add_argument("--overwrite", action="store_true", help="replace an output that exists")
+    samp.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     prof = command(
         "profile",
         "profile a few training steps on every rank: a trace per rank and where the time went",

@@ -83,6 +83,14 @@ def _writer(name: str) -> Any:
     raise ConfigError(f"--format: unknown {name!r} (known: {known}){hint}")
 
 
+def writer_for(output: Path, *, hint: str = "") -> str:
+    """The name of the written format whose files ``output`` is named as (by its suffix)."""
+    named = [cls.name for cls in writable() if cls().claims(Path(output))]
+    if not named:
+        raise DataError(f"--output: {output} is {described(written=True)}{hint}")
+    return named[0]
+
+
 def write_embedded(
     data_cfg: Any, output: str | Path, *, file_format: str | None = None, chunk: int = 256
 ) -> Path:
@@ -90,12 +98,7 @@ def write_embedded(
     generated ``chunk`` at a time, so a large dataset never sits in memory whole."""
     output = Path(output)
     if file_format is None:
-        named = [cls.name for cls in writable() if cls().claims(output)]
-        if not named:
-            raise DataError(
-                f"--output: {output} is {described(written=True)}; name the format with --format"
-            )
-        file_format = named[0]
+        file_format = writer_for(output, hint="; name the format with --format")
 
     def causal_sets() -> Iterator[tuple[Data, torch.Tensor, torch.Tensor]]:
         for start in range(0, data_cfg.num_graphs, chunk):

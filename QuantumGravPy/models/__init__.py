@@ -4,6 +4,8 @@
   head, built from the ``model:`` section of the config;
 - :mod:`.build`: the model ``model.type`` names (the built-in one or the user's own class) and
   the check of what it returns for each task;
+- :mod:`.growth`: :class:`CausalSetGrowth`, a generative model that grows causal sets one
+  element at a time (a ``model_loss`` model with a ``generate`` method, sampled by ``qg sample``);
 - :mod:`.tensor_inputs`: :class:`TensorInputs`, a model whose ``forward`` takes tensors
   (``x, edge_index, batch``) trained as it is, its outputs named after the tasks.
 
@@ -13,6 +15,14 @@ files or data loading. Imports ``config`` and the ground floor.
 
 from .build import build_model, forward_failure, task_output
 from .gnn import GNNModel
+from .growth import CausalSetGrowth
 from .tensor_inputs import TensorInputs
 
-__all__ = ["GNNModel", "TensorInputs", "build_model", "forward_failure", "task_output"]
+__all__ = [
+    "CausalSetGrowth",
+    "GNNModel",
+    "TensorInputs",
+    "build_model",
+    "forward_failure",
+    "task_output",
+]

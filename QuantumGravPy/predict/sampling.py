@@ -1,0 +1,152 @@
+"""``qg sample``: causal sets drawn from a trained generative model, written as files the
+library reads, and compared with the data it was trained on.
+
+The model is the run's (its ``config.yaml`` and best checkpoint); it must have a method
+``generate(num, generator=...)`` returning :class:`~QuantumGravPy.physics.CausalSet` objects.
+The samples are drawn in chunks of :data:`CHUNK`, chunk c from a generator seeded by
+(``seed``, c) alone; with W processes rank r draws chunks r, r + W, ..., each on one CPU thread,
+so the samples are the same for any number of processes. Rank 0 writes them in the layout
+QuantumGrav.jl writes (a group per causal set, its causal and link matrices; see
+:mod:`QuantumGravPy.data.writing`), so they train and predict like any file, and reports them
+against the run's training split (:mod:`.sample_report`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from .. import logs
+from ..config import Config, load_config
+from ..data.writing import write_causal_sets, writer_for
+from ..errors import ConfigError, RunDirectoryError, flag
+from ..parallel import distributed, run_distributed
+from ..physics import CausalSet
+from .model import model_from_checkpoint, run_files
+from .sample_report import Report, report_paths, write_report
+
+CHUNK = 64  # samples drawn from one generator
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    config: Config
+    checkpoint: Path
+    num: int
+    seed: int
+
+
+def chunk_generator(seed: int, chunk: int) -> torch.Generator:
+    """The generator of chunk ``chunk`` of a draw seeded ``seed``: the same for any number of
+    processes, and unrelated between chunks (numpy's SeedSequence spreads the pair)."""
+    state = np.random.SeedSequence([seed, chunk]).generate_state(2, dtype=np.uint32)
+    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+
+
+def sample_worker(rank: int, world_size: int, job: _Job) -> list[CausalSet] | None:
+    """Draw this rank's chunks; rank 0 returns every sample, in order."""
+    if world_size > 1:
+        level = job.config.log_level if rank == 0 else "WARNING"
+        logs.configure_logging(level, prefix=f"[RANK {rank}] ")
+    loaded = model_from_checkpoint(job.config, job.checkpoint, "cpu")
+    model = loaded.model
+    chunks = range(0, job.num, CHUNK)
+    mine = list(range(len(chunks)))[rank::world_size]
+    drawn: dict[int, list[CausalSet]] = {}
+    bar = logs.progress(mine, desc="sampling", unit="chunk", enabled=rank == 0)
+    with distributed.one_thread(torch.device("cpu")):  # the same bits for any number
+        for c in bar:
+            count = min(CHUNK, job.num - chunks[c])
+            sets = model.generate(count, generator=chunk_generator(job.seed, c))
+            drawn[c] = [_checked(s, job.config) for s in sets]
+            if len(drawn[c]) != count:
+                raise ConfigError(
+                    f"model.type: {job.config.model.type}.generate({count}) returned "
+                    f"{len(drawn[c])} causal sets"
+                )
+    parts = distributed.all_gather_object(drawn) if world_size > 1 else [drawn]
+    if rank != 0:
+        return None
+    joined = {c: sets for part in parts for c, sets in part.items()}
+    return [s for c in sorted(joined) for s in joined[c]]
+
+
+def _checked(drawn: Any, config: Config) -> CausalSet:
+    if not isinstance(drawn, CausalSet):
+        raise ConfigError(
+            f"model.type: {config.model.type}.generate returned {type(drawn).__name__}, "
+            "expected QuantumGravPy.physics.CausalSet objects"
+        )
+    return drawn
+
+
+def sample(
+    run_dir: str | Path,
+    *,
+    num: int,
+    output: str | Path,
+    seed: int = 0,
+    world_size: int = 1,
+    checkpoint: str | Path | None = None,
+    overrides: Sequence[str] = (),
+    overwrite: bool = False,
+    compare: int = 2000,
+) -> Report:
+    """Draw ``num`` causal sets from the generative model of ``run_dir`` and write them to
+    ``output`` (a ``.zarr`` store or ``.h5`` file), with ``seed`` (the same samples for any
+    ``world_size``). Returns the report against up to ``compare`` causal sets of the run's
+    training split, also written beside ``output`` as ``<stem>_report.csv`` and
+    ``<stem>_report.png``."""
+    if num < 1:
+        raise ConfigError(f"--num: expected a positive number of samples, found {num}")
+    if world_size < 1:
+        raise ConfigError(f"--world-size: expected a positive number, found {world_size}")
+    output = Path(output)
+    file_format = writer_for(output)
+    if not output.parent.is_dir():
+        raise RunDirectoryError(f"--output: folder {output.parent} does not exist")
+    for path in [output, *report_paths(output)]:
+        if path.exists() and not overwrite:
+            raise RunDirectoryError(
+                f"{path} exists; pass {flag('overwrite')} to replace it or choose another --output"
+            )
+    config_path, checkpoint = run_files(run_dir, checkpoint)
+    config = load_config(config_path, list(overrides))
+    logs.configure_logging(config.log_level)
+    model = model_from_checkpoint(config, checkpoint, "cpu").model
+    if not callable(getattr(model, "generate", None)):
+        raise ConfigError(
+            f"model.type: {config.model.type or 'GNNModel'} has no generate(num, generator=...) "
+            "method; qg sample draws causal sets from a generative model"
+        )
+    job = _Job(config, checkpoint, num, seed)
+    if world_size == 1 and distributed.process_env() is None:
+        samples = sample_worker(0, 1, job)
+    else:
+        samples = run_distributed(sample_worker, config, job, world_size=world_size)
+    if samples is None:  # a rank other than 0 under torchrun or srun
+        return Report({}, [], output)
+    if overwrite:
+        _remove(output)
+    write_causal_sets(
+        output,
+        ((Data(), s.relations.bool(), s.links.bool()) for s in samples),
+        file_format=file_format,
+        total=len(samples),
+    )
+    return write_report(samples, config, output, compare=compare)
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)

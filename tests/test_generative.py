@@ -1,0 +1,150 @@
+"""Generative models of causal sets: the reference model (CausalSetGrowth) learns the data's
+statistics, ``qg sample`` draws the same samples for any number of processes and writes files
+that train and predict like any other, and its report compares them with the training data."""
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+import yaml
+import zarr
+from conftest import assert_refused, run_main, train
+
+import QuantumGravPy as qg
+from QuantumGravPy.models import CausalSetGrowth
+from QuantumGravPy.physics import order_violation
+from QuantumGravPy.predict.sample_report import relations_of, statistics
+
+pytestmark = pytest.mark.timeout(240)
+
+SMALL = {"kind": "dimension", "dimensions": [2], "num_points": [16, 24], "num_graphs": 160}
+
+
+def growth_config(root, path, **training):
+    return {
+        "name": "growth",
+        "log_level": "WARNING",
+        "data": {"root": str(root), **SMALL},
+        "tasks": [{"name": "growth", "type": "model_loss", "terms": {"nll": 1.0}}],
+        "model": {
+            "type": "QuantumGravPy.models.CausalSetGrowth",
+            "kwargs": {"sizes": [16, 24], "hidden": 32},
+        },
+        "training": {"path": str(path), "device": "cpu", "num_epochs": 3, "batch_size": 16,
+                     "plots": False, "optimizer": {"kwargs": {"lr": 0.01}}, **training},
+        "early_stopping": {"metric": "val_nll_loss", "patience": 20},
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, data_root):
+    """A growth model trained from the command line, for the tests of qg sample."""
+    folder = tmp_path_factory.mktemp("growth")
+    path = folder / "growth.yaml"
+    path.write_text(yaml.safe_dump(growth_config(data_root, folder / "run")))
+    from QuantumGravPy.cli import main
+
+    assert main(["train", str(path)]) == 0
+    return folder / "run"
+
+
+def gap(samples, data, name):
+    return abs(samples[name].mean() - data[name].mean()) / data[name].mean()
+
+
+def test_the_growth_model_grows_valid_orders_whose_statistics_approach_the_datas(
+    data_root, tmp_path
+):
+    """Untrained, it links a new element to half of what it may (ordering fraction near 0.9);
+    trained by teacher forcing, its samples' ordering fraction and links per element move to
+    within a fraction of the gap to the data's (2D sprinklings: ordering fraction 1/2)."""
+    cfg = qg.config.config_from_dict(growth_config(data_root, tmp_path / "run", num_epochs=5))
+    untrained = qg.Trainer(cfg).model
+    before = statistics(
+        [s.relations for s in untrained.generate(100, torch.Generator().manual_seed(0))]
+    )
+    trainer, history, _ = train(cfg)
+    assert history[-1]["val_nll_loss"] < history[0]["val_nll_loss"]
+    grown = trainer.model.generate(100, torch.Generator().manual_seed(0))
+    after = statistics([s.relations for s in grown])
+    train_set = [relations_of(g) for g in qg.data.dataset_from_config(cfg.data, progress=False)]
+    data = statistics(train_set)
+    assert data["ordering_fraction"].mean() == pytest.approx(0.5, abs=0.02)  # exact: 1/2 in 2D
+    assert after["valid"].all() and before["valid"].all()  # orders by construction
+    for name in ("ordering_fraction", "links_per_element"):
+        assert gap(after, data, name) < 0.5 * gap(before, data, name), name
+    assert all(16 <= len(s.relations) <= 24 for s in grown)
+
+
+def read_sets(path):
+    root = zarr.open_group(str(path), mode="r")
+    return [root[f"cset_{i + 1}"]["adj"][:] for i in range(len(list(root.group_keys())))]
+
+
+def test_qg_sample_draws_the_same_sets_on_one_and_two_processes_and_reports_them(
+    run, tmp_path, capsys
+):
+    one = run_main(capsys, "sample", run, "--num", 70, "--output", tmp_path / "one.zarr")
+    assert one.returncode == 0, one.stderr
+    assert "valid orders" in one.stdout and "100.0 %" in one.stdout
+    assert "ordering fraction" in one.stdout and "Myrheim-Meyer dimension" in one.stdout
+    two = run_main(capsys, "sample", run, "--num", 70, "--output", tmp_path / "two.zarr",
+                   "--world-size", 2)  # fmt: skip
+    assert two.returncode == 0, two.stderr
+    a, b = read_sets(tmp_path / "one.zarr"), read_sets(tmp_path / "two.zarr")
+    assert len(a) == 70 and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    for matrix in a:  # written as Julia does: the transpose of the causal matrix
+        assert order_violation(torch.from_numpy(matrix.T).bool()) is None
+    other = run_main(capsys, "sample", run, "--num", 70, "--output", tmp_path / "seed.zarr",
+                     "--seed", 1)  # fmt: skip
+    assert other.returncode == 0
+    c = read_sets(tmp_path / "seed.zarr")
+    assert any(x.shape != y.shape or not np.array_equal(x, y) for x, y in zip(a, c, strict=True))
+    with open(tmp_path / "one_report.csv", newline="") as f:
+        rows = {r["statistic"]: r for r in csv.DictReader(f)}
+    assert float(rows["valid"]["samples_mean"]) == 1.0
+    assert 16 <= float(rows["elements"]["samples_mean"]) <= 24
+    assert (tmp_path / "one_report.png").stat().st_size > 10_000
+
+
+def test_samples_train_and_predict_like_any_file(run, tmp_path, capsys, data_root):
+    """The round trip: the samples' file is data.files of a new run (the growth model again)
+    and qg predict's input, one row per sample."""
+    drawn = run_main(capsys, "sample", run, "--num", 40, "--output", tmp_path / "s.zarr")
+    assert drawn.returncode == 0, drawn.stderr
+    raw = growth_config(tmp_path / "cache", tmp_path / "again", num_epochs=1)
+    raw["data"] = {"root": str(tmp_path / "cache"), "files": [str(tmp_path / "s.zarr")]}
+    path = tmp_path / "again.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    trained = run_main(capsys, "train", path)
+    assert trained.returncode == 0, trained.stderr
+    out = tmp_path / "terms.csv"
+    predicted = run_main(capsys, "predict", run, "--files", tmp_path / "s.zarr", "--output", out)
+    assert predicted.returncode == 0, predicted.stderr
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 40 and all(float(r["growth_nll"]) > 0 for r in rows)
+
+
+def test_what_qg_sample_cannot_use_is_one_line(run, tmp_path, capsys, make_config):
+    (tmp_path / "there.zarr").mkdir()
+    cases = [
+        (["--num", 0, "--output", tmp_path / "a.zarr"], "--num: expected a positive number"),
+        (["--num", 5, "--output", tmp_path / "a.txt"], "--output:"),
+        (["--num", 5, "--output", tmp_path / "there.zarr"], "there.zarr exists; pass --overwrite"),
+        (["--num", 5, "--output", tmp_path / "no" / "a.zarr"], "does not exist"),
+    ]
+    for args, message in cases:
+        assert_refused(run_main(capsys, "sample", run, *args), message)
+    cfg = make_config("training.num_epochs=1")  # a classifier: nothing to sample
+    train(cfg)
+    assert_refused(
+        run_main(capsys, "sample", cfg.run_dir, "--num", 5, "--output", tmp_path / "b.zarr"),
+        "model.type: GNNModel has no generate(num, generator=...) method",
+    )
+
+
+def test_the_growth_model_refuses_sizes_that_cannot_be():
+    with pytest.raises(ValueError, match="sizes: expected"):
+        CausalSetGrowth(sizes=(10, 5))
