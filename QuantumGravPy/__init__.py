@@ -6,10 +6,11 @@ The package is built in layers, each importing only from the ones below it (a te
 
     cli/          the command line: its commands, and their parser
     tune/         hyperparameter search with Optuna: studies of trials, pruning, best config
-    predict/      a trained run's model on new data: load_model(), predict()
+    predict/      a trained run's model on new data: load_model(), predict(); sample() of a
+                  generative model
     training/     Trainer, TrainerDDP, evaluation, early stopping, EMA, fit(), launch()
     data/         datasets, file formats, split and loaders, samplers, augmentation, ranges
-    models/       GNNModel
+    models/       GNNModel, TensorInputs, CausalSetGrowth
     runs/         run directory, checkpoints, resuming, reproducibility records, plots
     parallel/     process group and collectives, spawning, strategies (ddp, zero, fsdp, ...)
     config/       schema, loading and overrides, dotted paths, generated docs
@@ -86,7 +87,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "sprinkle",
         "transitive_percolation",
     ),
-    "predict": ("LoadedModel", "Predictions", "load_model", "predict"),
+    "predict": ("LoadedModel", "Predictions", "load_model", "predict", "sample"),
     "runs": ("load_checkpoint",),
     "training": (
         "EMA",
@@ -196,7 +197,7 @@ if TYPE_CHECKING:  # the names of __all__ for type checkers and the API docs, wh
         sprinkle,
         transitive_percolation,
     )
-    from .predict import LoadedModel, Predictions, load_model, predict
+    from .predict import LoadedModel, Predictions, load_model, predict, sample
     from .runs import load_checkpoint
     from .training import (
         EarlyStopping,
@@ -265,6 +266,7 @@ __all__ = [  # the API the documentation describes (docs/api.md)
     "profile",
     "random_order",
     "run_distributed",
+    "sample",
     "spawn",
     "sprinkle",
     "stream_distributed_augmentation_chain",

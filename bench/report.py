@@ -52,6 +52,10 @@ SCRIPTS = (
         "the common PyG loop and Lightning",
     ),
     ("generation.py", "Causal-set generation throughput"),
+    (
+        "generative.py",
+        "A generative model of causal sets: trained, sampled, compared with its data",
+    ),
     ("data_files.py", "Your data on disk: preprocessing Zarr files, disk storage, memory"),
     ("predict.py", "Predicting on a large HDF5 file: qg predict's time and memory"),
     ("scale.py", "The field's size: 1,024-2,048-element causal sets, prepared and trained"),

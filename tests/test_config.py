@@ -17,7 +17,9 @@ def write(tmp_path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["train.yaml", "train_ddp.yaml", "multitask.yaml"])
+@pytest.mark.parametrize(
+    "name", ["train.yaml", "train_ddp.yaml", "multitask.yaml", "generate.yaml"]
+)
 def test_shipped_configs_load(name):
     """Every setting the file writes is the loaded config's (none lost to a default)."""
     cfg = qg.load_config(CONFIGS / name)

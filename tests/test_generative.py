@@ -127,6 +127,17 @@ def test_samples_train_and_predict_like_any_file(run, tmp_path, capsys, data_roo
     assert len(rows) == 40 and all(float(r["growth_nll"]) > 0 for r in rows)
 
 
+def test_sampling_from_python_gives_the_report(run, tmp_path):
+    report = qg.sample(run, num=12, output=tmp_path / "p.h5", seed=3)
+    assert len(report.samples["valid"]) == 12 and report.samples["valid"].all()
+    rows = {r["statistic"]: r for r in report.rows()}
+    # the data are 2D sprinklings: an ordering fraction of 1/2 on average, exactly
+    assert rows["ordering_fraction"]["data_mean"] == pytest.approx(0.5, abs=0.03)
+    assert "Myrheim-Meyer dimension" in report.table()
+    again = qg.sample(run, num=12, output=tmp_path / "q.zarr", seed=3)  # another format
+    assert np.array_equal(again.samples["ordering_fraction"], report.samples["ordering_fraction"])
+
+
 def test_what_qg_sample_cannot_use_is_one_line(run, tmp_path, capsys, make_config):
     (tmp_path / "there.zarr").mkdir()
     cases = [
