@@ -300,6 +300,18 @@ def train(config, **kwargs):
     return trainer, history, metrics
 
 
+def train_on_rank(rank: int, world_size: int, config):
+    """One rank of a DDP run for :func:`run_ranks`: its history and its final weights."""
+    import QuantumGravPy as qg
+
+    trainer = qg.TrainerDDP(rank, config)
+    train_loader, val_loader, _ = trainer.prepare_dataloaders()
+    history = trainer.run_training(train_loader, val_loader)
+    weights = {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
+    trainer.close()
+    return history, weights
+
+
 def run_ranks(world_size: int, fn, *args, timeout_s: float = 60.0) -> list:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` real gloo processes on a free port.
 

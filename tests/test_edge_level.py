@@ -8,7 +8,7 @@ import csv
 import numpy as np
 import pytest
 import zarr
-from conftest import assert_refused, run_main, run_ranks, train
+from conftest import assert_refused, run_main, run_ranks, train, train_on_rank
 from user_data import rings_with_edge_heat
 
 import QuantumGravPy as qg
@@ -91,22 +91,13 @@ def test_edge_targets_train_from_the_command_line_and_predictions_name_the_eleme
         assert 0.0 <= float(row["is_link_prob"]) <= 1.0
 
 
-def validate_on_ranks(rank, world_size, cfg):
-    trainer = qg.TrainerDDP(rank, cfg)
-    train_loader, val_loader, _ = trainer.prepare_dataloaders()
-    history = trainer.run_training(train_loader, val_loader)
-    weights = {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
-    trainer.close()
-    return history, weights
-
-
 @pytest.mark.timeout(300)
 def test_edge_metrics_are_the_same_on_one_and_two_processes(make_config, sets):
     """Metrics over pairs: sums over rows and torchmetrics' states, exact for any number of
     processes; two processes validating halves give the one-process numbers."""
     path, _ = sets
     cfg = edge_config(make_config, path, "training.num_epochs=2", "validation.mode=sharded")
-    (history, weights), (other, _) = run_ranks(2, validate_on_ranks, cfg, timeout_s=120)
+    (history, weights), (other, _) = run_ranks(2, train_on_rank, cfg, timeout_s=120)
     assert history == other
     alone = qg.Trainer(cfg)
     alone.model.load_state_dict(weights)

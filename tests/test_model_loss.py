@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import assert_refused, run_main, run_ranks, train
+from conftest import assert_refused, run_main, run_ranks, train, train_on_rank
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import dump_config
@@ -23,15 +23,6 @@ VAE = (
 def write(cfg, path):
     path.write_text(dump_config(cfg))  # the terms in their order
     return path
-
-
-def train_and_validate(rank, world_size, cfg):
-    trainer = qg.TrainerDDP(rank, cfg)
-    train, val, _ = trainer.prepare_dataloaders()
-    history = trainer.run_training(train, val)
-    weights = {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
-    trainer.close()
-    return history, weights
 
 
 def test_a_graph_vae_trains_on_its_own_loss_terms_from_the_command_line(
@@ -64,7 +55,7 @@ def test_its_validation_terms_are_the_same_on_one_and_two_processes(make_config)
     """Each term's mean over the validation graphs: sums over graphs, exact for any number of
     processes; two processes validating halves each give the one-process numbers."""
     cfg = make_config(*VAE, "training.num_epochs=2", "validation.mode=sharded")
-    (history, weights), (other, _) = run_ranks(2, train_and_validate, cfg)
+    (history, weights), (other, _) = run_ranks(2, train_on_rank, cfg)
     assert history == other  # every rank has the whole set's numbers
     alone = qg.Trainer(cfg)
     alone.model.load_state_dict(weights)
