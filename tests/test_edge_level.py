@@ -14,6 +14,7 @@ from user_data import rings_with_edge_heat
 import QuantumGravPy as qg
 from QuantumGravPy.config import dump_config
 from QuantumGravPy.physics import sprinkle
+from QuantumGravPy.predict import read as read_predictions
 from QuantumGravPy.predict.inputs import select_split
 
 pytestmark = pytest.mark.timeout(240)
@@ -24,26 +25,31 @@ TASKS = (
 )
 
 
-def write_sets(path, count=40, sizes=(12, 24), *, extra=None):
-    """2D sprinklings as QuantumGrav.jl writes them (a group per set, matrices column-major):
-    the causal matrix, the link matrix ``is_link`` and ``interval``, each relation's number of
-    elements strictly between its two. ``extra``: (sample, i, j) where ``interval`` also holds
-    a value at a pair that is not a relation."""
+def write_sets(path, count=40, sizes=(12, 24), *, extra=None, labels=True):
+    """2D sprinklings as QuantumGrav.jl writes them (a group per set, matrices column-major),
+    each set's elements in a random order (not a natural labelling: the reader relabels them):
+    the causal matrix, and with ``labels`` the link matrix ``is_link`` and ``interval``, each
+    relation's number of elements strictly between its two. ``extra``: a sample whose
+    ``interval`` also holds a value at a pair that is not a relation. Returns the path, each
+    set's (relations, links, intervals) as the file numbers its elements, and the extra pair."""
     rng = np.random.default_rng(0)
     root = zarr.open_group(str(path), mode="w")
-    truth = []
+    truth, off = [], None
     for s in range(count):
         c = sprinkle(int(rng.integers(sizes[0], sizes[1] + 1)), 2, seed=s)
-        r, links = c.relations.numpy(), c.links.numpy()
+        order = rng.permutation(c.num_points)
+        r, links = c.relations.numpy()[order][:, order], c.links.numpy()[order][:, order]
         interval = ((r.astype(np.int64) @ r.astype(np.int64)) * r).astype(np.float32)
-        if extra is not None and extra[0] == s:
-            interval[extra[2], extra[1]] = 1.0  # j before i: not a relation of this order
+        if extra == s:
+            off = tuple(int(k) for k in np.argwhere(~r & ~r.T & ~np.eye(len(r), dtype=bool))[0])
+            interval[off] = 1.0
         group = root.create_group(f"cset_{s + 1}")
         group.create_array("adjacency_matrix", data=r.T.astype(np.uint8).copy())
-        group.create_array("is_link", data=links.T.astype(np.uint8).copy())
-        group.create_array("interval", data=interval.T.copy())
+        if labels:
+            group.create_array("is_link", data=links.T.astype(np.uint8).copy())
+            group.create_array("interval", data=interval.T.copy())
         truth.append((r, links, interval))
-    return path, truth
+    return path, truth, off
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +59,9 @@ def sets(tmp_path_factory):
 
 def edge_config(make_config, path, *overrides):
     return make_config(
-        f"data.files=[{path}]", "data.targets={is_link: is_link, interval: interval}", TASKS,
-        "early_stopping.metric=val_loss", *overrides,
+        f"data.files=[{path}]", "data.targets={is_link: is_link, interval: interval}",
+        "data.pairs=relations", "data.transpose=true", TASKS, "early_stopping.metric=val_loss",
+        *overrides,
     )  # fmt: skip
 
 
@@ -64,7 +71,7 @@ def test_edge_targets_train_from_the_command_line_and_predictions_name_the_eleme
     """Each relation of each set is a row: its link flag and interval size from the file's
     matrices, a prediction per row in qg predict's table, which names the set and the two
     elements as the file numbers them."""
-    path, truth = sets
+    path, truth, _ = sets
     cfg = edge_config(make_config, path, "training.num_epochs=4")
     config = tmp_path / "edges.yaml"
     config.write_text(dump_config(cfg))
@@ -90,12 +97,33 @@ def test_edge_targets_train_from_the_command_line_and_predictions_name_the_eleme
         assert float(row["interval_true"]) == interval[i, j]
         assert 0.0 <= float(row["is_link_prob"]) <= 1.0
 
+    # the same rows on two processes, and on new files without the pair targets
+    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    assert run_main(capsys, "predict", cfg.run_dir, "--output", one).returncode == 0
+    assert (
+        run_main(capsys, "predict", cfg.run_dir, "--output", two, "--world-size", 2).returncode == 0
+    )
+    a, b = read_predictions(one), read_predictions(two)
+    assert set(a.edges["relations_index"]) == set(b.edges["relations_index"])
+    for column, values in a.edges["relations_index"].items():
+        assert np.array_equal(values, b.edges["relations_index"][column]), column
+    new, new_truth, _ = write_sets(tmp_path / "new.zarr", count=5, labels=False)
+    out = tmp_path / "new.npz"
+    fresh = run_main(capsys, "predict", cfg.run_dir, "--files", new, "--output", out)
+    assert fresh.returncode == 0, fresh.stderr
+    rows = read_predictions(out).edges["relations_index"]
+    assert "is_link_true" not in rows and len(rows["graph"]) == sum(
+        r.sum() for r, _, _ in new_truth
+    )
+    assert all(new_truth[g][0][i, j] for g, i, j in
+               zip(rows["graph"], rows["element_from"], rows["element_to"], strict=True))  # fmt: skip
+
 
 @pytest.mark.timeout(300)
 def test_edge_metrics_are_the_same_on_one_and_two_processes(make_config, sets):
     """Metrics over pairs: sums over rows and torchmetrics' states, exact for any number of
     processes; two processes validating halves give the one-process numbers."""
-    path, _ = sets
+    path, _, _ = sets
     cfg = edge_config(make_config, path, "training.num_epochs=2", "validation.mode=sharded")
     (history, weights), (other, _) = run_ranks(2, train_on_rank, cfg, timeout_s=120)
     assert history == other
@@ -131,21 +159,57 @@ def test_a_pyg_users_edge_targets_train_from_python(make_config):
         assert true.item() == g.flow[edge].item()
     error = predictions["predicted"] - predictions["true"]
     assert metrics["test_mse"] == pytest.approx(float((error**2).mean()), rel=1e-9)
-    assert metrics["test_mse"] == pytest.approx(
-        float(((predictions["predicted"].reshape(-1) - predictions["true"].reshape(-1)) ** 2)
-              .mean()), rel=1e-5)  # fmt: skip
 
 
 def test_a_matrix_target_off_the_relations_names_the_sample(make_config, tmp_path, capsys):
-    path, _ = write_sets(tmp_path / "bad.zarr", count=6, extra=(3, 2, 5))
+    path, _, (i, j) = write_sets(tmp_path / "bad.zarr", count=6, extra=3)
     cfg = edge_config(make_config, path, "training.num_epochs=1")
     config = tmp_path / "bad.yaml"
     config.write_text(dump_config(cfg))
     assert_refused(
         run_main(capsys, "train", config),
         "cset_4", "'interval' is not zero at 1 pair(s) that are not a relation of the causal "
-        "set (elements 5 and 2, as the file numbers them)",
+        f"set (elements {i} and {j}, as the file numbers them)",
     )  # fmt: skip
+    # without data.pairs, a matrix has no pairs to be read at
+    assert_refused(
+        run_main(capsys, "train", config, "data.pairs=null", "tasks=[{name: y, target: y}]",
+                 "data.targets={y: interval}", "early_stopping.metric=val_loss"),
+        "cset_1", "'interval' (data.targets.y) is an", "set data.pairs",
+    )  # fmt: skip
+
+
+def test_links_and_stacked_files_give_their_pairs(make_config, tmp_path):
+    """data.pairs: links gives each graph its links as links_index; in a stacked file (sample
+    first, zero-padded) a matrix target is read at the pairs of each sample's own size."""
+    path, truth, _ = write_sets(tmp_path / "sets.zarr", count=4)
+    cfg = edge_config(make_config, path, "data.pairs=links", "data.targets={is_link: is_link}",
+                      "tasks=[{name: is_link, type: binary, level: edge, pairs: links_index}]")  # fmt: skip
+    for graph, (_, links, _) in zip(
+        qg.data.dataset_from_config(cfg.data, progress=False, provenance=True), truth, strict=True
+    ):
+        element = graph.source_element.numpy()
+        pairs = element[graph.links_index.numpy()]  # as the file numbers them
+        assert sorted(map(tuple, pairs.T)) == sorted(map(tuple, np.argwhere(links)))
+        assert (graph.is_link.numpy() == 1).all()  # read at the links
+
+    pad = 30
+    relations = np.zeros((len(truth), pad, pad), dtype=np.uint8)
+    intervals = np.zeros((len(truth), pad, pad), dtype=np.float32)
+    for s, (r, _, interval) in enumerate(truth):
+        relations[s, : len(r), : len(r)], intervals[s, : len(r), : len(r)] = r, interval
+    root = zarr.open_group(str(tmp_path / "stacked.zarr"), mode="w")
+    root.create_array("adjacency_matrix", data=relations)
+    root.create_array("interval", data=intervals)
+    root.create_array("cset_size", data=np.array([len(r) for r, _, _ in truth]))
+    cfg = edge_config(make_config, tmp_path / "stacked.zarr", "data.transpose=false",
+                      "data.targets={interval: interval}")  # fmt: skip
+    graphs = qg.data.dataset_from_config(cfg.data, progress=False, provenance=True)
+    for graph, (r, _, interval) in zip(graphs, truth, strict=True):
+        element = graph.source_element.numpy()
+        first, second = element[graph.relations_index.numpy()]
+        assert r[first, second].all() and len(first) == r.sum()
+        assert np.array_equal(graph.interval.numpy(), interval[first, second])
 
 
 @pytest.mark.parametrize(
@@ -165,9 +229,13 @@ def test_a_matrix_target_off_the_relations_names_the_sample(make_config, tmp_pat
             "tasks[0].pairs: 'relations' must have \"index\" in its name",
         ),
         (
-            ["tasks=[{name: is_link, type: binary, level: edge, pairs: links_index}]"],
-            "tasks[0].pairs: the data has no tensor attribute 'links_index' for the pairs of "
+            ["tasks=[{name: is_link, type: binary, level: edge, pairs: bonds_index}]"],
+            "tasks[0].pairs: the data has no tensor attribute 'bonds_index' for the pairs of "
             "task 'is_link'",
+        ),
+        (
+            ["tasks=[{name: is_link, type: binary, level: edge, pairs: links_index}]"],
+            "tasks[0].pairs: links_index is what data.pairs: links makes",
         ),
         (
             ["tasks=[{name: is_link, type: binary, level: edge, pairs: edge_index}]"],
@@ -179,6 +247,15 @@ def test_a_matrix_target_off_the_relations_names_the_sample(make_config, tmp_pat
             "'interval' is not zero at",
         ),
         (
+            ["data.pairs=links"],
+            "tasks[0].pairs: relations_index is what data.pairs: relations makes of the causal "
+            "sets of data.files (found data.pairs: links); set it",
+        ),
+        (
+            ["augmentation.preset=mild"],
+            "augmentation.preset: not with an edge-level task (tasks[0], 'is_link')",
+        ),
+        (
             ["training.batch_nodes=200", "training.pad_batches=true"],
             "training.pad_batches: not with an edge-level task",
         ),
@@ -187,7 +264,7 @@ def test_a_matrix_target_off_the_relations_names_the_sample(make_config, tmp_pat
 def test_what_an_edge_task_cannot_use_is_one_line(
     make_config, sets, tmp_path, capsys, overrides, message
 ):
-    path, _ = sets
+    path, _, _ = sets
     config = tmp_path / "c.yaml"
     config.write_text(dump_config(edge_config(make_config, path, "training.num_epochs=1")))
     assert_refused(run_main(capsys, "train", config, *overrides), message)

@@ -156,6 +156,70 @@ def test_what_qg_sample_cannot_use_is_one_line(run, tmp_path, capsys, make_confi
     )
 
 
+def test_teacher_forcing_sees_every_decision_as_growing_it_does(monkeypatch):
+    """The likelihood trained on is the one samples are drawn from: each decision's features,
+    computed for all decisions at once from a finished set, are those the growth computed for
+    it step by step; the sets' links are their relations' transitive reduction."""
+    from torch_geometric.data import Batch, Data
+
+    from QuantumGravPy.models import growth
+    from QuantumGravPy.physics import transitive_reduction
+
+    seen = {}
+    decision = growth._decision
+
+    def recording(state, j, chosen, k, past, below_j, common):
+        features = decision(state, j, chosen, k, past, below_j, common)
+        for i in range(len(features)):
+            seen[(i, j, k)] = (features[i].clone(), bool(past[i, j]))
+        return features
+
+    monkeypatch.setattr(growth, "_decision", recording)
+    model = CausalSetGrowth(sizes=(5, 14), hidden=8)
+    with torch.no_grad():
+        model.decide[-1].bias.fill_(1.0)  # links likely: pasts of all shapes
+    grown = model.generate(12, torch.Generator().manual_seed(1))
+    graphs = []
+    for s in grown:
+        assert torch.equal(s.links, transitive_reduction(s.relations))
+        first, second = s.links.nonzero().t()
+        edges = torch.cat([torch.stack([first, second]), torch.stack([second, first])], 1)
+        graphs.append(Data(x=torch.zeros(len(s.relations), 1), edge_index=edges))
+    links, sizes = growth._dense_links(Batch.from_data_list(graphs))
+    assert sizes.tolist() == [len(s.relations) for s in grown]
+    relations = torch.stack(
+        [torch.nn.functional.pad(s.relations, (0, 14 - len(s.relations)) * 2) for s in grown]
+    )
+    features, asked = growth._teacher_features(relations, links, sizes)
+    compared = 0
+    for (i, j, k), (grown_features, forced) in seen.items():
+        if k >= sizes[i]:
+            continue
+        assert bool(asked[i, j, k]) == (not forced)
+        if not forced:
+            assert torch.allclose(features[i, j, k], grown_features, atol=1e-6), (i, j, k)
+            compared += 1
+    assert compared == int(asked.sum()) > 150
+
+
+def test_sampling_over_an_output_replaces_it_only_when_asked(run, tmp_path, capsys):
+    output = tmp_path / "s.zarr"
+    assert run_main(capsys, "sample", run, "--num", 8, "--output", output).returncode == 0
+    refused = run_main(capsys, "sample", run, "--num", 8, "--output", output, "--seed", 5)
+    assert_refused(refused, "s.zarr exists; pass --overwrite")
+    (tmp_path / "fresh").mkdir()
+    expected = read_sets(qg.sample(run, num=8, output=tmp_path / "fresh" / "s.zarr", seed=5).output)
+    again = run_main(capsys, "sample", run, "--num", 8, "--output", output, "--seed", 5,
+                     "--overwrite")  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    got = read_sets(output)  # the new seed's sets, whole
+    assert len(got) == 8 and all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing left over
+    negative = run_main(capsys, "sample", run, "--num", 8, "--output", tmp_path / "t.zarr",
+                        "--seed", -1)  # fmt: skip
+    assert_refused(negative, "--seed: expected a number >= 0, found -1")
+
+
 def test_the_growth_model_refuses_sizes_that_cannot_be():
     with pytest.raises(ValueError, match="sizes: expected"):
         CausalSetGrowth(sizes=(10, 5))

@@ -54,13 +54,14 @@ class DataConfig:
     links: str | None = None  # the link matrix instead; null: linkmat, link_matrix or links
     size: str | None = None  # stacked: the array of valid sizes; null: cset_size, size or n
     # Data attribute -> array, e.g. {manifold_like: manifold_like}: a value per causal set
-    # becomes a graph attribute, a vector per element a node attribute, an n x n matrix a value
-    # per pair of data.pairs (edge-level tasks)
+    # becomes a graph attribute, a vector per element a node attribute, and with data.pairs an
+    # n x n matrix a value per pair (edge-level tasks)
     targets: dict[str, str] = field(default_factory=dict)
-    # the pairs of each causal set a matrix of data.targets is read at: relations (every i < j)
-    # or links; the graphs hold them as relations_index or links_index, [2, P], for the pairs
-    # of edge-level tasks. A matrix that is not zero off them is refused, naming the sample
-    pairs: Literal["relations", "links"] = "relations"
+    # relations or links: every graph of data.files holds its causal set's related pairs
+    # (i before j) or its links as relations_index or links_index, [2, P], the pairs of
+    # edge-level tasks, and each n x n matrix of data.targets is read at them (one that is not
+    # zero off them is refused, naming the sample); null: no pairs
+    pairs: Literal["relations", "links"] | None = None
     # null: the features of the embedded causal sets, computed from the causal structure; or
     # a list of per-element arrays
     node_features: tuple[str, ...] | None = None
@@ -123,7 +124,7 @@ class DataConfig:
                 f"dimension and curvature kinds with dimensions [2] (found kind {self.kind} "
                 f"with dimensions {list(self.dimensions)}, not 2D)"
             )
-        file_keys = ("reader", "pre_filter", "pre_transform", "transform", "targets")
+        file_keys = ("reader", "pre_filter", "pre_transform", "transform", "targets", "pairs")
         unused = [k for k in file_keys if getattr(self, k) and not self.files]
         if unused:
             raise ConfigError(f"data.{unused[0]}: only for data.files, which is not set")

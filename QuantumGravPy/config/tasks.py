@@ -193,6 +193,8 @@ def validate_tasks(config: Config) -> None:
                 f"tasks[{i}].type: a {task.type} task needs your own model.type, whose "
                 "forward(batch) returns its loss terms; the built-in model returns predictions"
             )
+        if task.level == "edge":
+            _check_edge_task(config, task, f"tasks[{i}]")
     kind = data_kind(config.data.kind, key="data.kind")
     generated = not config.data.files and config.data.dataset is None
     if generated and not tasks and kind.classes(config.data.dimensions) is None:
@@ -228,6 +230,25 @@ def validate_tasks(config: Config) -> None:
         raise ConfigError(
             f"training.sampler: {sampler} balances the classes of a graph-level classification "
             "or binary task, and this config has none"
+        )
+
+
+# the pairs the causal sets of data.files hold, by data.pairs
+MADE_PAIRS = {"relations_index": "relations", "links_index": "links"}
+
+
+def _check_edge_task(config: Config, task: TaskConfig, key: str) -> None:
+    """An edge-level task's pairs must exist and keep pointing at the right nodes."""
+    made = MADE_PAIRS.get(task.pairs)
+    if made is not None and config.data.files and config.data.pairs != made:
+        raise ConfigError(
+            f"{key}.pairs: {task.pairs} is what data.pairs: {made} makes of the causal sets of "
+            f"data.files (found data.pairs: {config.data.pairs}); set it"
+        )
+    if config.augmentation.preset is not None:
+        raise ConfigError(
+            f"augmentation.preset: not with an edge-level task ({key}, {task.name!r}): removing "
+            "elements or links would leave its pairs pointing at other nodes"
         )
 
 

@@ -144,12 +144,17 @@ def read_sample(
         except NotTwoDimensional as e:
             raise DataError(f"{where}: data.light_cone_ranks: {e}") from None
     attributes: dict[str, torch.Tensor] = {}
-    pairs = None
+    pairs = None if cfg.pairs is None else order_pairs(cfg.pairs, as_stored, structure)
     for attribute, name in cfg.targets.items():
         value = numbers(read(name), f"{where}: {name!r}")
-        if value.dim() == 2 and n > 1 and value.shape[0] == n and value.shape[1] >= n:
+        matrix = value.dim() == 2 and value.shape[0] == n and value.shape[1] >= n
+        if matrix and (n > 1 or pairs is not None):  # n x n: a value per pair
             if pairs is None:
-                pairs = order_pairs(cfg.pairs, as_stored, structure)
+                raise DataError(
+                    f"{where}: {name!r} (data.targets.{attribute}) is an {n} x {n} matrix, a "
+                    "value per pair of elements: set data.pairs (relations or links) to read "
+                    "it at the causal set's pairs"
+                )
             attributes[attribute] = values_at_pairs(
                 value, pairs, transpose, order, n, f"{where}: {name!r}", cfg.pairs
             )
@@ -163,7 +168,7 @@ def read_sample(
             raise DataError(
                 f"{where}: {name!r} (data.targets.{attribute}) holds {value.numel()} values for "
                 f"a causal set of {n} elements: expected 1 (per causal set), {n} (per element) "
-                f"or {n} x {n} (per pair: data.pairs)"
+                f"or an {n} x {n} matrix (per pair: data.pairs)"
             )
     x = None
     if cfg.node_features is not None:
@@ -393,7 +398,7 @@ def cache_params(data_cfg: Any) -> dict[str, Any]:
         "targets": dict(sorted(data_cfg.targets.items())),
         "node_features": list(data_cfg.node_features) if data_cfg.node_features else None,
         **({"light_cone_ranks": True} if data_cfg.light_cone_ranks else {}),
-        **({"pairs": "links"} if data_cfg.pairs == "links" else {}),  # the default: as before
+        **({"pairs": data_cfg.pairs} if data_cfg.pairs else {}),  # absent: caches stay valid
         "transpose": data_cfg.transpose,
         "hooks": [data_cfg.reader, data_cfg.pre_filter, data_cfg.pre_transform],
         "version": FORMAT_VERSION,

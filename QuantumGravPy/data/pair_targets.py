@@ -28,9 +28,10 @@ def values_at_pairs(
     n: int, where: str, kind: str,
 ) -> torch.Tensor:  # fmt: skip
     """A matrix target's values at ``pairs`` (one per pair), refused, naming ``where`` (the
-    file, sample and array), if it holds a value off them (padding beyond ``n`` in a stacked
-    file included). ``value`` is as stored (transposed where ``transpose``, in the file's
-    labelling, which ``order`` turns into the natural one); ``kind`` is ``data.pairs``."""
+    file, sample and array), if it holds a value off them, or in the columns of a stacked
+    file's padding beyond ``n`` (its rows there are cut off as it is read). ``value`` is as
+    stored (transposed where ``transpose``, in the file's labelling, which ``order`` turns into
+    the natural one); ``kind`` is ``data.pairs``."""
     if value[:, n:].any():
         raise DataError(f"{where} holds values beyond the causal set's {n} elements")
     value = value[:, :n]

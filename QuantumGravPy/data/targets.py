@@ -66,8 +66,10 @@ def _check_pairs(first: Data, task: TaskConfig, value: torch.Tensor, key: str) -
     name, where = task.pairs, key.replace(".target", ".pairs")
     pairs = first[name] if name in first else None
     if not isinstance(pairs, torch.Tensor):
-        made = " (data.targets' n x n matrices make it, from data.files)" if name in (
-            "relations_index", "links_index") else ""  # fmt: skip
+        made = {
+            "relations_index": " (data.pairs: relations makes it, for data.files)",
+            "links_index": " (data.pairs: links makes it, for data.files)",
+        }.get(name, "")
         raise ConfigError(
             f"{where}: the data has no tensor attribute {name!r} for the pairs of task "
             f"{task.name!r}{made}"

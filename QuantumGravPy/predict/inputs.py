@@ -107,15 +107,16 @@ def elements(dataset: Dataset, graph: np.ndarray) -> np.ndarray:
 def pair_elements(
     dataset: Dataset, graph: np.ndarray, pair: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each pair row's two elements (``graph``: the row's graph; ``pair``: ``[P, 2]`` node
+    """Each pair row's two elements (``graph``: the row's graph, sorted; ``pair``: ``[P, 2]`` node
     positions in it): as its file numbers them when the graphs recorded it, else the
     positions."""
     pair = np.asarray(pair).reshape(-1, 2).copy()
-    for g in np.unique(graph):
-        recorded = getattr(dataset[int(g)], "source_element", None)
+    graphs, starts = np.unique(graph, return_index=True)  # sorted: each graph's rows in a run
+    ends = np.r_[starts[1:], len(graph)]
+    for g, start, end in zip(graphs.tolist(), starts, ends, strict=True):
+        recorded = getattr(dataset[g], "source_element", None)
         if recorded is not None:
-            rows = graph == g
-            pair[rows] = recorded.numpy()[pair[rows]]
+            pair[start:end] = recorded.numpy()[pair[start:end]]
     return pair[:, 0], pair[:, 1]
 
 

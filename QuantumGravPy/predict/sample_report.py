@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,25 +124,34 @@ def report_paths(output: Path) -> list[Path]:
     return [output.with_name(f"{stem}_report.csv"), output.with_name(f"{stem}_report.png")]
 
 
-def write_report(
-    samples: Sequence[CausalSet], config: Any, output: Path, *, compare: int
-) -> Report:
-    """The report of ``samples`` against up to ``compare`` causal sets of the training split
-    of ``config``'s data, written beside ``output``."""
+def compare(samples: Sequence[CausalSet], config: Any, output: Path, *, limit: int) -> Report:
+    """The report of ``samples`` against up to ``limit`` causal sets of the training split of
+    ``config``'s data (nothing written yet: :func:`write_report`)."""
     from ..data import dataset_from_config
     from .inputs import select_split
 
     train = select_split(dataset_from_config(config.data, progress=False), config, "train")
-    data = statistics([relations_of(train[i]) for i in range(min(compare, len(train)))])
-    report = Report(statistics([s.relations for s in samples]), data, output)
-    table_path, picture_path = report_paths(output)
+    data = statistics([relations_of(train[i]) for i in range(min(limit, len(train)))])
+    return Report(statistics([s.relations for s in samples]), data, output)
+
+
+def write_report(report: Report) -> None:
+    """The report's table and picture beside its samples' file, each written under a
+    temporary name and renamed."""
+    table_path, picture_path = report_paths(report.output)
     rows = report.rows()
-    with open(table_path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    draw(report, picture_path)
-    return report
+    tmp = table_path.with_name(f".{table_path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, table_path)
+        tmp = picture_path.with_name(f".{picture_path.name}.tmp{os.getpid()}.png")
+        draw(report, tmp)
+        os.replace(tmp, picture_path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def draw(report: Report, path: Path) -> Path:

@@ -14,6 +14,8 @@ against the run's training split (:mod:`.sample_report`).
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from ..parallel import distributed, run_distributed
 from ..physics import CausalSet
 from .model import model_from_checkpoint, run_files
 from .sample_report import Report, report_paths, write_report
+from .sample_report import compare as compare_samples
 
 CHUNK = 64  # samples drawn from one generator
 
@@ -105,6 +108,8 @@ def sample(
     ``<stem>_report.png``."""
     if num < 1:
         raise ConfigError(f"--num: expected a positive number of samples, found {num}")
+    if seed < 0:
+        raise ConfigError(f"--seed: expected a number >= 0, found {seed}")
     if world_size < 1:
         raise ConfigError(f"--world-size: expected a positive number, found {world_size}")
     output = Path(output)
@@ -117,7 +122,8 @@ def sample(
                 f"{path} exists; pass {flag('overwrite')} to replace it or choose another --output"
             )
     config_path, checkpoint = run_files(run_dir, checkpoint)
-    config = load_config(config_path, list(overrides))
+    # sampling computes on CPUs, each process on one thread: never a GPU per process
+    config = load_config(config_path, [*overrides, "training.device=cpu", "parallel.backend=gloo"])
     logs.configure_logging(config.log_level)
     model = model_from_checkpoint(config, checkpoint, "cpu").model
     if not callable(getattr(model, "generate", None)):
@@ -132,20 +138,30 @@ def sample(
         samples = run_distributed(sample_worker, config, job, world_size=world_size)
     if samples is None:  # a rank other than 0 under torchrun or srun
         return Report({}, [], output)
-    if overwrite:
-        _remove(output)
+    report = compare_samples(samples, config, output, limit=compare)  # before writing anything
+    _write(samples, output, file_format)
+    write_report(report)
+    return report
+
+
+def _write(samples: list[CausalSet], output: Path, file_format: str) -> None:
+    """The samples' file, written beside ``output`` and renamed over it: an output replaced
+    (--overwrite) stays whole until the new one is complete."""
+    new = output.with_name(f".{output.name}.new{os.getpid()}")
+    old = output.with_name(f".{output.name}.old{os.getpid()}")
     write_causal_sets(
-        output,
+        new,
         ((Data(), s.relations.bool(), s.links.bool()) for s in samples),
         file_format=file_format,
         total=len(samples),
     )
-    return write_report(samples, config, output, compare=compare)
+    if output.exists():
+        os.replace(output, old)
+    os.replace(new, output)
+    _remove(old)
 
 
 def _remove(path: Path) -> None:
-    import shutil
-
     if path.is_dir():
         shutil.rmtree(path)
     else:

@@ -151,7 +151,8 @@ def remove_partial_writes(path: Path) -> None:
 
 def write_predictions(path: Path, predictions: dict[str, dict[str, Any]]) -> None:
     """``test_predictions.npz``: for each task ``<task>.graph`` (the row's graph, by position
-    in the test set), ``<task>.predicted`` (class probabilities, the probability of 1, or
+    in the test set), for an edge-level task ``<task>.pair`` (the row's two nodes, by position
+    in their graph), ``<task>.predicted`` (class probabilities, the probability of 1, or
     values in the target's units), ``<task>.true`` and where the row's graph came from:
     ``<task>.source`` (its file, or ``generated``), ``<task>.index`` (its sample in the file,
     or its position among the generated graphs) and, for files of groups, ``<task>.group``;

@@ -80,7 +80,7 @@ class Task:
 
     def row_graphs(self, batch: Any) -> Tensor:
         """Each output row's graph, by its position in the batch."""
-        graphs = torch.arange(batch.num_graphs, device=batch.x.device)
+        graphs = torch.arange(batch.num_graphs, device=batch.ptr.device)
         if self.level == "graph":
             return graphs
         index = batch.batch if batch.batch is not None else graphs.new_zeros(batch.num_nodes)
@@ -99,6 +99,8 @@ class Task:
         if not self.kind.needs_target:  # the outputs are the model's own loss terms
             return self.loss_fn(outputs, None)
         target = self.kind.loss_target(self.target(batch), outputs)
+        if target.shape[0] == 0:  # a batch of graphs without pairs: a loss of 0, not NaN
+            return outputs.sum() * 0.0
         if self.scaled:  # a standardised target: learnt in units of the training split's spread
             mean, std = self._scaling_like(target)
             target = (target - mean) / std
