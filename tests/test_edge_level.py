@@ -7,8 +7,10 @@ import csv
 
 import numpy as np
 import pytest
+import torch
 import zarr
 from conftest import assert_refused, run_main, run_ranks, train, train_on_rank
+from torch_geometric.data import Data
 from user_data import rings_with_edge_heat
 
 import QuantumGravPy as qg
@@ -115,6 +117,9 @@ def test_edge_targets_train_from_the_command_line_and_predictions_name_the_eleme
     assert "is_link_true" not in rows and len(rows["graph"]) == sum(
         r.sum() for r, _, _ in new_truth
     )
+    with pytest.raises(qg.DataError, match="task 'is_link' is edge-level: its graphs need their "
+                       "node pairs as 'relations_index'"):  # fmt: skip
+        qg.predict(cfg.run_dir, [Data(x=torch.ones(5, 6), edge_index=torch.zeros(2, 0).long())])
     assert all(new_truth[g][0][i, j] for g, i, j in
                zip(rows["graph"], rows["element_from"], rows["element_to"], strict=True))  # fmt: skip
 
@@ -175,7 +180,7 @@ def test_a_matrix_target_off_the_relations_names_the_sample(make_config, tmp_pat
     assert_refused(
         run_main(capsys, "train", config, "data.pairs=null", "tasks=[{name: y, target: y}]",
                  "data.targets={y: interval}", "early_stopping.metric=val_loss"),
-        "cset_1", "'interval' (data.targets.y) is an", "set data.pairs",
+        "cset_1", "'interval' (data.targets.y) is a matrix of", "set data.pairs",
     )  # fmt: skip
 
 
@@ -234,6 +239,10 @@ def test_links_and_stacked_files_give_their_pairs(make_config, tmp_path):
             "task 'is_link'",
         ),
         (
+            ["tasks=[{name: is_link, type: binary, level: edge, pairs: relation_index}]"],
+            "'relation_index' for the pairs of task 'is_link'; did you mean relations_index?",
+        ),
+        (
             ["tasks=[{name: is_link, type: binary, level: edge, pairs: links_index}]"],
             "tasks[0].pairs: links_index is what data.pairs: links makes",
         ),
@@ -249,7 +258,7 @@ def test_links_and_stacked_files_give_their_pairs(make_config, tmp_path):
         (
             ["data.pairs=links"],
             "tasks[0].pairs: relations_index is what data.pairs: relations makes of the causal "
-            "sets of data.files (found data.pairs: links); set it",
+            "sets of data.files (found data.pairs: links); set data.pairs: relations",
         ),
         (
             ["augmentation.preset=mild"],

@@ -241,9 +241,10 @@ def _check_edge_task(config: Config, task: TaskConfig, key: str) -> None:
     """An edge-level task's pairs must exist and keep pointing at the right nodes."""
     made = MADE_PAIRS.get(task.pairs)
     if made is not None and config.data.files and config.data.pairs != made:
+        found = "null" if config.data.pairs is None else config.data.pairs
         raise ConfigError(
             f"{key}.pairs: {task.pairs} is what data.pairs: {made} makes of the causal sets of "
-            f"data.files (found data.pairs: {config.data.pairs}); set it"
+            f"data.files (found data.pairs: {found}); set data.pairs: {made}"
         )
     if config.augmentation.preset is not None:
         raise ConfigError(

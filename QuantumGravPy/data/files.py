@@ -151,8 +151,8 @@ def read_sample(
         if matrix and (n > 1 or pairs is not None):  # n x n: a value per pair
             if pairs is None:
                 raise DataError(
-                    f"{where}: {name!r} (data.targets.{attribute}) is an {n} x {n} matrix, a "
-                    "value per pair of elements: set data.pairs (relations or links) to read "
+                    f"{where}: {name!r} (data.targets.{attribute}) is a matrix of {n} x {n}, "
+                    "a value per pair of elements: set data.pairs (relations or links) to read "
                     "it at the causal set's pairs"
                 )
             attributes[attribute] = values_at_pairs(
@@ -168,7 +168,7 @@ def read_sample(
             raise DataError(
                 f"{where}: {name!r} (data.targets.{attribute}) holds {value.numel()} values for "
                 f"a causal set of {n} elements: expected 1 (per causal set), {n} (per element) "
-                f"or an {n} x {n} matrix (per pair: data.pairs)"
+                f"or a matrix of {n} x {n} (per pair: data.pairs)"
             )
     x = None
     if cfg.node_features is not None:

@@ -8,6 +8,7 @@ regression target, which need every training value once).
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import torch
@@ -70,9 +71,12 @@ def _check_pairs(first: Data, task: TaskConfig, value: torch.Tensor, key: str) -
             "relations_index": " (data.pairs: relations makes it, for data.files)",
             "links_index": " (data.pairs: links makes it, for data.files)",
         }.get(name, "")
+        held = [k for k in first.keys() if isinstance(first[k], torch.Tensor) and "index" in k]
+        close = difflib.get_close_matches(name, held, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
         raise ConfigError(
             f"{where}: the data has no tensor attribute {name!r} for the pairs of task "
-            f"{task.name!r}{made}"
+            f"{task.name!r}{made}{hint}"
         )
     if pairs.dim() != 2 or pairs.shape[0] != 2 or pairs.is_floating_point():
         raise ConfigError(

@@ -14,7 +14,7 @@ files or data loading. Imports ``config`` and the ground floor.
 """
 
 from .build import build_model, forward_failure, task_output
-from .gnn import GNNModel
+from .gnn import GNNModel, edge_pairs
 from .growth import CausalSetGrowth
 from .tensor_inputs import TensorInputs
 
@@ -23,6 +23,7 @@ __all__ = [
     "GNNModel",
     "TensorInputs",
     "build_model",
+    "edge_pairs",
     "forward_failure",
     "task_output",
 ]

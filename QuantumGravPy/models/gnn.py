@@ -65,6 +65,19 @@ POOLING = {
 }
 
 
+def edge_pairs(batch: Batch | Data, attribute: str, task: str) -> Tensor:
+    """The node pairs ``batch[attribute]`` of edge-level task ``task``; a DataError naming
+    them if the graphs lack them (graphs given to a trained model without them, say)."""
+    pairs = getattr(batch, attribute, None)
+    if not isinstance(pairs, Tensor):
+        raise DataError(
+            f"task {task!r} is edge-level: its graphs need their node pairs as {attribute!r} "
+            "([2, P] node indices; for a causal set, its relations' (i, j), i before j), and "
+            "these have none"
+        )
+    return pairs
+
+
 class GNNModel(nn.Module):
     """A graph network with one head per task.
 
@@ -256,7 +269,7 @@ class GNNModel(nn.Module):
             return head(graph)
         if level == "node":
             return head(nodes)
-        pairs = batch[self.pairs[name]]
+        pairs = edge_pairs(batch, self.pairs[name], name)
         return head(torch.cat([nodes[pairs[0]], nodes[pairs[1]]], dim=-1))
 
     def shard_units(self) -> list[list[nn.Module]]:

@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 from ...config import Config, TaskConfig, check_kwargs, resolve, task_list
 from ...data import check_target, target_statistics, task_num_outputs
 from ...errors import ConfigError
-from ...models import task_output
+from ...models import edge_pairs, task_output
 from ...tasks import TaskKind
 
 
@@ -75,7 +75,7 @@ class Task:
     def rows(self, batch: Any) -> int:
         """How many outputs rows a batch has for this task: graphs, nodes, or pairs."""
         if self.level == "edge":
-            return batch[self.config.pairs].shape[1]
+            return edge_pairs(batch, self.config.pairs, self.name).shape[1]
         return batch.num_graphs if self.level == "graph" else batch.num_nodes
 
     def row_graphs(self, batch: Any) -> Tensor:
@@ -84,7 +84,11 @@ class Task:
         if self.level == "graph":
             return graphs
         index = batch.batch if batch.batch is not None else graphs.new_zeros(batch.num_nodes)
-        return index if self.level == "node" else index[batch[self.config.pairs][0]]
+        return (
+            index
+            if self.level == "node"
+            else index[edge_pairs(batch, self.config.pairs, self.name)[0]]
+        )
 
     def target(self, batch: Any) -> Tensor:
         """The batch's targets, in their own units, one row per graph or node (class indices,
