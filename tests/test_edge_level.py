@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 import zarr
-from conftest import assert_refused, run_main, run_ranks, train, train_on_rank
+from conftest import assert_refused, light_cone_order, run_main, run_ranks, train, train_on_rank
 from torch_geometric.data import Data
 from user_data import rings_with_edge_heat
 
@@ -258,7 +258,7 @@ def test_links_and_stacked_files_give_their_pairs(make_config, tmp_path):
         (
             ["data.pairs=links"],
             "tasks[0].pairs: relations_index is what data.pairs: relations makes of the causal "
-            "sets of data.files (found data.pairs: links); set data.pairs: relations",
+            "sets (found data.pairs: links); set data.pairs: relations",
         ),
         (
             ["augmentation.preset=mild"],
@@ -277,3 +277,42 @@ def test_what_an_edge_task_cannot_use_is_one_line(
     config = tmp_path / "c.yaml"
     config.write_text(dump_config(edge_config(make_config, path, "training.num_epochs=1")))
     assert_refused(run_main(capsys, "train", config, *overrides), message)
+
+
+@pytest.mark.parametrize("kind", ["dimension", "manifold_like"])
+def test_generated_causal_sets_carry_their_pairs_and_targets_from_the_geometry(make_config, kind):
+    """data.pairs on the generated data: each sprinkling's relations as relations_index, with
+    is_link and interval_size at them, the same as its coordinates say (light cones in numpy,
+    not the package's code); the other kinds' sets (drawn one by one) carry them too."""
+    cfg = make_config(f"data.kind={kind}", "data.dimensions=[2]", "data.num_graphs=12",
+                      "data.pairs=relations")  # fmt: skip
+    graphs = qg.data.dataset_from_config(cfg.data, progress=False)
+    for graph in graphs:
+        n = graph.num_nodes
+        links = np.zeros((n, n), dtype=bool)  # the graph's own links, each way: i < j
+        i, j = graph.edge_index.numpy()
+        links[i[i < j], j[i < j]] = True
+        relations = links.copy()
+        for _ in range(n):  # closed by hand: a relation is a chain of links
+            closed = relations | ((relations.astype(int) @ relations.astype(int)) > 0)
+            if (closed == relations).all():
+                break
+            relations = closed
+        if graph.pos is not None:  # a sprinkling: the light cones of its coordinates agree
+            assert np.array_equal(light_cone_order(graph.pos[:, :2].numpy())[0], relations)
+        first, second = graph.relations_index.numpy()
+        assert np.array_equal(np.argwhere(relations), graph.relations_index.t().numpy())
+        between = relations.astype(int) @ relations.astype(int)
+        assert np.array_equal(graph.is_link.numpy(), links[first, second])
+        assert np.array_equal(graph.interval_size.numpy(), between[first, second])
+    cfg = make_config("data.kind=dimension", "data.dimensions=[2]", "data.num_graphs=60",
+                      "data.pairs=relations", "training.num_epochs=1",
+                      "early_stopping.metric=val_loss",
+                      "tasks=[{name: is_link, type: binary, level: edge, pairs: relations_index}]")  # fmt: skip
+    _, history, metrics = train(cfg)
+    assert 0.0 <= metrics["test_accuracy"] <= 1.0 and history[0]["val_loss"] > 0
+
+
+def test_pairs_of_a_users_own_dataset_are_their_own(make_config):
+    with pytest.raises(qg.ConfigError, match=r"data.pairs: data.dataset \(user_data.ring_graphs\)"):
+        make_config("data.dataset=user_data.ring_graphs", "data.pairs=relations")

@@ -57,10 +57,11 @@ class DataConfig:
     # becomes a graph attribute, a vector per element a node attribute, and with data.pairs an
     # n x n matrix a value per pair (edge-level tasks)
     targets: dict[str, str] = field(default_factory=dict)
-    # relations or links: every graph of data.files holds its causal set's related pairs
-    # (i before j) or its links as relations_index or links_index, [2, P], the pairs of
-    # edge-level tasks, and each n x n matrix of data.targets is read at them (one that is not
-    # zero off them is refused, naming the sample); null: no pairs
+    # relations or links: every causal set's graph holds its related pairs (i before j) or its
+    # links as relations_index or links_index, [2, P], the pairs of edge-level tasks. Each
+    # n x n matrix of data.targets is read at them (one that is not zero off them is refused,
+    # naming the sample); the generated sets get is_link and interval_size (the elements
+    # between) at them. null: no pairs
     pairs: Literal["relations", "links"] | None = None
     # null: the features of the embedded causal sets, computed from the causal structure; or
     # a list of per-element arrays
@@ -118,13 +119,18 @@ class DataConfig:
                 f"data.light_cone_ranks: data.dataset ({self.dataset}) returns its own graphs "
                 "and features; add the ranks there (physics.light_cone_ranks)"
             )
+        if self.pairs is not None and self.dataset is not None:
+            raise ConfigError(
+                f"data.pairs: data.dataset ({self.dataset}) returns its own graphs; give them "
+                "their pairs (an attribute with index in its name) and name it in tasks[].pairs"
+            )
         if self.light_cone_ranks and generated and not two_d:
             raise ConfigError(
                 "data.light_cone_ranks: only 2D causal sets have them: the ricci kind, or the "
                 f"dimension and curvature kinds with dimensions [2] (found kind {self.kind} "
                 f"with dimensions {list(self.dimensions)}, not 2D)"
             )
-        file_keys = ("reader", "pre_filter", "pre_transform", "transform", "targets", "pairs")
+        file_keys = ("reader", "pre_filter", "pre_transform", "transform", "targets")
         unused = [k for k in file_keys if getattr(self, k) and not self.files]
         if unused:
             raise ConfigError(f"data.{unused[0]}: only for data.files, which is not set")

@@ -233,18 +233,19 @@ def validate_tasks(config: Config) -> None:
         )
 
 
-# the pairs the causal sets of data.files hold, by data.pairs
+# the pairs the causal sets (of data.files, or generated) hold, by data.pairs
 MADE_PAIRS = {"relations_index": "relations", "links_index": "links"}
 
 
 def _check_edge_task(config: Config, task: TaskConfig, key: str) -> None:
     """An edge-level task's pairs must exist and keep pointing at the right nodes."""
     made = MADE_PAIRS.get(task.pairs)
-    if made is not None and config.data.files and config.data.pairs != made:
+    causal_sets = config.data.dataset is None  # of data.files, or generated
+    if made is not None and causal_sets and config.data.pairs != made:
         found = "null" if config.data.pairs is None else config.data.pairs
         raise ConfigError(
-            f"{key}.pairs: {task.pairs} is what data.pairs: {made} makes of the causal sets of "
-            f"data.files (found data.pairs: {found}); set data.pairs: {made}"
+            f"{key}.pairs: {task.pairs} is what data.pairs: {made} makes of the causal sets "
+            f"(found data.pairs: {found}); set data.pairs: {made}"
         )
     if config.augmentation.preset is not None:
         raise ConfigError(

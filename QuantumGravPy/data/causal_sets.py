@@ -19,6 +19,7 @@ from ..embedded import data_kind, flat_sprinkling_labels
 from ..physics import causal_structure, check_sprinkle_arguments, diamond_coordinates, node_features
 from . import kinds
 from .cache import DigestCachedDataset
+from .pair_targets import embedded_pairs
 
 # Bump when the generated graphs change for the same parameters, so old caches are not reused.
 # 2: graphs carry their coordinates as pos; 3: dimension and time; 4: every kind's labels
@@ -60,9 +61,12 @@ def generate_causal_set_graphs(
     kind: str = "dimension",
     h: Sequence[float] = (0.0, 0.0),
     light_cone_ranks: bool = False,
+    pairs: str | None = None,
 ) -> list[Data]:
     """Graphs ``start`` to ``end - 1`` of the causal-set dataset with these parameters (with
-    ``light_cone_ranks``, two more node features: :func:`.kinds.with_light_cone_ranks`)."""
+    ``light_cone_ranks``, two more node features: :func:`.kinds.with_light_cone_ranks`; with
+    ``pairs``, each set's relations or links and the targets at them:
+    :func:`.pair_targets.embedded_pairs`)."""
     max_dim = max(dimensions)
     if not data_kind(kind).flat_diamonds:
         # The drawn sets' matrices are turned into graphs, and freed, every _CHUNK_ENTRIES
@@ -72,11 +76,11 @@ def generate_causal_set_graphs(
         for i in logs.progress(range(start, end), desc=kind, unit="set", enabled=progress):
             rng, n, _ = graph_parameters(i, num_points, dimensions, seed)
             if drawn and entries + n * n > _CHUNK_ENTRIES:
-                out += kinds.graphs_of(kind, drawn, max_dim, ranks=light_cone_ranks)
+                out += kinds.graphs_of(kind, drawn, max_dim, ranks=light_cone_ranks, pairs=pairs)
                 drawn, entries = [], 0
             drawn.append(kinds.draw(kind, rng, n, dimensions, h))
             entries += n * n
-        return out + kinds.graphs_of(kind, drawn, max_dim, ranks=light_cone_ranks)
+        return out + kinds.graphs_of(kind, drawn, max_dim, ranks=light_cone_ranks, pairs=pairs)
     by_size: dict[int, list[tuple[int, int, np.ndarray]]] = {}
     for i in range(start, end):
         rng, n, label = graph_parameters(i, num_points, dimensions, seed)
@@ -104,6 +108,8 @@ def generate_causal_set_graphs(
             graphs[i] = kinds.to_graph(
                 x, links[b], labels, coordinates=coords[b], max_dimension=max_dim
             )
+            if pairs is not None:
+                graphs[i].update(embedded_pairs(pairs, relations[b], links[b]))
     return [graphs[i] for i in range(start, end)]
 
 
@@ -125,6 +131,7 @@ class GeneratedSource:
         kind: str = "dimension",
         h: float | Sequence[float] = 0.6,
         light_cone_ranks: bool = False,
+        pairs: str | None = None,
     ):
         if kind not in kinds.kind_names():
             raise ValueError(f"kind must be one of {', '.join(kinds.kind_names())}, got {kind!r}")
@@ -157,6 +164,10 @@ class GeneratedSource:
                     f"with dimensions {list(dimensions)}"
                 )
             self.params["light_cone_ranks"] = True
+        if pairs is not None:  # (absent otherwise, as above)
+            if pairs not in ("relations", "links"):
+                raise ValueError(f"pairs must be relations or links, got {pairs!r}")
+            self.params["pairs"] = pairs
         self.total = int(num_graphs)
 
     def graphs(self, start: int, end: int, *, progress: bool = True) -> Iterator[Data]:
@@ -178,6 +189,7 @@ class GeneratedSource:
                 kind=p["kind"],
                 h=p.get("h", (0.0, 0.0)),
                 light_cone_ranks=p.get("light_cone_ranks", False),
+                pairs=p.get("pairs"),
             )
 
     def num_classes_of(self, name: str) -> int | None:
@@ -197,7 +209,8 @@ class CausalSetDataset(DigestCachedDataset):
     ``dimensions``), ``dimension`` (a float, for regression), the other kinds' labels
     (``spacetime``, ``h``, ``manifold_like``, ``cset_type``, per element ``ricci``) and, for
     sprinklings, per element ``time`` (its time coordinate in the diamond, in (-1, 1)) and
-    ``pos``.
+    ``pos``. With ``pairs`` (relations or links) also the set's pairs, ``relations_index`` or
+    ``links_index``, and per pair ``is_link`` and ``interval_size``, for edge-level tasks.
 
     Cached under ``root/processed`` in a file named by a digest of every generation parameter,
     so changing any of them generates a new cache instead of reusing a stale one. With
@@ -216,6 +229,7 @@ class CausalSetDataset(DigestCachedDataset):
         kind: str = "dimension",
         h: float | Sequence[float] = 0.6,
         light_cone_ranks: bool = False,
+        pairs: str | None = None,
         transform: Callable | None = None,
         progress: bool = True,
         world_size: int = 1,
@@ -228,6 +242,7 @@ class CausalSetDataset(DigestCachedDataset):
             kind=kind,
             h=h,
             light_cone_ranks=light_cone_ranks,
+            pairs=pairs,
         )
         super().__init__(
             root, source, transform=transform, progress=progress, world_size=world_size

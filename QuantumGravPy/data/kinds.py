@@ -25,6 +25,7 @@ from ..physics import (
     light_cone_ranks,
     node_features,
 )
+from .pair_targets import embedded_pairs
 
 
 def kind_names() -> tuple[str, ...]:
@@ -103,9 +104,11 @@ def graphs_of(
     max_dimension: int,
     *,
     ranks: bool = False,
+    pairs: str | None = None,
 ) -> list[Data]:
     """The graphs of drawn causal sets (node features computed per size, in batches; with
-    ``ranks``, :func:`with_light_cone_ranks`)."""
+    ``ranks``, :func:`with_light_cone_ranks`; with ``pairs``, the set's pairs and the targets at
+    them, :func:`.pair_targets.embedded_pairs`)."""
     coordinates = data_kind(kind).coordinates
     by_size: dict[int, list[int]] = {}
     for i, (cset, _) in enumerate(drawn):
@@ -117,7 +120,7 @@ def graphs_of(
         for i, x in zip(members, node_features(relations, links), strict=True):
             cset = drawn[i][0]
             features[i] = with_light_cone_ranks(x, cset.relations, cset.links) if ranks else x
-    return [
+    graphs = [
         to_graph(
             features[i],
             cset.links,
@@ -128,3 +131,7 @@ def graphs_of(
         )
         for i, (cset, labels) in enumerate(drawn)
     ]
+    if pairs is not None:
+        for graph, (cset, _) in zip(graphs, drawn, strict=True):
+            graph.update(embedded_pairs(pairs, cset.relations, cset.links))
+    return graphs

@@ -1,7 +1,8 @@
-"""Targets per pair of elements of a causal set read from a file: an n x n matrix of
-``data.targets`` is read at the set's relations or links (``data.pairs``), in the natural
-labelling the graph's nodes have; the pairs become the graph's ``relations_index`` or
-``links_index`` ([2, P]), the pairs of edge-level tasks."""
+"""Targets per pair of elements of a causal set (``data.pairs``): the set's relations or links
+become the graph's ``relations_index`` or ``links_index`` ([2, P], in the natural labelling its
+nodes have), the pairs of edge-level tasks. A file's n x n matrix of ``data.targets`` is read
+at them; a generated set gets two targets of its own there, ``is_link`` and
+``interval_size``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from ..errors import DataError
 from ..physics import OrderStructure
+from ..physics.observables import between_counts
 
 
 def order_pairs(kind: str, related: torch.Tensor, structure: OrderStructure) -> torch.Tensor:
@@ -52,3 +54,17 @@ def values_at_pairs(
             f"read at the set's {kind} (data.pairs)"
         )
     return picked
+
+
+def embedded_pairs(kind: str, relations: torch.Tensor, links: torch.Tensor) -> dict:
+    """A generated causal set's pairs of ``data.pairs`` (its ``relations`` and ``links`` in a
+    natural labelling, bool ``[n, n]``) and its targets at them: ``is_link`` (1 for a link)
+    and ``interval_size`` (the elements strictly between the two; exact counts in float32 for
+    any n below 2^24)."""
+    pairs = (links if kind == "links" else relations).nonzero().t().contiguous()
+    first, second = pairs
+    return {
+        f"{kind}_index": pairs,
+        "is_link": links[first, second].float(),
+        "interval_size": between_counts(relations)[first, second].float(),
+    }

@@ -68,8 +68,8 @@ def _check_pairs(first: Data, task: TaskConfig, value: torch.Tensor, key: str) -
     pairs = first[name] if name in first else None
     if not isinstance(pairs, torch.Tensor):
         made = {
-            "relations_index": " (data.pairs: relations makes it, for data.files)",
-            "links_index": " (data.pairs: links makes it, for data.files)",
+            "relations_index": " (data.pairs: relations makes it, of causal sets)",
+            "links_index": " (data.pairs: links makes it, of causal sets)",
         }.get(name, "")
         held = [k for k in first.keys() if isinstance(first[k], torch.Tensor) and "index" in k]
         close = difflib.get_close_matches(name, held, n=1)
