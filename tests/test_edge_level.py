@@ -10,7 +10,7 @@ import pytest
 import torch
 import zarr
 from conftest import assert_refused, light_cone_order, run_main, run_ranks, train, train_on_rank
-from torch_geometric.data import Data
+from torch_geometric.data import Batch, Data
 from user_data import rings_with_edge_heat
 
 import QuantumGravPy as qg
@@ -316,3 +316,23 @@ def test_generated_causal_sets_carry_their_pairs_and_targets_from_the_geometry(m
 def test_pairs_of_a_users_own_dataset_are_their_own(make_config):
     with pytest.raises(qg.ConfigError, match=r"data.pairs: data.dataset \(user_data.ring_graphs\)"):
         make_config("data.dataset=user_data.ring_graphs", "data.pairs=relations")
+
+
+def test_disk_storage_keeps_no_per_pair_target_in_memory(make_config, tmp_path):
+    """data.storage: disk keeps each graph's labels in memory, never its per-pair targets
+    (about n^2 / 4 of them a set): those are read with the batch, at the right node offsets."""
+    path, _, _ = write_sets(tmp_path / "sets.zarr", count=10)
+    generated = make_config("data.dimensions=[2]", "data.num_graphs=20", "data.pairs=relations",
+                            "data.storage=disk")  # fmt: skip
+    from_files = edge_config(make_config, path, "data.storage=disk")
+    for cfg, pair_targets in ((generated, {"is_link", "interval_size"}),
+                              (from_files, {"is_link", "interval"})):  # fmt: skip
+        dataset = qg.data.dataset_from_config(cfg.data, progress=False)
+        assert type(dataset).__name__ == "DiskDataset"
+        assert not pair_targets & set(dataset._labels.keys())
+        batch = next(iter(qg.data.make_loader(dataset, batch_size=7)))
+        expected = Batch.from_data_list([dataset[i] for i in range(7)])
+        for key in ("relations_index", *pair_targets):
+            assert torch.equal(batch[key], expected[key]), key
+    with pytest.raises(qg.ConfigError, match=r"augmentation.preset: not with data.pairs"):
+        make_config("data.pairs=relations", "augmentation.preset=mild")

@@ -223,3 +223,16 @@ def test_sampling_over_an_output_replaces_it_only_when_asked(run, tmp_path, caps
 def test_the_growth_model_refuses_sizes_that_cannot_be():
     with pytest.raises(ValueError, match="sizes: expected"):
         CausalSetGrowth(sizes=(10, 5))
+
+
+def test_a_statistic_the_data_never_have_is_no_difference_but_none(tmp_path):
+    from QuantumGravPy.predict.sample_report import Report
+
+    zero, some = np.zeros(3), np.full(3, 0.5)
+    samples = {name: some for name in statistics([torch.ones(2, 2).triu(1).bool()])}
+    data = {**samples, "intervals_4_per_element": zero}
+    report = Report(samples, data, tmp_path / "s.zarr")
+    rows = {r["statistic"]: r for r in report.rows()}
+    assert np.isnan(rows["intervals_4_per_element"]["difference"])
+    line = next(x for x in report.table().splitlines() if x.startswith("intervals of 4"))
+    assert line.endswith("n/a") and "+0.0" not in line

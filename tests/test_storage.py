@@ -351,3 +351,13 @@ def test_what_is_kept_beside_the_table_collates_as_pyg_collates_the_light_graphs
     odd.add(graphs[0])
     with pytest.raises(qg.DataError, match="graph 1 has the attributes t, y, the first graph t, w"):
         odd.add(Data(x=torch.ones(1, 2), y=torch.tensor([0]), t=torch.zeros(1)))
+
+
+def test_sets_of_one_element_are_stored_on_disk(make_config):
+    """A 1-element sprinkling's time is a column of its one coordinate row: a tensor of one
+    element with its matrix's stride, stored as bytes like any other."""
+    cfg = make_config("data.num_points=[1, 3]", "data.dimensions=[2]", "data.num_graphs=12",
+                      "data.storage=disk")  # fmt: skip
+    dataset = qg.data.dataset_from_config(cfg.data, progress=False)
+    assert type(dataset).__name__ == "DiskDataset"
+    assert sorted({dataset[i].num_nodes for i in range(len(dataset))}) == [1, 2, 3]

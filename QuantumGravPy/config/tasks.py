@@ -195,6 +195,11 @@ def validate_tasks(config: Config) -> None:
             )
         if task.level == "edge":
             _check_edge_task(config, task, f"tasks[{i}]")
+    if config.data.pairs is not None and config.augmentation.preset is not None:
+        raise ConfigError(
+            f"augmentation.preset: not with data.pairs ({config.data.pairs}): removing elements "
+            "or links would leave the pairs pointing at other nodes"
+        )
     kind = data_kind(config.data.kind, key="data.kind")
     generated = not config.data.files and config.data.dataset is None
     if generated and not tasks and kind.classes(config.data.dimensions) is None:
@@ -245,7 +250,8 @@ def _check_edge_task(config: Config, task: TaskConfig, key: str) -> None:
         found = "null" if config.data.pairs is None else config.data.pairs
         raise ConfigError(
             f"{key}.pairs: {task.pairs} is what data.pairs: {made} makes of the causal sets "
-            f"(found data.pairs: {found}); set data.pairs: {made}"
+            f"(found data.pairs: {found}); set data.pairs: {made} (for files of general graphs "
+            "holding their own pairs, it only names them)"
         )
     if config.augmentation.preset is not None:
         raise ConfigError(

@@ -32,6 +32,8 @@ class GraphSource(Protocol):
     prefix: str  # the cache file's name starts with it
     params: dict[str, Any]  # everything the graphs depend on (hashed into the name)
     total: int  # samples before any filter
+    # (optional) the per-pair targets its graphs hold, which disk storage does not keep in memory
+    pair_keys: frozenset[str]
 
     def graphs(self, start: int, end: int, *, progress: bool) -> Iterator[Data]:
         """Samples ``start`` to ``end - 1`` as graphs, in order (filtered ones left out)."""

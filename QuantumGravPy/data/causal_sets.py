@@ -19,7 +19,7 @@ from ..embedded import data_kind, flat_sprinkling_labels
 from ..physics import causal_structure, check_sprinkle_arguments, diamond_coordinates, node_features
 from . import kinds
 from .cache import DigestCachedDataset
-from .pair_targets import embedded_pairs
+from .pair_targets import embedded_pair_targets, embedded_pairs
 
 # Bump when the generated graphs change for the same parameters, so old caches are not reused.
 # 2: graphs carry their coordinates as pos; 3: dimension and time; 4: every kind's labels
@@ -168,6 +168,7 @@ class GeneratedSource:
             if pairs not in ("relations", "links"):
                 raise ValueError(f"pairs must be relations or links, got {pairs!r}")
             self.params["pairs"] = pairs
+        self.pair_keys = frozenset(embedded_pair_targets() if pairs else ())
         self.total = int(num_graphs)
 
     def graphs(self, start: int, end: int, *, progress: bool = True) -> Iterator[Data]:

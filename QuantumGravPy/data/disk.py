@@ -56,7 +56,8 @@ class Kept:
     have taken 0.7 GB), and collated as ``InMemoryDataset.collate`` would the light graphs.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, skip: frozenset[str] = frozenset()) -> None:
+        self.skip = skip  # per-pair targets: as many values as pairs, which disk storage is for
         self.keys: list[str] | None = None
         self.values: dict[str, list[torch.Tensor]] = {}
         self.counts: dict[str, list[torch.Tensor]] = {}
@@ -73,6 +74,7 @@ class Kept:
             if isinstance(value, torch.Tensor)
             and value.dim() <= 1
             and key not in ("x", "edge_index", "pos")
+            and key not in self.skip
             and not key.startswith("edge_")
         )
         keys = [*sorted(kept), NUM_NODES, NUM_EDGES]
@@ -175,7 +177,7 @@ def _write_range(source: GraphSource, start: int, end: int, path: str, progress:
     """Write samples ``start`` to ``end - 1`` into a new table at ``path``; return what is kept
     beside it."""
     table = None
-    kept = Kept()
+    kept = Kept(getattr(source, "pair_keys", frozenset()))
     pending: list[bytes] = []
     try:
         for graph in source.graphs(start, end, progress=progress):

@@ -51,6 +51,7 @@ from ..physics import (
     transitive_closure,
 )
 from .cache import DigestCachedDataset, collect
+from .formats import format_of
 from .graph_files import numbers, read_graph
 from .pair_targets import order_pairs, values_at_pairs
 from .stores import Samples, find_files, fingerprint, open_store
@@ -240,6 +241,24 @@ class FileSource:
         return iter_range(
             self.data_cfg, self.counts, start, end, progress=progress, provenance=self.provenance
         )
+
+    @cached_property
+    def pair_keys(self) -> frozenset[str]:
+        """The targets read per pair (the matrices of ``data.targets``, with ``data.pairs``),
+        from the first causal set's arrays."""
+        cfg = self.data_cfg
+        if cfg.pairs is None or not cfg.targets or cfg.reader is not None:
+            return frozenset()
+        path = find_files(cfg.files)[0]
+        if format_of(path).holds_graphs:
+            return frozenset()
+        with open_store(path) as store:
+            samples = Samples(store, path, cfg)
+            if samples.layout == "graphs":
+                return frozenset()
+            return frozenset(
+                a for a, name in cfg.targets.items() if samples.read(0, name).ndim == 2
+            )
 
     def rejected_all(self) -> str:
         return (

@@ -56,6 +56,11 @@ def values_at_pairs(
     return picked
 
 
+def embedded_pair_targets() -> tuple[str, ...]:
+    """The targets a generated set holds at its pairs (see :func:`embedded_pairs`)."""
+    return ("is_link", "interval_size")
+
+
 def embedded_pairs(kind: str, relations: torch.Tensor, links: torch.Tensor) -> dict:
     """A generated causal set's pairs of ``data.pairs`` (its ``relations`` and ``links`` in a
     natural labelling, bool ``[n, n]``) and its targets at them: ``is_link`` (1 for a link)

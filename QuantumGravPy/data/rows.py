@@ -53,7 +53,11 @@ def pack(graph: Data) -> bytes:
         if not isinstance(value, torch.Tensor):
             other[key] = value
             continue
-        raw = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        flat = value.detach().cpu().contiguous().reshape(-1)
+        if flat.numel() and flat.stride(0) != 1:  # one element may keep its stride (a matrix
+            # column's), which .contiguous() leaves as it is and .view refuses: copied
+            flat = torch.empty(flat.numel(), dtype=flat.dtype).copy_(flat)
+        raw = flat.view(torch.uint8).numpy().tobytes()
         pad = -len(raw) % _ALIGN
         specs.append((key, str(value.dtype).removeprefix("torch."), tuple(value.shape), offset))
         chunks.append(raw + bytes(pad))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +59,10 @@ class Report:
             mine, theirs = self.samples[name], self.data[name]
             row = {"statistic": name, **_spread("samples", mine), **_spread("data", theirs)}
             data_mean = row["data_mean"]
-            row["difference"] = (row["samples_mean"] - data_mean) / data_mean if data_mean else 0.0
+            # relative to the data's mean: none where that is 0
+            row["difference"] = (
+                (row["samples_mean"] - data_mean) / data_mean if data_mean else math.nan
+            )
             rows.append(row)
         return rows
 
@@ -75,9 +77,9 @@ class Report:
                 mine, theirs = (
                     f"{row[f'{w}_mean']:.4g} ± {row[f'{w}_std']:.2g}" for w in ("samples", "data")
                 )
-            lines.append(
-                f"{LABELS[name]:26}{mine:>20}{theirs:>20}{100 * row['difference']:>+11.1f}%"
-            )
+            difference = row["difference"]
+            shown = "n/a" if math.isnan(difference) else f"{100 * difference:+.1f}%"
+            lines.append(f"{LABELS[name]:26}{mine:>20}{theirs:>20}{shown:>12}")
         return "\n".join(lines)
 
 
@@ -135,23 +137,18 @@ def compare(samples: Sequence[CausalSet], config: Any, output: Path, *, limit: i
     return Report(statistics([s.relations for s in samples]), data, output)
 
 
-def write_report(report: Report) -> None:
-    """The report's table and picture beside its samples' file, each written under a
-    temporary name and renamed."""
+def write_report(report: Report, folder: Path) -> list[tuple[Path, Path]]:
+    """The report's table and picture, written into ``folder`` (beside the samples' file);
+    returns (written, final path) for each, to be renamed once the samples are in place."""
     table_path, picture_path = report_paths(report.output)
     rows = report.rows()
-    tmp = table_path.with_name(f".{table_path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        os.replace(tmp, table_path)
-        tmp = picture_path.with_name(f".{picture_path.name}.tmp{os.getpid()}.png")
-        draw(report, tmp)
-        os.replace(tmp, picture_path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    table = folder / table_path.name
+    with open(table, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    picture = draw(report, folder / picture_path.name)
+    return [(table, table_path), (picture, picture_path)]
 
 
 def draw(report: Report, path: Path) -> Path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -138,31 +139,29 @@ def sample(
         samples = run_distributed(sample_worker, config, job, world_size=world_size)
     if samples is None:  # a rank other than 0 under torchrun or srun
         return Report({}, [], output)
-    report = compare_samples(samples, config, output, limit=compare)  # before writing anything
-    _write(samples, output, file_format)
-    write_report(report)
+    report = compare_samples(samples, config, output, limit=compare)
+    _write(samples, report, output, file_format)
     return report
 
 
-def _write(samples: list[CausalSet], output: Path, file_format: str) -> None:
-    """The samples' file, written beside ``output`` and renamed over it: an output replaced
-    (--overwrite) stays whole until the new one is complete."""
-    new = output.with_name(f".{output.name}.new{os.getpid()}")
-    old = output.with_name(f".{output.name}.old{os.getpid()}")
-    write_causal_sets(
-        new,
-        ((Data(), s.relations.bool(), s.links.bool()) for s in samples),
-        file_format=file_format,
-        total=len(samples),
-    )
-    if output.exists():
-        os.replace(output, old)
-    os.replace(new, output)
-    _remove(old)
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
+def _write(samples: list[CausalSet], report: Report, output: Path, file_format: str) -> None:
+    """The samples' file and the report's, all written in a new folder beside ``output`` and
+    then renamed into place: an output replaced (--overwrite) stays whole until the new one is
+    complete, and a failure leaves nothing behind."""
+    folder = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        new = folder / output.name
+        write_causal_sets(
+            new,
+            ((Data(), s.relations.bool(), s.links.bool()) for s in samples),
+            file_format=file_format,
+            total=len(samples),
+        )
+        written = write_report(report, folder)
+        if output.exists():
+            os.replace(output, folder / "replaced")
+        os.replace(new, output)
+        for done, path in written:
+            os.replace(done, path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
