@@ -43,9 +43,9 @@ class TaskConfig:
     # one target per graph, per node, or per pair of nodes (edge: the pairs are named by pairs)
     level: Literal["graph", "node", "edge"] = "graph"
     # edge level: the Data attribute of the task's node pairs, [2, P] node indices, one target
-    # row per pair: relations_index or links_index (the relations or links of causal sets read
-    # from files, whose matrix targets are read at them: data.pairs), edge_index (one target per
-    # edge) or one of your graphs' own; its name contains "index", so that batches shift it
+    # row per pair: relations_index or links_index (the relations or links data.pairs gives
+    # causal sets), edge_index (one target per edge) or one of your graphs' own; its name
+    # contains "index", so that batches shift it
     pairs: str | None = None
     weight: float = field(  # of this task's loss in the total loss
         default=1.0, metadata={"check": lambda v: v > 0, "expected": "a positive number"}
@@ -104,8 +104,8 @@ class TaskConfig:
         if self.level == "edge" and self.pairs is None:
             raise ConfigError(
                 f"{key}.pairs: task {self.name!r} is edge-level; name the attribute of its node "
-                "pairs, e.g. relations_index (the relations of causal sets from data.files) or "
-                "edge_index (one target per edge)"
+                "pairs, e.g. relations_index (a causal set's relations, with data.pairs: "
+                "relations) or edge_index (one target per edge)"
             )
         if self.pairs is not None and self.level != "edge":
             raise ConfigError(
@@ -195,11 +195,7 @@ def validate_tasks(config: Config) -> None:
             )
         if task.level == "edge":
             _check_edge_task(config, task, f"tasks[{i}]")
-    if config.data.pairs is not None and config.augmentation.preset is not None:
-        raise ConfigError(
-            f"augmentation.preset: not with data.pairs ({config.data.pairs}): removing elements "
-            "or links would leave the pairs pointing at other nodes"
-        )
+    _check_pairs_kept(config)
     kind = data_kind(config.data.kind, key="data.kind")
     generated = not config.data.files and config.data.dataset is None
     if generated and not tasks and kind.classes(config.data.dimensions) is None:
@@ -253,11 +249,24 @@ def _check_edge_task(config: Config, task: TaskConfig, key: str) -> None:
             f"(found data.pairs: {found}); set data.pairs: {made} (for files of general graphs "
             "holding their own pairs, it only names them)"
         )
-    if config.augmentation.preset is not None:
-        raise ConfigError(
-            f"augmentation.preset: not with an edge-level task ({key}, {task.name!r}): removing "
-            "elements or links would leave its pairs pointing at other nodes"
-        )
+
+
+def _check_pairs_kept(config: Config) -> None:
+    """Augmentation removes elements and links: pairs of nodes (an edge-level task's, or the
+    ones data.pairs makes) would point at other nodes after it."""
+    if config.augmentation.preset is None:
+        return
+    edge = next((i for i, t in enumerate(config.tasks) if t.level == "edge"), None)
+    if edge is not None:
+        why = f"an edge-level task (tasks[{edge}], {config.tasks[edge].name!r})"
+    elif config.data.pairs is not None:
+        why = f"data.pairs ({config.data.pairs})"
+    else:
+        return
+    raise ConfigError(
+        f"augmentation.preset: not with {why}: removing elements or links would leave the pairs "
+        "pointing at other nodes"
+    )
 
 
 def headline_columns(config: Config, prefix: str = "val") -> tuple[str, ...]:

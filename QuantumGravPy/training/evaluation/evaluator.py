@@ -191,7 +191,7 @@ class Validator:
                     part["graph"].append((rank + (seen + local) * world_size).cpu())
                     if task.level == "edge":  # each pair's two nodes, numbered in their graph
                         part.setdefault("pair", []).append(
-                            (batch[task.config.pairs] - batch.ptr[local]).t().cpu()
+                            (task.pairs(batch) - batch.ptr[local]).t().cpu()
                         )
                     part["predicted"].append(task.kind.prediction_values(predicted).cpu())
                     if loss is not None and target is not None:

@@ -72,10 +72,14 @@ class Task:
             return (self.num_outputs, self.level, self.config.pairs)
         return (self.num_outputs, self.level)
 
+    def pairs(self, batch: Any) -> Tensor:
+        """An edge-level task's node pairs in ``batch``, ``[2, P]``."""
+        return edge_pairs(batch, self.config.pairs, self.name)
+
     def rows(self, batch: Any) -> int:
         """How many outputs rows a batch has for this task: graphs, nodes, or pairs."""
         if self.level == "edge":
-            return edge_pairs(batch, self.config.pairs, self.name).shape[1]
+            return self.pairs(batch).shape[1]
         return batch.num_graphs if self.level == "graph" else batch.num_nodes
 
     def row_graphs(self, batch: Any) -> Tensor:
@@ -84,11 +88,7 @@ class Task:
         if self.level == "graph":
             return graphs
         index = batch.batch if batch.batch is not None else graphs.new_zeros(batch.num_nodes)
-        return (
-            index
-            if self.level == "node"
-            else index[edge_pairs(batch, self.config.pairs, self.name)[0]]
-        )
+        return index if self.level == "node" else index[self.pairs(batch)[0]]
 
     def target(self, batch: Any) -> Tensor:
         """The batch's targets, in their own units, one row per graph or node (class indices,
@@ -230,13 +230,12 @@ def select_outputs(
         )
     selected = {}
     for t in tasks:
-        own = t.kind.model_output(outputs, t.config, t.rows(batch), model)
+        rows = t.rows(batch)
+        own = t.kind.model_output(outputs, t.config, rows, model)
         selected[t.name] = (
             own
             if own is not None
-            else task_output(
-                outputs, t.name, t.rows(batch), t.num_outputs, model=model, level=t.level
-            )
+            else task_output(outputs, t.name, rows, t.num_outputs, model=model, level=t.level)
         )
     return selected
 
