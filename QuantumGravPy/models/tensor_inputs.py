@@ -26,11 +26,14 @@ from torch import Tensor, nn
 from ..errors import ConfigError
 
 KEY = "model.kwargs"
+# What a module's constructor may call the width of the node features it reads.
+FEATURE_WIDTHS = ("in_channels", "in_features")
 
 
 class TensorInputs(nn.Module):
     """``module`` (an ``nn.Module``, or its class built with ``module_kwargs``, given the data's
-    node features as ``in_channels`` when it takes them and they are not given) called with
+    node features as ``in_channels`` or ``in_features``, whichever it takes, when
+    ``module_kwargs`` gives neither) called with
     the batch's attributes ``inputs``; its output(s) named after the tasks as ``returns`` says.
     """
 
@@ -47,8 +50,10 @@ class TensorInputs(nn.Module):
         kwargs = dict(module_kwargs or {})
         if isinstance(module, type):
             takes = inspect.signature(module).parameters
-            if "in_channels" in takes and "in_channels" not in kwargs:
-                kwargs["in_channels"] = in_channels
+            for name in FEATURE_WIDTHS:  # the predecessor's models say in_features
+                if name in takes and not any(n in kwargs for n in FEATURE_WIDTHS):
+                    kwargs[name] = in_channels
+                    break
             module = module(**kwargs)
         elif kwargs:
             raise ConfigError(

@@ -1,7 +1,11 @@
 """Checkpoint files: atomic writes and safe, checked reads.
 
 A checkpoint is a dict of tensors and plain containers (never arbitrary pickled objects), so it
-loads with ``torch.load(weights_only=True)`` and loading one never runs code.
+loads with ``torch.load(weights_only=True)`` and loading one never runs code. Its weights are
+the bare model's (no wrapper's prefix), and it says so (``model_prefix``), so that a model
+whose own attribute is called ``module`` loads back as it was written. Every member of the zip
+archive is checked against the CRC-32 it was written with before anything is used: torch's
+reader does not check them, and a bit flipped on disk would otherwise be trained on.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import os
 import pickle
 import re
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +24,11 @@ from ..errors import CheckpointError, DiskFullError, cause, disk_full
 
 # 2: the full state needed to resume (random states, scaler, EMA, best weights, config digest)
 FORMAT_VERSION = 2
-# Wrappers that prefix parameter names: DistributedDataParallel and torch.compile.
+# Wrappers that prefix parameter names: DistributedDataParallel and torch.compile. Removed only
+# where a checkpoint records one, or where a state dict fits the model only without them.
 _PREFIXES = ("module.", "_orig_mod.")
+# What the weights of a checkpoint written here are prefixed with: nothing (the bare model's).
+PREFIX_KEY = "model_prefix"
 
 
 def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
@@ -31,7 +38,7 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            torch.save({"format_version": FORMAT_VERSION, **state}, f)
+            torch.save({"format_version": FORMAT_VERSION, PREFIX_KEY: "", **state}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -70,6 +77,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         start = f.read(64)
     if not start.startswith(b"PK"):  # torch.save writes zip archives
         raise CheckpointError(f"{path}: not a checkpoint ({_what_it_is(start)})")
+    verify_archive(path)
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
@@ -82,18 +90,80 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as e:
         raise CheckpointError(f"{path}: corrupt or truncated checkpoint ({cause(e)})") from e
-    if (
-        not isinstance(state, dict)
-        or not isinstance(state.get("model"), dict)
-        or "epoch" not in state
-    ):
-        raise CheckpointError(f"{path}: not a QuantumGravPy checkpoint (needs 'model' and 'epoch')")
-    state["model"] = strip_prefixes(state["model"])
-    if isinstance(state.get("best_model"), dict):
-        state["best_model"] = strip_prefixes(state["best_model"])
-    if isinstance(state.get("ema"), dict) and isinstance(state["ema"].get("model"), dict):
-        state["ema"]["model"] = strip_prefixes(state["ema"]["model"])
+    problem = _odd_contents(state)
+    if problem:
+        raise CheckpointError(f"{path}: not a QuantumGravPy checkpoint ({problem})")
+    prefix = state.get(PREFIX_KEY)
+    if prefix:  # a wrapper's prefix the checkpoint records (none of ours does)
+        for key in ("model", "best_model"):
+            if isinstance(state.get(key), dict):
+                state[key] = _without(state[key], prefix)
+        if isinstance(state.get("ema"), dict):
+            state["ema"]["model"] = _without(state["ema"]["model"], prefix)
     return state
+
+
+class CorruptCheckpoint(CheckpointError):
+    """A checkpoint whose bytes changed after it was written."""
+
+
+def verify_archive(path: Path) -> None:
+    """Refuse a zip archive (what ``torch.save`` writes) any member of which no longer matches
+    the CRC-32 it was written with, naming it; torch's reader never checks them."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: corrupt or truncated checkpoint ({cause(e)})") from e
+    if bad is not None:
+        raise CorruptCheckpoint(
+            f"{path}: corrupt: its part {bad} no longer matches the checksum it was written "
+            "with (the file changed on disk after it was saved), so it is not used; start "
+            "from another checkpoint: the run's checkpoints/best.pt, or an earlier copy"
+        )
+
+
+def _odd_contents(state: Any) -> str | None:
+    """What makes ``state`` no checkpoint of ours, in words; None if nothing does."""
+    if not isinstance(state, dict) or "epoch" not in state:
+        return "needs 'model' and 'epoch'"
+    expected = {
+        "model": (dict,),
+        "epoch": (int,),
+        "best_model": (dict, type(None)),
+        "ema": (dict, type(None)),
+        "model_spec": (dict, type(None)),
+        "config": (dict, type(None)),
+        PREFIX_KEY: (str,),
+    }
+    if "model" not in state:
+        return "needs 'model' and 'epoch'"
+    for key, types in expected.items():
+        if key in state and not isinstance(state[key], types):
+            wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            return f"its {key!r} is a {type(state[key]).__name__} (expected {wanted})"
+    if isinstance(state.get("ema"), dict) and not isinstance(state["ema"].get("model"), dict):
+        return "its 'ema' holds no 'model' weights"
+    return None
+
+
+def _without(state_dict: dict[str, Any], prefix: str) -> dict[str, Any]:
+    return {k.removeprefix(prefix): v for k, v in state_dict.items()}
+
+
+def fitted(weights: Mapping[str, Any], own: Iterable[str]) -> dict[str, Any]:
+    """``weights`` named as the model with tensor names ``own`` names its tensors: as they are,
+    without wrappers' prefixes (a state dict saved from a DDP or compiled model), or with the
+    model's own prefix (the bare module's weights for :class:`~QuantumGravPy.models.
+    TensorInputs`, whose tensors start with ``module.``), whichever fits the most tensors; as
+    they are on a tie."""
+    own = set(own)
+    candidates = [dict(weights), strip_prefixes(dict(weights))]
+    first = {name.split(".", 1)[0] for name in own}
+    if len(first) == 1 and all("." in name for name in own):  # the model's one outer attribute
+        outer = first.pop()
+        candidates.append({f"{outer}.{k}": v for k, v in weights.items()})
+    return max(candidates, key=lambda c: len(own & c.keys()))
 
 
 def evaluation_weights(state: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +173,7 @@ def evaluation_weights(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def strip_prefixes(state_dict: dict[str, Any]) -> dict[str, Any]:
-    """Remove ``module.``/``_orig_mod.`` prefixes so any checkpoint loads into a bare model."""
+    """``state_dict`` without the ``module.``/``_orig_mod.`` prefixes wrappers give names."""
     result = {}
     for key, value in state_dict.items():
         changed = True
@@ -147,6 +217,7 @@ def load_model_state(
     tensors that do not fit. ``load(model, weights)``: how (a sharded model's strategy's);
     by default ``model.load_state_dict``.
     """
+    weights = fitted(weights, model.state_dict())
     try:
         (load or torch.nn.Module.load_state_dict)(model, weights)
     except (RuntimeError, KeyError, ValueError) as e:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..errors import CheckpointError, ConfigError
-from .checkpoint import load_checkpoint, strip_prefixes, tensor_mismatch
+from .checkpoint import CorruptCheckpoint, fitted, load_checkpoint, tensor_mismatch
 
 KEY = "model.init_from"
 
@@ -41,6 +41,8 @@ def starting_weights(source: str | Path) -> tuple[Path, dict[str, torch.Tensor]]
     path = weights_file(source)
     try:
         return path, load_checkpoint(path)["model"]
+    except CorruptCheckpoint:
+        raise
     except CheckpointError as not_ours:
         try:
             plain = torch.load(path, map_location="cpu", weights_only=True)
@@ -52,7 +54,7 @@ def starting_weights(source: str | Path) -> tuple[Path, dict[str, torch.Tensor]]
             and plain
             and all(isinstance(v, torch.Tensor) for v in plain.values())
         ):
-            return path, strip_prefixes(dict(plain))
+            return path, dict(plain)
         raise CheckpointError(
             f"{KEY}: {path} is neither a checkpoint of ours nor a state dict (tensors by name)"
         ) from None
@@ -65,6 +67,7 @@ def load_starting_weights(model: torch.nn.Module, source: str | Path, *, strict:
     fit are loaded and the others left as built, and named."""
     path, weights = starting_weights(source)
     own = model.state_dict()
+    weights = fitted(weights, own)  # a DDP model's saved names, or a TensorInputs module's
     fits = {k: v for k, v in weights.items() if k in own and v.shape == own[k].shape}
     mismatch = tensor_mismatch(model, weights)
     if len(fits) < len(own) or len(fits) < len(weights):

@@ -1,0 +1,121 @@
+"""What a run writes loads back as it was written, and nothing else does: a model moved in from
+the predecessor (``TensorInputs``) predicts, tests, resumes and starts another run; a checkpoint
+whose bytes changed on disk, or that holds what no run writes, is one line naming it; and
+``--resume --force`` trains with the optimizer and schedule settings it says it applies."""
+
+import zipfile
+
+import pytest
+import torch
+import yaml
+from conftest import assert_refused, run_main
+
+from QuantumGravPy.config import config_to_dict
+
+# The predecessor's model, written forward(x, edge_index, batch) with its width as in_features.
+MIGRATED = (
+    "model={type: QuantumGravPy.models.TensorInputs, kwargs: {module: {object: "
+    "user_models.PredecessorGNN}, module_kwargs: {hidden_channels: 16, out_channels: 3}}}"
+)
+
+
+def write(cfg, path):
+    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    return path
+
+
+def flip_a_weight_byte(path):
+    """One byte in the middle of the largest tensor's bytes flipped, as a failing disk does."""
+    with zipfile.ZipFile(path) as archive:
+        member = max(
+            (i for i in archive.infolist() if "/data/" in i.filename), key=lambda i: i.file_size
+        )
+    with open(path, "r+b") as f:
+        f.seek(member.header_offset + 26)
+        name_length, extra_length = (
+            int.from_bytes(f.read(2), "little"),
+            int.from_bytes(f.read(2), "little"),
+        )
+        f.seek(member.header_offset + 30 + name_length + extra_length + member.file_size // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([byte ^ 0x10]))
+    return member.filename
+
+
+def test_a_migrated_model_predicts_tests_resumes_and_starts_another_run(
+    make_config, tmp_path, capsys
+):
+    cfg = make_config(MIGRATED, "training.num_epochs=2")
+    path = write(cfg, tmp_path / "migrated.yaml")
+    run = cfg.training.path
+    trained = run_main(capsys, "train", path)  # in_features given by the adapter
+    assert trained.returncode == 0, trained.stderr
+    best = f"{run}/checkpoints/best.pt"
+    assert set(torch.load(best, weights_only=True)["model"]) >= {"module.conv.bias"}
+
+    tested = run_main(capsys, "test", path, "--checkpoint", best)
+    assert tested.returncode == 0, tested.stderr
+    predicted = run_main(capsys, "predict", run, "--split", "test")
+    assert predicted.returncode == 0, predicted.stderr
+    resumed = run_main(capsys, "train", path, "--resume", "training.num_epochs=3")
+    assert resumed.returncode == 0, resumed.stderr
+    other = run_main(capsys, "train", path, f"model.init_from={run}",
+                     f"training.path={tmp_path / 'other'}")  # fmt: skip
+    assert other.returncode == 0, other.stderr
+
+    # The Migrating page's recipe: the predecessor's checkpoint holds its model's state dict,
+    # saved alone and started from as it is (its names lack the adapter's "module.").
+    weights = torch.load(best, weights_only=True)["model"]
+    predecessor = {"model": {k.removeprefix("module."): v for k, v in weights.items()},
+                   "optimizer": {}, "epoch": 7}  # fmt: skip
+    torch.save(predecessor["model"], tmp_path / "weights.pt")
+    moved = run_main(capsys, "train", path, f"model.init_from={tmp_path / 'weights.pt'}",
+                     f"training.path={tmp_path / 'moved'}", "log_level=INFO")  # fmt: skip
+    assert moved.returncode == 0, moved.stderr
+    log = (tmp_path / "moved" / "train.log").read_text()
+    assert f"of the model's {len(weights)} tensors from" in log and "left as built" not in log
+
+
+@pytest.fixture
+def trained(make_config, tmp_path, capsys):
+    cfg = make_config("training.num_epochs=2")
+    path = write(cfg, tmp_path / "run.yaml")
+    result = run_main(capsys, "train", path)
+    assert result.returncode == 0, result.stderr
+    return path, tmp_path / "run"
+
+
+def test_a_checkpoint_changed_on_disk_is_refused_naming_it_wherever_it_is_read(
+    trained, tmp_path, capsys
+):
+    path, run = trained
+    best, last = run / "checkpoints" / "best.pt", run / "checkpoints" / "last.pt"
+    plain = tmp_path / "weights.pt"
+    torch.save(torch.load(best, weights_only=True)["model"], plain)
+    for file in (best, last, plain):
+        flip_a_weight_byte(file)
+    corrupt = "no longer matches the checksum it was written with"
+    for args, file in (
+        (("test", path, "--checkpoint", best), best),
+        (("predict", run, "--split", "test"), best),
+        (("train", path, "--resume", "training.num_epochs=3"), last),
+        (("train", path, f"model.init_from={best}", f"training.path={tmp_path / 'a'}"), best),
+        (("train", path, f"model.init_from={plain}", f"training.path={tmp_path / 'b'}"), plain),
+    ):
+        assert_refused(run_main(capsys, *args), str(file), corrupt, "checkpoints/best.pt")
+
+
+def test_a_checkpoint_holding_what_no_run_writes_is_one_line(trained, tmp_path, capsys):
+    path, run = trained
+    state = torch.load(run / "checkpoints" / "best.pt", weights_only=True)
+    for name, change, words in (
+        ("spec", {"model_spec": "GNNModel"}, "its 'model_spec' is a str (expected dict or null)"),
+        ("ema", {"ema": {"decay": 0.5}}, "its 'ema' holds no 'model' weights"),
+        ("epoch", {"epoch": "3"}, "its 'epoch' is a str (expected int)"),
+    ):
+        odd = tmp_path / f"{name}.pt"
+        torch.save({**state, **change}, odd)
+        for args in (("predict", run, "--split", "test", "--checkpoint", odd),
+                     ("test", path, "--checkpoint", odd)):  # fmt: skip
+            assert_refused(run_main(capsys, *args), str(odd), words)
