@@ -147,5 +147,13 @@ class SharedMemoryAllReduce:
         return future
 
     def close(self) -> None:
+        """Unmap the buffer; never raises, so closing on the way out of a failure (a rank that
+        timed out here) cannot mask that failure."""
         self._counters = self._data = None
-        self._mmap.close()
+        try:
+            self._mmap.close()
+        except BufferError:
+            # Views of the buffer are still alive (in the frames of the error being raised, or
+            # a bucket DDP still holds): the mapping is released with the last of them, and its
+            # file was unlinked at the start, so nothing is left behind either way.
+            pass

@@ -15,6 +15,7 @@ from typing import Any
 from torch.utils.data import DataLoader, Dataset
 
 from ...config import Config
+from ...logs import get_logger
 from ...parallel import distributed
 from ..loop.trainer import Trainer
 from ..loop.trainer_ddp import TrainerDDP
@@ -39,8 +40,13 @@ def opened(
     trainer = make_trainer(config, dataset, **options)
     try:
         yield trainer, trainer.prepare_dataloaders()
-    finally:
-        trainer.close()
+    except BaseException:
+        try:
+            trainer.close()
+        except Exception:  # the error that stopped the run is the one to report, not this
+            get_logger().warning("closing the trainer after the failure failed", exc_info=True)
+        raise
+    trainer.close()
 
 
 def fit(config: Config, dataset: Dataset | list | None = None, **options: Any) -> dict[str, Any]:

@@ -20,22 +20,34 @@ the user's code does: one line naming the callback, the method and the line.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from ...config import check_kwargs, resolve
 from ...config.hooks import CallbackConfig
 from ...errors import ConfigError, QGError, RunError, cause, in_user_code
+from ...parallel.deadline import deadline
 
 POINTS = ("on_train_start", "on_epoch_end", "on_checkpoint", "on_train_end", "on_test_end")
 
 
 class Callbacks:
     """The callbacks of ``sections`` (``training.callbacks``) for ``trainer``, in this process
-    (``main``: the first process, where callbacks run unless they say ``every_rank``)."""
+    (``main``: the first process, where callbacks run unless they say ``every_rank``). In a
+    process of its own, a call that does not return within ``timeout_s`` (parallel.timeout_s)
+    ends the run (:func:`~QuantumGravPy.parallel.deadline.deadline`)."""
 
-    def __init__(self, sections: Sequence[CallbackConfig], trainer: Any, *, main: bool):
+    def __init__(
+        self,
+        sections: Sequence[CallbackConfig],
+        trainer: Any,
+        *,
+        main: bool,
+        timeout_s: float = math.inf,
+    ):
         self.trainer, self.main = trainer, main
+        self.timeout_s = timeout_s
         self.items: list[tuple[str, Any]] = []
         for i, section in enumerate(sections):
             key = f"training.callbacks[{i}]"
@@ -65,10 +77,11 @@ class Callbacks:
             method = getattr(obj, point, None)
             if method is None or bool(getattr(obj, "every_rank", False)) != every_rank:
                 continue
+            doing = f"training.callbacks {name}.{point}"
             try:
-                method(self.trainer, *args)
+                with deadline(doing, self.timeout_s):
+                    method(self.trainer, *args)
             except (QGError, RunError):
                 raise
             except Exception as e:
-                doing = f"in training.callbacks {name}.{point}"
-                raise in_user_code(e, doing) or RunError(f"{cause(e)} {doing}") from e
+                raise in_user_code(e, f"in {doing}") or RunError(f"{cause(e)} in {doing}") from e

@@ -58,7 +58,9 @@ class RunRecords:
         self.opened = False  # on every process, once open() has run
         # training.callbacks, told of the records as they are written
         main = getattr(trainer, "is_main", True)
-        self.callbacks = Callbacks(config.training.callbacks, trainer, main=main)
+        self.callbacks = Callbacks(
+            config.training.callbacks, trainer, main=main, timeout_s=config.parallel.timeout_s
+        )
 
     def open(self, environment: dict[str, Any], *, resuming: bool) -> None:
         """Open the run directory (config.yaml, train.log; ``resuming``, the directory's run

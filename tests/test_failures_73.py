@@ -1,0 +1,37 @@
+"""Issue 73: a job ends, and says why, when a rank freezes, a callback never returns or the
+launcher is killed; ranks hand their results over as data, never as pickles."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_forked, run_main
+
+HANG = "training.callbacks=[{type: user_hangs.Hang, kwargs: {rank: %d}}]"
+
+
+@pytest.mark.jobs
+@pytest.mark.timeout(180)
+def test_a_frozen_rank_on_the_shared_memory_path_is_named(config_file):
+    # rank 1 stops in a callback; rank 0 waits for its gradients in the shared buffer, times
+    # out and closes the buffer on its way out: the closing must not replace the timeout
+    cfg = config_file(training={"batch_size": 4, "num_epochs": 3})
+    result = run_forked(
+        "train", cfg, "parallel.world_size=2", "parallel.shared_memory=true",
+        "parallel.timeout_s=5", HANG % 1, timeout=150,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: rank 0: no gradients from rank(s) 1 within 5 s"), last
+    assert "BufferError" not in result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_a_callback_that_never_returns_ends_a_one_process_run(config_file, capsys, tmp_path):
+    cfg = config_file(training={"batch_size": 4, "num_epochs": 3})
+    result = run_main(capsys, "train", cfg, "parallel.timeout_s=2", HANG % 0)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: training.callbacks user_hangs.Hang.on_epoch_end did not return within 2 s "
+        "(parallel.timeout_s)"
+    ]
+    assert "did not return within 2 s" in (tmp_path / "run" / "train.log").read_text()
