@@ -60,7 +60,7 @@ def deadline(what: str, timeout_s: float) -> Iterator[None]:
                 signal.pthread_kill(target, borrowed)
         if borrowed is not None and done.wait(GRACE_S):
             return
-        _to_log_files(f"{message}; the process is ended")
+        to_log_files(f"{message}; the process is ended")
         print(f"error: {message}", file=sys.stderr, flush=True)
         os._exit(1)
 
@@ -80,7 +80,7 @@ def deadline(what: str, timeout_s: float) -> Iterator[None]:
                 signal.signal(borrowed, signal.SIG_DFL)
 
 
-def _to_log_files(message: str) -> None:
+def to_log_files(message: str) -> None:
     """``message`` in the run's log (train.log), not on stderr, which gets the one error line."""
     logger = get_logger()
     record = logger.makeRecord(logger.name, logging.ERROR, __file__, 0, message, None, None)

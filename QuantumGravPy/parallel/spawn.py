@@ -42,7 +42,7 @@ from ..errors import (
     on_command_line,
 )
 from ..logs import get_logger
-from . import distributed, failures, network
+from . import distributed, failures, network, orphans
 from .distributed import PortInUseError
 
 # Seconds a rank gets to exit by itself once another has failed, before it is terminated.
@@ -225,6 +225,7 @@ def _spawn_once(
                 str(out),
                 on_command_line(),  # the forkserver's environment may predate the command's
                 dict(EXTENSIONS),  # the user's modules this process imported: theirs too
+                os.getpid(),  # killed outright, it can end nobody: the ranks watch it
             ),
             nprocs=world_size,
             join=False,
@@ -335,12 +336,15 @@ def _entry(
     out,
     command_line=False,
     extensions=None,
+    launcher=None,
 ) -> None:
     # The objects the rank starts with (the libraries it inherited from the forkserver or
     # imported while it started) leave the collector's sight: every full collection in the rank
     # (cleanup_ddp's among them) then walks what the rank made, not the half a million objects
     # of torch and its kin (0.3 s a collection, and pages copied from the server's).
     gc.freeze()
+    if launcher is not None:
+        orphans.watch_launcher(launcher, rank)
     out = Path(out)
     _thread_lock_for_bars()
     if command_line:  # errors name options as the user passed them
