@@ -11,7 +11,8 @@ point numbers are read as float32 (the model's type), integers and booleans as i
 A file of saved graphs is read graph by graph as saved. Either way ``data.targets`` adds
 attributes under other names (``{y: label}``), ``data.node_features`` makes ``x`` from per-node
 arrays, and every graph is checked: ``edge_index`` two rows of node numbers below the graph's
-number of nodes, ``x`` one row per node, ``edge_attr`` one row per edge.
+number of nodes, ``x`` one row per node, ``edge_attr`` one row per edge, floating-point numbers
+(features and targets) finite.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ def read_graph(samples: Samples, index: int) -> Data:
                 f"{where} has no {missing[0]!r}, which the first graph has: every graph needs "
                 "the same attributes"
             )
+        for name, value in attributes.items():  # saved as they are: checked as arrays are
+            if torch.is_tensor(value) and value.is_floating_point():
+                if not bool(torch.isfinite(value).all()):
+                    raise DataError(f"{where}: {name!r} holds NaN or infinite values")
     else:
         attributes = {}
         for name in sorted(samples.arrays):

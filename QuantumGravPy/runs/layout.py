@@ -254,5 +254,19 @@ def record_environment(path: Path, entry: dict[str, Any]) -> None:
     write_atomic(path / ENVIRONMENT, json.dumps([*entries, entry], indent=2) + "\n")
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinite number as None: JSON has no such numbers (Python's
+    ``json`` would write a bare ``NaN``, which other readers refuse)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def write_summary(path: Path, summary: dict[str, Any]) -> None:
-    write_atomic(path / SUMMARY, json.dumps(summary, indent=2) + "\n")
+    """summary.json: valid JSON always, a number that is not finite written as null."""
+    text = json.dumps(json_safe(summary), indent=2, allow_nan=False)
+    write_atomic(path / SUMMARY, text + "\n")

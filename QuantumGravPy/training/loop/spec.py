@@ -14,11 +14,21 @@ from torch.utils.data import Dataset
 
 from ...config import Config, resolve
 from ...data import graph_feature_width, num_edge_features, num_node_features
+from ...data.checks import check_user_graphs, user_graphs_source
 from ...errors import ConfigError, DataError
 from ...models import build_model
 from ...models.gnn import reads_edges
 from ...runs.init_weights import load_starting_weights
 from ..evaluation.tasks import Task, build_tasks
+
+
+def run_tasks(config: Config, dataset: Dataset | list, *, given: bool) -> list[Task]:
+    """The tasks of a run of ``config`` on ``dataset`` (``given`` from Python, else the
+    config's), with a user's graphs checked for them before a step reads one."""
+    tasks = build_tasks(config, dataset)
+    source = "the dataset given" if given else user_graphs_source(config)
+    check_user_graphs(dataset, config, source=source)
+    return tasks
 
 
 def model_spec(config: Config, dataset: Dataset | list, tasks: list[Task]) -> dict[str, Any]:
@@ -73,10 +83,11 @@ def initial_model(
 
 def check_data(config: Config, dataset: Dataset | list, spec: dict[str, Any]) -> None:
     """A dataset other than the one the model was built for must fit it: the same node
-    features, and the targets of ``config``'s tasks."""
+    features, and the targets of ``config``'s tasks; and its graphs are checked."""
     if num_node_features(dataset) != spec["in_channels"]:
         raise DataError(
             f"the dataset has {num_node_features(dataset)} node features but the model was "
             f"built for {spec['in_channels']}"
         )
     build_tasks(config, dataset)  # its targets are checked
+    check_user_graphs(dataset, config, source="the dataset given")

@@ -36,7 +36,7 @@ from ...runs import reproducibility as rs
 from ...runs.resume import read_resume_state
 from ...runs.run_directory import RunDirectory
 from ..evaluation.evaluator import Evaluation, Tester, Validator, check_forward
-from ..evaluation.tasks import Task, build_tasks, fit_scaling, select_outputs
+from ..evaluation.tasks import Task, fit_scaling, select_outputs
 from ..monitoring.gradients import masks_on_device
 from ..monitoring.monitor import Monitor
 from ..state.checkpointing import Checkpoints
@@ -48,7 +48,7 @@ from .compiling import Compiling
 from .devices import PRECISIONS, autocast, process_settings, select_device
 from .notices import log_start
 from .schedule import build_optimization, step_scheduler
-from .spec import check_data, initial_model, model_spec
+from .spec import check_data, initial_model, model_spec, run_tasks
 from .step import TrainingPass
 
 T = TypeVar("T")
@@ -108,7 +108,7 @@ class Trainer:
         if dataset is None:
             check_file_targets(config)  # before minutes are spent reading files
         self.dataset = dataset if dataset is not None else self.load_dataset()
-        self.tasks: list[Task] = build_tasks(config, self.dataset)
+        self.tasks: list[Task] = run_tasks(config, self.dataset, given=dataset is not None)
         self.model_spec = model_spec(config, self.dataset, self.tasks)  # in every checkpoint
         self.in_channels = self.model_spec["in_channels"]
         self.autocast_dtype, self.float_dtype = PRECISIONS[config.training.precision]

@@ -56,6 +56,7 @@ class RunRecords:
         self.state, self.early_stopping, self.logger = state, early_stopping, logger
         self.world_size, self.judged, self.share = world_size, judged, share
         self.opened = False  # on every process, once open() has run
+        self.nan_said = False  # NaN validation is said once: every later epoch would repeat it
         # training.callbacks, told of the records as they are written
         main = getattr(trainer, "is_main", True)
         self.callbacks = Callbacks(
@@ -113,6 +114,10 @@ class RunRecords:
                 self.config.training.num_epochs, "  ".join(f"{c} {row[c]:.4f}" for c in shown),
                 row["lr"], row["epoch_seconds"], "  *best" if improved else "",
             )  # fmt: skip
+            nan = None if self.nan_said else nan_notice(row, self.config.early_stopping.metrics)
+            if nan:
+                self.nan_said = True
+                self.logger.warning("%s", nan)
 
         def written() -> None:
             try:
@@ -193,3 +198,26 @@ class RunRecords:
     def record_failure(self, error: BaseException) -> None:
         """Why the run stopped during its current epoch, in train.log."""
         self.directory.record_failure(error, epoch=self.state.epoch + 1)
+
+
+def nan_notice(row: dict[str, Any], watched: tuple[str, ...]) -> str | None:
+    """What an epoch's validation columns that are NaN mean (None if none is): no epoch is best
+    while the first of ``watched`` (early_stopping.metric) is, so no best.pt is written."""
+    nan = [k for k, v in row.items() if k.startswith("val_") and _nan(v)]
+    if not nan:
+        return None
+    named = ", ".join(nan) + (" is" if len(nan) == 1 else " are")
+    why = (
+        f"; while {watched[0]} (early_stopping.metric) is NaN no epoch is best and no best.pt "
+        "is written"
+        if watched and watched[0] in nan
+        else ""
+    )
+    return (
+        f"{named} NaN at epoch {row['epoch']}{why}: a NaN or infinite target or feature in the "
+        "validation graphs, or a model that diverged"
+    )
+
+
+def _nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
