@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import assert_refused, run_main
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import config_from_dict, config_to_dict, dump_config
@@ -192,3 +193,62 @@ def test_config_is_frozen():
     cfg = config_from_dict({})
     with pytest.raises(AttributeError):
         cfg.training.batch_size = 3
+
+
+# --- hostile files: each refused in one line, quickly, before anything is built -----------------
+
+
+def hostile_config(tmp_path, body: str) -> Path:
+    """A config whose data.dataset is a function beside it taking any keyword (so nothing but
+    the file's own shape can refuse it), with ``body`` under data.dataset_kwargs."""
+    (tmp_path / "any_graphs.py").write_text(
+        "def graphs(**kwargs):\n    from user_data import ring_graphs\n    return ring_graphs()\n"
+    )
+    head = (
+        f"training: {{path: {tmp_path / 'run'}, device: cpu, num_epochs: 1}}\n"
+        "data:\n  dataset: any_graphs.graphs\n  dataset_kwargs:\n"
+    )
+    return write(tmp_path, head + body)
+
+
+@pytest.mark.timeout(60)
+def test_a_config_nested_330_levels_is_refused_naming_where(tmp_path, capsys):
+    depth = 330
+    flow = hostile_config(tmp_path, "    deep: " + "{a: " * depth + "1" + "}" * depth + "\n")
+    line = assert_refused(run_main(capsys, "train", flow), str(flow), "more than 64 levels")
+    assert "under data.dataset_kwargs.deep.a.a" in line and "line 5" in line
+    block = "".join(f"    {'  ' * i}k:\n" for i in range(depth)).rstrip(":\n") + ": 1\n"
+    assert_refused(run_main(capsys, "train", hostile_config(tmp_path, block)), "64 levels")
+    assert not (tmp_path / "run").exists()
+    # an override nests as deep through its key or its value
+    for override in ("data.dataset_kwargs." + ".".join(["a"] * depth) + "=1",
+                     "data.dataset_kwargs.x=" + "[" * depth + "]" * depth):  # fmt: skip
+        with pytest.raises(qg.ConfigError, match="override .*: nested more than 64 levels"):
+            qg.load_config(CONFIGS / "train.yaml", [override])
+
+
+@pytest.mark.timeout(60)
+def test_a_billion_laughs_in_dataset_kwargs_is_refused_unexpanded(tmp_path, capsys):
+    """Nine aliases of nine aliases, nine levels: 9^9 strings if expanded, 600 bytes as
+    written; and an alias inside its own anchor, which would never end."""
+    lines = ['    a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"    {name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    bomb = hostile_config(tmp_path, "\n".join(lines) + "\n")
+    line = assert_refused(run_main(capsys, "train", bomb), str(bomb), "100,000 values")
+    assert "under data.dataset_kwargs." in line
+    looped = hostile_config(tmp_path, "    a: &a [1, *a]\n")
+    assert_refused(run_main(capsys, "train", looped), "*a (line 5) lies inside its own anchor")
+    assert not (tmp_path / "run").exists()
+    # anchors that repeat a few settings, as people write them, still load
+    reused = write(tmp_path, "data: {dataset_kwargs: {a: &k {b: [1, 2]}, c: *k}}\n")
+    assert qg.load_config(reused).data.dataset_kwargs == {"a": {"b": [1, 2]}, "c": {"b": [1, 2]}}
+
+
+@pytest.mark.timeout(60)
+def test_a_6_mb_config_is_refused_before_it_is_parsed(tmp_path, capsys):
+    values = ", ".join(f"{i:9d}" for i in range(6 * 2**20 // 11))
+    big = hostile_config(tmp_path, f"    values: [{values}]\n")
+    assert big.stat().st_size > 6 * 10**6
+    assert_refused(run_main(capsys, "train", big), str(big), "larger than 1 MiB")
+    assert not (tmp_path / "run").exists()

@@ -21,6 +21,7 @@ from ..errors import ConfigError
 from ..logs import get_logger
 from .dotted import config_folder, import_extensions, resolve
 from .schema import Config
+from .yamlfile import parse_yaml, read_yaml_file
 
 
 def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
@@ -28,13 +29,11 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     path = Path(path)
     overrides = list(overrides)
     try:
-        text = path.read_text()
+        raw = read_yaml_file(path)  # plain data only: tags that build Python objects are refused
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
-    try:
-        raw = yaml.safe_load(text)  # plain data only: tags that build Python objects are refused
     except yaml.constructor.ConstructorError as e:
         where = f" (line {e.problem_mark.line + 1})" if e.problem_mark else ""
         raise ConfigError(
@@ -184,7 +183,8 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Iterable[str]) -> dict[st
         if not sep or not key or not re.fullmatch(r"[A-Za-z_][\w.]*", key):
             raise ConfigError(f"override {item!r}: expected key.path=value")
         try:
-            value = yaml.safe_load(text)
+            named = f"override {item!r}" if len(item) <= 200 else f"override '{item[:60]}...'"
+            value = parse_yaml(text, named, within=tuple(key.split(".")))
         except yaml.YAMLError:
             raise ConfigError(f"override {item!r}: the value is not valid YAML") from None
         set_key(result, key, value)
