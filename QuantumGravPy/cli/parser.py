@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="all",
         help="one split of the inputs, drawn as training draws it (default all)",
     )
+    pred.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="seed the random numbers a model draws in evaluation (a VAE sampling its latent): "
+        "the same predictions for the same N on any number of processes",
+    )
     pred.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     samp = sub.add_parser(
         "sample",

@@ -22,6 +22,7 @@ from torch.utils.data import Subset
 from .. import logs
 from ..config import Config, load_config
 from ..data import SHARED_BUILD_MIN, dataset_from_config, make_loader
+from ..data.checks import check_user_graphs, user_graphs_source
 from ..data.provenance import dataset_positions, provenance
 from ..errors import ConfigError
 from ..parallel import distributed, run_distributed
@@ -37,6 +38,7 @@ from .inputs import (
 )
 from .model import model_from_checkpoint, run_files
 from .outputs import Predictions, check_output, task_columns, write
+from .seeding import Seeded, check_seed, drew_notice
 
 DEFAULT_OUTPUT = "predictions.npz"
 
@@ -48,6 +50,7 @@ class _Job:
     split: str
     provenance: bool
     graphs: list | None = None  # the caller's own graphs, in place of the config's data
+    seed: int | None = None  # of the draws of a model that samples in evaluation
 
 
 def _dataset(job: _Job, *, progress: bool, world_size: int = 1) -> Any:
@@ -104,9 +107,13 @@ def predict_worker(rank: int, world_size: int, job: _Job) -> dict[str, Any] | No
     tester = Tester(
         tasks, loaded.device, loaded.autocast_dtype, loaded.float_dtype, select=loaded.select
     )
+    # each batch's draws seeded by its first graph's position: the same for any W
+    model = Seeded(loaded.model, [b.start for b in batches[rank::world_size]], job.seed,
+                   loaded.device)  # fmt: skip
     bar = logs.progress(loader, desc="predicting", unit="batch", enabled=rank == 0)
     with distributed.one_thread(loaded.device):  # the same bits for any number of processes
-        found = tester.accumulate(loaded.model, bar, scored={t.name for t in scored_tasks})
+        found = tester.accumulate(model, bar, scored={t.name for t in scored_tasks})
+    drew = distributed.all_reduce_sum(torch.tensor([float(model.drew)], device=loaded.device))
     for parts in (found.predictions or {}).values():
         parts["graph"] = [mine[g] for g in parts["graph"]]  # positions in the whole input
     across = world_size > 1
@@ -121,7 +128,7 @@ def predict_worker(rank: int, world_size: int, job: _Job) -> dict[str, Any] | No
         metrics = picked.compute(prefix, across_ranks=across)
     if rank != 0:
         return None
-    return {"predictions": predictions, "metrics": metrics}
+    return {"predictions": predictions, "metrics": metrics, "drew": bool(drew.item())}
 
 
 def predict(
@@ -134,6 +141,7 @@ def predict(
     overwrite: bool = False,
     world_size: int = 1,
     split: str = "all",
+    seed: int | None = None,
 ) -> Predictions:
     """Predict with the run in ``run_dir`` (its ``config.yaml``; weights of ``checkpoint``,
     default ``checkpoints/best.pt``) on ``files`` (paths or glob patterns of Zarr stores and
@@ -142,12 +150,15 @@ def predict(
     ``overrides`` change it; ``split`` picks a split of it (``train``, ``val``, ``test``: as
     training drew them) instead of ``all``.
 
-    ``world_size`` processes share the work (the result is the same for any number).
+    ``world_size`` processes share the work (the result is the same for any number). A model
+    that draws random numbers in evaluation (a VAE sampling its latent) gives the same rows for
+    the same ``seed`` on any number of processes; without one, the log says that it drew them.
     Returns the tables; with ``output`` (.npz or .csv) they are also written there, never over
     an existing file unless ``overwrite``.
     """
     if world_size < 1:
         raise ConfigError(f"--world-size: expected a positive number, found {world_size}")
+    seed = check_seed(seed)
     config_path, checkpoint = run_files(run_dir, checkpoint)
     target = None if output is None else Path(output)
     if target is not None:
@@ -168,16 +179,21 @@ def predict(
     # a cache of their own); graphs record their file and sample in the training run's cache
     nodes = any(t.level != "graph" for t in tasks)
     from_files = bool(config.data.files) and graphs is None
-    job = _Job(config, checkpoint, split, provenance=from_files and nodes, graphs=graphs)
+    job = _Job(config, checkpoint, split, provenance=from_files and nodes, graphs=graphs, seed=seed)
     env = distributed.process_env()
     if env is None:
         _dataset(job, progress=True, world_size=world_size)
+    if graphs is not None or config.data.dataset is not None:  # before a rank starts on them
+        source = "qg.predict's graphs" if graphs is not None else user_graphs_source(config)
+        check_user_graphs(_dataset(job, progress=False), config, source=source, labels=False)
     if world_size == 1 and env is None:
         result = predict_worker(0, 1, job)
     else:
         result = run_distributed(predict_worker, config, job, world_size=world_size)
     if result is None:  # a rank other than 0 under torchrun or srun
         return Predictions({"index": np.zeros(0, dtype=np.int64)})
+    if result["drew"] and seed is None:
+        logs.get_logger().warning("%s", drew_notice())
     dataset = select_split(_dataset(job, progress=False), config, split)
     if job.graphs is None:
         graphs = provenance(config, dataset)
