@@ -3,6 +3,7 @@ statistics, ``qg sample`` draws the same samples for any number of processes and
 that train and predict like any other, and its report compares them with the training data."""
 
 import csv
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -236,3 +237,128 @@ def test_a_statistic_the_data_never_have_is_no_difference_but_none(tmp_path):
     assert np.isnan(rows["intervals_4_per_element"]["difference"])
     line = next(x for x in report.table().splitlines() if x.startswith("intervals of 4"))
     assert line.endswith("n/a") and "+0.0" not in line
+
+
+class Killed(BaseException):
+    """A kill -9 at one point of replacing an output: nothing after it runs."""
+
+
+def test_a_kill_while_an_output_is_replaced_leaves_old_or_new_samples_with_their_own_report(
+    run, tmp_path, capsys, monkeypatch
+):
+    """--overwrite killed before each move of its files in turn: samples are always there, old
+    or new, and a report beside them is always theirs; the next qg sample finishes what was
+    written whole, and removes what a killed process left half-written."""
+    import shutil
+    import subprocess
+
+    from QuantumGravPy.predict import replacing
+
+    def written(folder, seed):
+        folder.mkdir()
+        qg.sample(run, num=8, output=folder / "s.zarr", seed=seed, compare=20)
+        return read_sets(folder / "s.zarr"), (folder / "s_report.csv").read_text()
+
+    old, new = written(tmp_path / "old", 0), written(tmp_path / "new", 5)
+    assert old[1] != new[1]
+    moves = ["replace", "rename"]
+    for k in range(1, 20):
+        out = tmp_path / f"kill{k}"
+        shutil.copytree(tmp_path / "old", out)
+        calls = []
+
+        def counted(real, calls=calls, k=k):
+            def move(*args):
+                # the moves of the output's files (os is one module: not the writers' renames)
+                ours = Path(args[0]).name.startswith(".s.zarr.partial-") or any(
+                    ".s.zarr.swap" in str(a) for a in args
+                )
+                if ours:
+                    calls.append(args)
+                    if len(calls) == k:
+                        raise Killed
+                return real(*args)
+
+            return move
+
+        with monkeypatch.context() as m:
+            for name in moves:
+                m.setattr(replacing.os, name, counted(getattr(replacing.os, name)))
+            m.setattr(replacing, "_exchange", counted(replacing._exchange))
+            try:
+                qg.sample(run, num=8, output=out / "s.zarr", seed=5, overwrite=True, compare=20)
+                finished = True
+            except Killed:
+                finished = False
+        sets = read_sets(out / "s.zarr")
+        mine = [x for x in (old, new) if len(x[0]) == len(sets) and
+                all(np.array_equal(a, b) for a, b in zip(x[0], sets, strict=True))]  # fmt: skip
+        assert mine, k  # samples, whole, old or new
+        report = out / "s_report.csv"
+        assert not report.exists() or report.read_text() == mine[0][1], k
+        if finished:
+            assert sets and mine[0] is new and report.exists()
+            break
+        again = run_main(capsys, "sample", run, "--num", 8, "--output", out / "s.zarr")
+        committed = k > 1  # the first move makes the new output whole
+        lines = again.stderr.strip().splitlines()
+        assert again.returncode == 2 and lines[-1].startswith("error: "), again.stderr
+        assert "exists; pass --overwrite" in lines[-1]  # after moving in what was written
+        finishing = "an earlier qg sample was stopped while moving its output in; finishing it"
+        assert len(lines) == 1 + committed and (finishing in lines[0]) == committed, lines
+        expected = new if committed else old
+        sets = read_sets(out / "s.zarr")
+        assert all(np.array_equal(a, b) for a, b in zip(sets, expected[0], strict=True)), k
+        assert report.read_text() == expected[1], k
+        assert not [p.name for p in out.iterdir() if p.name.startswith(".")], k
+    assert k > 4  # every move was a kill point once
+    # a folder half-written by a process that is gone is removed by the next qg sample
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    partial = tmp_path / "old" / ".s.zarr.partial-killed"
+    partial.mkdir()
+    (partial / "owner").write_text(f"{gone.pid} {__import__('socket').gethostname()}\n")
+    qg.sample(run, num=8, output=tmp_path / "old" / "s.zarr", seed=1, overwrite=True, compare=20)
+    assert not [p.name for p in (tmp_path / "old").iterdir() if p.name.startswith(".")]
+
+
+def _unshare_works() -> bool:
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None:
+        return False
+    args = ["unshare", "--user", "--map-root-user", "--mount", "true"]
+    return subprocess.run(args, capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs unprivileged user and mount namespaces")
+@pytest.mark.parametrize("name", ["s.zarr", "s.h5"])
+def test_a_full_disk_or_a_read_only_output_folder_is_one_line(run, tmp_path, name):
+    """--output on a tiny tmpfs (mounted in a namespace of its own, without privileges): a full
+    device is the same line for both formats, exit 1; a read-only folder is refused before
+    sampling (a million samples would take hours), exit 2."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, TESTS
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+
+    def on_disk(options, *args):
+        script = 'mount -t tmpfs -o "$1" tmpfs "$2" && shift 2 && exec "$@"'
+        command = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh",
+                   options, str(disk), sys.executable, "-m", "QuantumGravPy", "sample", str(run),
+                   "--output", str(disk / name), *map(str, args)]  # fmt: skip
+        env = dict(__import__("os").environ, PYTHONPATH=f"{ROOT}:{TESTS}")
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+
+    full = on_disk("size=256k", "--num", 400)
+    assert full.returncode == 1 and "Traceback" not in full.stderr, full.stderr
+    assert full.stderr.strip() == (
+        f"error: no space left on the device writing the samples to {disk / name}: free space "
+        "and run again; nothing was written"
+    )
+    read_only = on_disk("ro", "--num", 1_000_000)
+    assert_refused(read_only, f"--output: folder {disk} cannot be written (Read-only file system)")

@@ -138,8 +138,9 @@ def compare(samples: Sequence[CausalSet], config: Any, output: Path, *, limit: i
 
 
 def write_report(report: Report, folder: Path) -> list[tuple[Path, Path]]:
-    """The report's table and picture, written into ``folder`` (beside the samples' file);
-    returns (written, final path) for each, to be renamed once the samples are in place."""
+    """The report's table and picture, written into ``folder`` under their final names (``qg
+    sample`` writes them in a hidden folder and moves them in with the samples); returns
+    (written, final path) for each."""
     table_path, picture_path = report_paths(report.output)
     rows = report.rows()
     table = folder / table_path.name

@@ -14,9 +14,7 @@ against the run's training split (:mod:`.sample_report`).
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,10 +26,11 @@ from torch_geometric.data import Data
 from .. import logs
 from ..config import Config, load_config
 from ..data.writing import write_causal_sets, writer_for
-from ..errors import ConfigError, RunDirectoryError, flag
+from ..errors import ConfigError, DiskFullError, RunDirectoryError, disk_full, flag
 from ..parallel import distributed, run_distributed
 from ..physics import CausalSet
 from .model import model_from_checkpoint, run_files
+from .replacing import Replacement
 from .sample_report import Report, report_paths, write_report
 from .sample_report import compare as compare_samples
 
@@ -117,51 +116,85 @@ def sample(
     file_format = writer_for(output)
     if not output.parent.is_dir():
         raise RunDirectoryError(f"--output: folder {output.parent} does not exist")
-    for path in [output, *report_paths(output)]:
+    env = distributed.process_env()
+    writes = env is None or env.rank == 0  # under torchrun or srun, only rank 0 writes
+    replacement = Replacement([output, *report_paths(output)])
+    if writes:
+        replacement.recover()
+    for path in replacement.paths:
         if path.exists() and not overwrite:
             raise RunDirectoryError(
                 f"{path} exists; pass {flag('overwrite')} to replace it or choose another --output"
             )
-    config_path, checkpoint = run_files(run_dir, checkpoint)
-    # sampling computes on CPUs, each process on one thread: never a GPU per process
-    config = load_config(config_path, [*overrides, "training.device=cpu", "parallel.backend=gloo"])
-    logs.configure_logging(config.log_level)
-    model = model_from_checkpoint(config, checkpoint, "cpu").model
-    if not callable(getattr(model, "generate", None)):
-        raise ConfigError(
-            f"model.type: {config.model.type or 'GNNModel'} has no generate(num, generator=...) "
-            "method; qg sample draws causal sets from a generative model"
-        )
-    job = _Job(config, checkpoint, num, seed)
-    if world_size == 1 and distributed.process_env() is None:
-        samples = sample_worker(0, 1, job)
-    else:
-        samples = run_distributed(sample_worker, config, job, world_size=world_size)
-    if samples is None:  # a rank other than 0 under torchrun or srun
-        return Report({}, [], output)
-    report = compare_samples(samples, config, output, limit=compare)
-    _write(samples, report, output, file_format)
-    return report
-
-
-def _write(samples: list[CausalSet], report: Report, output: Path, file_format: str) -> None:
-    """The samples' file and the report's, all written in a new folder beside ``output`` and
-    then renamed into place: an output replaced (--overwrite) stays whole until the new one is
-    complete, and a failure leaves nothing behind."""
-    folder = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    if writes:
+        replacement.begin()  # a folder that cannot be written is told before sampling
     try:
-        new = folder / output.name
+        config_path, checkpoint = run_files(run_dir, checkpoint)
+        # sampling computes on CPUs, each process on one thread: never a GPU per process
+        overrides = [*overrides, "training.device=cpu", "parallel.backend=gloo"]
+        config = load_config(config_path, overrides)
+        logs.configure_logging(config.log_level)
+        model = model_from_checkpoint(config, checkpoint, "cpu").model
+        if not callable(getattr(model, "generate", None)):
+            raise ConfigError(
+                f"model.type: {config.model.type or 'GNNModel'} has no generate(num, "
+                "generator=...) method; qg sample draws causal sets from a generative model"
+            )
+        job = _Job(config, checkpoint, num, seed)
+        if world_size == 1 and env is None:
+            samples = sample_worker(0, 1, job)
+        else:
+            samples = run_distributed(sample_worker, config, job, world_size=world_size)
+        if samples is None:  # a rank other than 0 under torchrun or srun
+            return Report({}, [], output)
+        report = compare_samples(samples, config, output, limit=compare)
+        _write(samples, report, replacement, file_format)
+        return report
+    finally:
+        replacement.abandon()  # unless committed: the old output stays as it was
+
+
+def _write(
+    samples: list[CausalSet], report: Report, replacement: Replacement, file_format: str
+) -> None:
+    """The report's files and the samples', written whole in the replacement's hidden folder,
+    then moved in (:mod:`.replacing`)."""
+    output, folder = replacement.paths[0], replacement.partial
+    try:
+        write_report(report, folder)
+        _check_space(samples, folder, file_format, output)
         write_causal_sets(
-            new,
+            folder / output.name,
             ((Data(), s.relations.bool(), s.links.bool()) for s in samples),
             file_format=file_format,
             total=len(samples),
         )
-        written = write_report(report, folder)
-        if output.exists():
-            os.replace(output, folder / "replaced")
-        os.replace(new, output)
-        for done, path in written:
-            os.replace(done, path)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    except OSError as e:
+        if disk_full(e):
+            raise _disk_full(output) from e
+        raise
+    replacement.commit()
+
+
+def _disk_full(output: Path) -> DiskFullError:
+    kept = "nothing was replaced" if output.exists() else "nothing was written"
+    return DiskFullError(
+        f"no space left on the device writing the samples to {output}: free space and run "
+        f"again; {kept}"
+    )
+
+
+# Less than HDF5 stores a set's group and its two datasets' headers in (about 1.7 kB): the
+# estimate below is what the file needs at least, so it never refuses one that would fit.
+_HDF5_GROUP_BYTES = 1024
+
+
+def _check_space(samples: list[CausalSet], folder: Path, file_format: str, output: Path) -> None:
+    """Refuse an HDF5 file that cannot fit before writing it: HDF5 finds a full device late,
+    in its caches, where h5py can only print the errors (and the process may crash). Zarr's
+    writes fail at once with the device's own error."""
+    if file_format != "hdf5":
+        return
+    need = sum(2 * s.num_points**2 + _HDF5_GROUP_BYTES for s in samples)
+    if shutil.disk_usage(folder).free < need:
+        raise _disk_full(output)
