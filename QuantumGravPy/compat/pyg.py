@@ -1,19 +1,26 @@
 """PyTorch Geometric's internals: a ``Batch``'s storage and bookkeeping, an in-memory dataset's
-storage (written for torch_geometric 2.5-2.8).
+storage, a dataset's processing step (written for torch_geometric 2.5-2.8).
 
 A batch assembled by the library (``data/batching.py``: straight from the dataset's storage;
 ``data/transfer.py``: packed into one buffer for a worker or a device) is made the way
 ``Batch.from_data_list`` makes one, without its per-attribute work: its attributes go into the
 store's mapping in one update, and the bookkeeping ``to_data_list`` and ``num_graphs`` read is
 set beside them. PyG has no public constructor for that.
+
+A dataset's processing step (``Dataset._process``) records ``pre_transform.pt`` and
+``pre_filter.pt`` beside the processed files and reads them back with an unrestricted
+``torch.load``, which runs whatever a file planted there holds. The library's caches are named
+by a digest of everything they depend on and have no such records: :class:`ProcessOnce`
+processes without them.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
-from torch_geometric.data import Batch, Data, InMemoryDataset
+from torch_geometric.data import Batch, Data, Dataset, InMemoryDataset
 
 from . import moved
 
@@ -64,6 +71,17 @@ def set_num_graphs(batch: Batch, num_graphs: int) -> None:
     batch._num_graphs = num_graphs
 
 
+class ProcessOnce:
+    """Before a ``Dataset`` class among its bases: ``process()`` runs when a processed file is
+    missing, and nothing else is read or written (PyG's records of the transforms are not)."""
+
+    def _process(self) -> None:
+        if all(os.path.exists(path) for path in self.processed_paths):
+            return
+        os.makedirs(self.processed_dir, exist_ok=True)
+        self.process()
+
+
 def storage(dataset: Any) -> tuple[Data, dict] | None:
     """``(data, slices)``: the collated storage of an ``InMemoryDataset`` (every graph's
     attributes joined, and where each graph's rows lie), or None for another dataset."""
@@ -89,6 +107,26 @@ def check() -> None:
     made = fill(empty_batch(Data), dict(batch._store._mapping), *bookkeeping(batch), 2)
     if made.num_graphs != 2 or len(made.to_data_list()) != 2:
         raise moved(DISTRIBUTION, "a batch filled in its store does not read back as graphs")
+
+    if not callable(getattr(Dataset, "_process", None)):
+        raise moved(DISTRIBUTION, "Dataset no longer processes through _process")
+
+    class Counted(ProcessOnce, InMemoryDataset):
+        made = 0
+
+        @property
+        def processed_file_names(self) -> list[str]:
+            return ["never.pt"]
+
+        def process(self) -> None:
+            type(self).made += 1
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as root:
+        Counted(root, log=False)
+        if Counted.made != 1 or os.listdir(os.path.join(root, "processed")):
+            raise moved(DISTRIBUTION, "a Dataset is processed elsewhere than in _process")
 
     dataset = InMemoryDataset(None)
     dataset.data, dataset.slices = InMemoryDataset.collate(graphs)  # as a dataset's process()

@@ -3,7 +3,9 @@
 A cache is built from a :class:`GraphSource` (the generated causal sets, or the user's files):
 a change to any of its parameters names another file, so a stale cache is never reused, and
 files are written under a temporary name and renamed, so an interrupted build leaves nothing a
-later run would load. :class:`DigestCachedDataset` holds the graphs in memory (one ``.pt``
+later run would load. A cache is read as data only (:func:`~.saved_graphs.load_plain`): one that
+holds anything else, planted where a shared ``data.root`` lets others write, is rebuilt, never
+run. :class:`DigestCachedDataset` holds the graphs in memory (one ``.pt``
 file); :mod:`.disk` keeps them in a table read per batch. Either is built by one process or by
 several, each a contiguous range of the samples, joined in order.
 """
@@ -20,8 +22,10 @@ from typing import Any, Protocol
 
 from torch_geometric.data import Data, InMemoryDataset
 
+from ..compat import pyg
 from ..errors import DataError, cause
 from .ranges import DistributedRangeSplitter, in_parallel
+from .saved_graphs import load_collated
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +76,7 @@ def _collect_part(rank: int, world_size: int, source: GraphSource, progress: boo
     return list(source.graphs(start, end, progress=progress and rank == 0))
 
 
-class DigestCachedDataset(InMemoryDataset):
+class DigestCachedDataset(pyg.ProcessOnce, InMemoryDataset):
     """The graphs of ``source`` in memory, cached in ``root/processed/<prefix>_<digest>.pt``
     and built on first use by ``world_size`` processes."""
 
@@ -95,17 +99,22 @@ class DigestCachedDataset(InMemoryDataset):
             self.load(path)
         except (PermissionError, FileNotFoundError):
             raise
-        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as e:
-            # truncated or half copied (a killed copy, a full shared disk): it is derived from
-            # the data, so it is built again rather than ending the run
+        except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, DataError) as e:
+            # truncated or half copied (a killed copy, a full shared disk), or planted: it is
+            # derived from the data, so it is built again rather than ending the run
             log.warning(
                 "%s: the processed cache cannot be read (%s); building it again from the data",
                 path,
+                str(e).removeprefix(f"{path}: ") if isinstance(e, DataError) else
                 cause(e).split(". ")[0],
-            )
+            )  # fmt: skip
             os.unlink(path)
             self.process()
             self.load(path)
+
+    def load(self, path: str, data_cls: type = Data) -> None:
+        """``InMemoryDataset.load`` without its fallback to unrestricted unpickling."""
+        self.data, self.slices = load_collated(path)
 
     @property
     def raw_file_names(self) -> list[str]:

@@ -30,10 +30,12 @@ import numpy as np
 import torch
 from torch_geometric.data import Data, OnDiskDataset, SQLiteDatabase
 
+from ..compat import pyg
 from ..errors import DataError
 from .cache import GraphSource, cache_name
 from .ranges import DistributedRangeSplitter, in_parallel
-from .rows import FORMAT, pack, unpack
+from .rows import FORMAT, header, pack, unpack
+from .saved_graphs import load_collated
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +263,7 @@ def table_file_names(source: GraphSource) -> list[str]:
     return [f"{name}.db", f"{name}.labels.pt"]
 
 
-class DiskDataset(OnDiskDataset):
+class DiskDataset(pyg.ProcessOnce, OnDiskDataset):
     """The graphs of ``source`` in an SQLite table under ``root/processed``, read per batch.
 
     Built on first use (by ``world_size`` processes) and named by a digest of the source's
@@ -283,7 +285,22 @@ class DiskDataset(OnDiskDataset):
         self.world_size = world_size
         self._pid: int | None = None
         super().__init__(root, transform=transform, log=False)
-        values, slices = torch.load(self.processed_paths[1], weights_only=False)
+        try:
+            values, slices = load_collated(self.processed_paths[1])
+        except (RuntimeError, EOFError, OSError, DataError) as e:
+            if isinstance(e, (PermissionError, FileNotFoundError)):
+                raise
+            # cut short, or planted where a shared data.root lets others write: the table and
+            # its labels are derived from the data, so both are built again, never run
+            log.warning(
+                "%s: the processed cache cannot be read (%s); building it again from the data",
+                self.processed_paths[1],
+                str(e).removeprefix(f"{self.processed_paths[1]}: "),
+            )
+            for path in self.processed_paths:
+                Path(path).unlink(missing_ok=True)
+            self.process()
+            values, slices = load_collated(self.processed_paths[1])
         self._labels, self._slices = values, slices
         self._numel = next(iter(slices.values())).numel() - 1 if slices else len(self.db)
 
@@ -310,7 +327,20 @@ class DiskDataset(OnDiskDataset):
         return pack(data)
 
     def deserialize(self, data: bytes) -> Data:
-        return unpack(data)
+        return self._read(unpack, data)
+
+    def header(self, data: bytes) -> tuple[list, dict, int]:
+        """A stored row's tensor specs, other attributes and where its tensors' bytes start."""
+        return self._read(header, data)
+
+    def _read(self, read: Callable, data: bytes) -> Any:
+        try:
+            return read(data)
+        except DataError as e:
+            raise DataError(
+                f"{self.processed_paths[0]}: {e}; it is derived from the data: delete it and "
+                "the next run builds it again"
+            ) from None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -1,17 +1,18 @@
 """One graph as bytes, and batches assembled from such bytes without a ``Data`` per graph.
 
 The on-disk storage (:mod:`.disk`) keeps each graph as one row in this form: a table of
-numbers, a pickled header, then each tensor's raw bytes, aligned so that they can be viewed in
+numbers, a JSON header, then each tensor's raw bytes, aligned so that they can be viewed in
 place. :func:`unpack` reads one graph; :class:`DiskBatcher` assembles a batch of many from the
-numbers at the start of each row, with no header unpickled.
+numbers at the start of each row, with no header read. Nothing in a row is unpickled: a row
+planted in a shared ``data.root`` is refused, never run.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import math
-import pickle
 import struct
 from typing import Any, NamedTuple
 
@@ -21,11 +22,13 @@ from torch import Tensor
 from torch_geometric.data import Batch, Data
 
 from ..compat import pyg
+from ..errors import DataError
 from .batching import Rows, Unbatchable, assemble_batch, ranges
 
 _ALIGN = 8
 _FIXED, _PER_TENSOR = 3, 3  # integers at the start of a row, and per tensor (see pack)
-FORMAT = 2  # of a row; in a table's file name, so that a table of another is never read
+FORMAT = 3  # of a row; in a table's file name, so that a table of another is never read
+# 3: the header is JSON (2 pickled it)
 
 
 def _signature(specs: list[tuple], other: dict) -> int:
@@ -44,8 +47,8 @@ def pack(graph: Data) -> bytes:
       the header's length, then per tensor where its bytes start in the row and its sizes
       along its first and its last axis (what a batch is assembled from, read for all of a
       batch's graphs with one gather);
-    - a pickled header: names, dtypes, shapes and where each tensor's bytes start, and the
-      attributes that are not tensors;
+    - a JSON header: names, dtypes, shapes and where each tensor's bytes start, and the
+      attributes that are not tensors (numbers, strings, lists and dicts of them);
     - each tensor's raw bytes, aligned so that they can be viewed in place when read.
     """
     specs, other, chunks, offset = [], {}, [], 0
@@ -62,7 +65,13 @@ def pack(graph: Data) -> bytes:
         specs.append((key, str(value.dtype).removeprefix("torch."), tuple(value.shape), offset))
         chunks.append(raw + bytes(pad))
         offset += len(raw) + pad
-    header = pickle.dumps((specs, other), protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        header = json.dumps([specs, other], default=_plain).encode()
+    except TypeError as e:
+        raise DataError(
+            f"data.storage: disk keeps a graph's attributes that are not tensors as numbers, "
+            f"strings, lists and dicts of them; {e}"
+        ) from None
     fixed = 8 * (_FIXED + _PER_TENSOR * len(specs))
     start = fixed + len(header) + (-(fixed + len(header)) % _ALIGN)
     table = [len(specs), _signature(specs, other), len(header)]
@@ -72,18 +81,37 @@ def pack(graph: Data) -> bytes:
     return head + bytes(start - len(head)) + b"".join(chunks)
 
 
-def _header(blob: bytes) -> tuple[list, dict, int]:
-    """(tensor specs, other attributes, where the tensors' bytes start) of :func:`pack`'s bytes."""
-    count, _, size = struct.unpack_from("<3q", blob)
-    first = 8 * (_FIXED + _PER_TENSOR * count)
-    specs, other = pickle.loads(blob[first : first + size])
-    return specs, other, first + size + (-(first + size) % _ALIGN)
+def _plain(value: Any) -> Any:
+    """A numpy number as Python's; anything else JSON does not know is refused by name."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"one is a {type(value).__name__}")
+
+
+def header(blob: bytes) -> tuple[list, dict, int]:
+    """(tensor specs, other attributes, where the tensors' bytes start) of :func:`pack`'s bytes;
+    a :class:`DataError` for bytes :func:`pack` did not make."""
+    try:
+        count, _, size = struct.unpack_from("<3q", blob)
+        first = 8 * (_FIXED + _PER_TENSOR * count)
+        specs, other = json.loads(blob[first : first + size])
+        specs = [(key, _dtype(name), tuple(shape), int(at)) for key, name, shape, at in specs]
+    except (struct.error, ValueError, TypeError, UnicodeDecodeError) as e:
+        raise DataError(f"a stored graph is not one this library wrote ({e})") from None
+    return specs, dict(other), first + size + (-(first + size) % _ALIGN)
+
+
+def _dtype(name: str) -> str:
+    """``name`` if it names a torch dtype (what :func:`pack` writes), else a ValueError."""
+    if not isinstance(getattr(torch, str(name), None), torch.dtype):
+        raise ValueError(f"{name!r} is no dtype")
+    return name
 
 
 def unpack(blob: bytes) -> Data:
     """The graph :func:`pack` made; its tensors are views of ``blob``, which nothing else
     holds (a fresh row from the table), so no byte is copied."""
-    specs, other, start = _header(blob)
+    specs, other, start = header(blob)
     attributes = dict(other)
     for key, dtype_name, shape, offset in specs:
         dtype = getattr(torch, dtype_name)
@@ -147,7 +175,7 @@ class DiskBatcher:
         if dataset.transform is not None:
             raise Unbatchable("a per-graph transform")
         first = dataset.db.get(0)
-        specs, other, _ = _header(first)
+        specs, other, _ = dataset.header(first)
         keys = [spec[0] for spec in specs]
         if other or "x" not in keys or any("batch" in key for key in keys):
             raise Unbatchable("attributes that are not tensors, or graphs without x")
@@ -209,7 +237,7 @@ class DiskBatcher:
         if (words[at] != self.count).any() or (words[at + 1] != self.signature).any():
             # graphs that differ in their attributes: as PyTorch Geometric collates them
             rows = [joined[first:end] for first, end in itertools.pairwise(bounds)]
-            return Batch.from_data_list([unpack(row) for row in rows])
+            return Batch.from_data_list([self.dataset.deserialize(row) for row in rows])
         table = words.take(at[:, None] + self.table)  # graph by word
         where = table[:, 0::_PER_TENSOR] + begins[:, None]  # graph by tensor: its first byte
         sizes = table[:, self.size_columns]  # graph by tensor: its size along the joined axis

@@ -8,7 +8,9 @@ pair that older releases wrote).
 PyG allows ``Data`` but not the storage classes a pickled ``Data`` refers to, and its own loader
 (``torch_geometric.io.fs.torch_load``) then falls back to an unrestricted load, which runs
 whatever a file holds. Here those storage classes are allowed while the file is read (this
-module is the one place that names them), and a file that needs anything else is refused.
+module is the one place that names them), and a file that needs anything else is refused. The
+library's own caches under ``data.root/processed`` are read through :func:`load_plain` too: a
+file planted there is refused, never run.
 """
 
 from __future__ import annotations
@@ -33,25 +35,53 @@ EXPECTED = (
 )
 
 
+class UnsafeFile(DataError):
+    """A file that holds Python objects other than tensors, containers and PyG's graphs."""
+
+
+def load_plain(path: str | Path) -> Any:
+    """What ``torch.save`` wrote to ``path``, rebuilt from tensors, plain containers and
+    torch_geometric's graphs only: an :class:`UnsafeFile` naming the first other object, which
+    is never built (building it could run code). Reading errors are torch's own."""
+    try:
+        with torch.serialization.safe_globals(_ALLOWED):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        found = str(e).split("Unsupported global: GLOBAL ")[-1].split(" ")[0]
+        named = f" ({found})" if "Unsupported global" in str(e) else ""
+        raise UnsafeFile(
+            f"{path}: holds objects other than tensors and torch_geometric graphs{named}, which "
+            "are not loaded (loading them would run code from the file)"
+        ) from e
+
+
 def load_graphs(path: Path) -> list[Data]:
     """The graphs saved in ``path``, in order; a DataError naming it if it holds anything else
     or cannot be read."""
     try:
-        with torch.serialization.safe_globals(_ALLOWED):
-            content = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        found = str(e).split("Unsupported global: GLOBAL ")[-1].split(" ")[0]
-        named = f" ({found})" if "Unsupported global" in str(e) else ""
-        raise DataError(
-            f"{path}: holds objects other than tensors and torch_geometric graphs{named}, which "
-            f"are not loaded (loading them would run code from the file); save {EXPECTED}"
-        ) from e
+        content = load_plain(path)
+    except UnsafeFile as e:
+        raise UnsafeFile(f"{e}; save {EXPECTED}") from e.__cause__
     except (RuntimeError, OSError, EOFError, ValueError) as e:
         raise DataError(
             f"{path}: cannot be read as saved graphs ({cause(e).split('. ')[0]}); the file may be "
             "truncated or not written by torch.save"
         ) from e
     return _graphs(content, path)
+
+
+def load_collated(path: str | Path) -> tuple[BaseData, dict]:
+    """The ``(data, slices)`` of an ``InMemoryDataset``'s file (``InMemoryDataset.save`` or
+    ``collate``'s pair), read by :func:`load_plain`; a :class:`DataError` if it holds
+    anything else."""
+    content = load_plain(path)
+    if not isinstance(content, tuple) or len(content) not in (2, 3) or not _collated(content):
+        raise DataError(f"{path}: not a processed dataset (a collated graph and its slices)")
+    data, slices = content[0], content[1]
+    data_class = content[2] if len(content) == 3 else Data
+    if not (isinstance(data_class, type) and issubclass(data_class, BaseData)):
+        raise DataError(f"{path}: names {data_class!r} as its graphs' class, which is no graph")
+    return (data_class.from_dict(data) if isinstance(data, dict) else data), slices
 
 
 def _graphs(content: Any, path: Path) -> list[Data]:
