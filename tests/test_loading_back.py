@@ -119,3 +119,58 @@ def test_a_checkpoint_holding_what_no_run_writes_is_one_line(trained, tmp_path, 
         for args in (("predict", run, "--split", "test", "--checkpoint", odd),
                      ("test", path, "--checkpoint", odd)):  # fmt: skip
             assert_refused(run_main(capsys, *args), str(odd), words)
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "training.lr_scheduler=null",
+        "training.lr_scheduler={type: torch.optim.lr_scheduler.CosineAnnealingLR, kwargs: "
+        "{T_max: 4}}",
+        "training.lr_scheduler={type: torch.optim.lr_scheduler.OneCycleLR, interval: step, "
+        "kwargs: {max_lr: 0.01, total_steps: 60}}",
+        "training.lr_scheduler={type: torch.optim.lr_scheduler.ReduceLROnPlateau, kwargs: "
+        "{patience: 0, factor: 0.5}}",
+    ],
+    ids=["constant", "cosine", "per-step", "plateau"],
+)
+def test_resume_force_trains_with_the_optimizer_and_schedule_it_says(
+    schedule, make_config, tmp_path, capsys
+):
+    """--resume --force with another rate, weight decay and schedule length: the resumed
+    epochs train with them, as a run that had them from its start would at that epoch."""
+    cfg = make_config(
+        schedule,
+        "training.num_epochs=2",
+        "training.optimizer.kwargs={lr: 0.003, weight_decay: 0.01}",
+    )
+    path = write(cfg, tmp_path / "c.yaml")
+    assert run_main(capsys, "train", path).returncode == 0
+    checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
+    cut = (
+        torch.load(checkpoint, weights_only=True)["optimizer"]["param_groups"][0]["lr"]
+        / cfg.training.optimizer.kwargs["lr"]
+    )
+    new = ["training.optimizer.kwargs.lr=0.0005", "training.optimizer.kwargs.weight_decay=0.1"]
+    if "T_max" in schedule:
+        new.append("training.lr_scheduler.kwargs.T_max=10")
+    if "total_steps" in schedule:
+        new.append("training.lr_scheduler.kwargs.total_steps=90")
+    resumed = run_main(capsys, "train", path, "--resume", "--force", "training.num_epochs=3", *new)
+    assert resumed.returncode == 0, resumed.stderr
+    fresh = tmp_path / "fresh"
+    run_main(capsys, "train", path, f"training.path={fresh}", "training.num_epochs=3", *new)
+
+    def state(run):
+        return torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+
+    after, alone = state(tmp_path / "run"), state(fresh)
+    if "Plateau" in schedule:  # cut by the metric: the checkpoint's cut, on the new rate
+        assert after["history"][2]["lr"] == pytest.approx(0.0005 * cut, rel=1e-12)
+    else:
+        assert after["history"][2]["lr"] == pytest.approx(alone["history"][2]["lr"], rel=1e-12)
+        assert after["optimizer"]["param_groups"][0]["lr"] == pytest.approx(
+            alone["optimizer"]["param_groups"][0]["lr"], rel=1e-12
+        )
+    assert after["history"][1]["lr"] != after["history"][2]["lr"]
+    assert after["optimizer"]["param_groups"][0]["weight_decay"] == 0.1

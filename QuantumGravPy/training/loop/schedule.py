@@ -4,11 +4,15 @@ A schedule stepped per optimizer step (``interval: step``, as OneCycleLR is mean
 length is left out lasts the run: ``num_epochs`` times the optimizer steps of an epoch, which
 are known once the training loader is; it is built when training starts, and a checkpoint's
 state read before then (resuming) waits for it. A resumed run replays the interrupted epoch
-from its start, with the schedule as it stood at the epoch's checkpoint.
+from its start, with the schedule as it stood at the epoch's checkpoint. A run resumed with
+other optimizer or schedule settings (``--resume --force``) takes them: the optimizer's groups
+are given the new values, and the schedule is built anew and stepped as far as the checkpoint's
+had gone (:meth:`Schedule.resettle`), as if the run had had those settings from its start.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -38,6 +42,7 @@ class Schedule:
         self.per_step = section.interval == "step"
         self.scheduler: Any = None
         self._pending: dict | None = None  # a checkpoint's state, until the schedule is built
+        self._resettle: float | None = None  # with it: its rate's ratio to the new one's
         cls = resolve(section.type, key="training.lr_scheduler.type")
         plateau = isinstance(cls, type) and issubclass(
             cls, torch.optim.lr_scheduler.ReduceLROnPlateau
@@ -76,6 +81,10 @@ class Schedule:
             {k: v for k, v in group.items() if k != "params"}
             for group in self.optimizer.param_groups
         ]
+        if self._resettle is not None:  # other settings (--force): built anew, stepped on
+            self._rebuild(self._pending, self._resettle, length=length)
+            self._pending = self._resettle = None
+            return
         self.scheduler = build_scheduler(
             self.section, self.optimizer, **self.options, length=length
         )
@@ -101,6 +110,34 @@ class Schedule:
             self._pending = state
         else:
             self.scheduler.load_state_dict(state)
+
+    def resettle(self, state: dict, ratio: float) -> None:
+        """Continue from a checkpoint's ``state`` of a schedule with other settings: this one,
+        built anew on the optimizer's new rates and stepped as far as ``state`` had been.
+        ``ratio``: the checkpoint's rate over the one it was configured with (what a plateau
+        schedule, which has no closed form, had cut it to)."""
+        if self.scheduler is None:
+            self._pending, self._resettle = state, ratio
+        else:
+            self._rebuild(state, ratio)
+
+    def _rebuild(self, state: dict, ratio: float, length: int | None = None) -> None:
+        for group in self.optimizer.param_groups:  # the schedule starts from the new rate
+            group["lr"] = group.get("initial_lr", group["lr"])
+        length = {} if length is None else {"length": length}
+        self.scheduler = build_scheduler(self.section, self.optimizer, **self.options, **length)
+        if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            progress = ("best", "num_bad_epochs", "cooldown_counter", "last_epoch")
+            self.scheduler.load_state_dict(
+                {**self.scheduler.state_dict(), **{k: state[k] for k in progress if k in state}}
+            )
+            for group in self.optimizer.param_groups:
+                group["lr"] *= ratio
+            return
+        with warnings.catch_warnings():  # stepped before any optimizer step: torch would warn
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(int(state.get("last_epoch", 0))):
+                self.scheduler.step()
 
 
 def build_optimization(

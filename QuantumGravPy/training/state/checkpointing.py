@@ -11,6 +11,7 @@ file itself (format, config, world size) are the runs layer's
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -122,10 +123,20 @@ class Checkpoints:
             configured=config_to_dict(self.config),
             load=s.load_model_state,
         )
+        trained = (contents.get("config") or {}).get("training") or {}
+        now = config_to_dict(self.config)["training"]
+        # --resume --force with other optimizer or schedule settings: they are applied
+        settled = all(trained.get(k) == now.get(k) for k in ("optimizer", "lr_scheduler"))
         try:
             s.load_optimizer_state(self.model, self.optimizer, contents["optimizer"])
+            ratio = self.optimizer.param_groups[0]["lr"] / _rate(trained, self.optimizer)
+            if not settled:
+                _apply_settings(self.optimizer, self.config.training.optimizer.kwargs)
             if self.lr_scheduler is not None and contents["lr_scheduler"] is not None:
-                self.lr_scheduler.load_state_dict(contents["lr_scheduler"])
+                if settled:
+                    self.lr_scheduler.load_state_dict(contents["lr_scheduler"])
+                else:
+                    self.lr_scheduler.resettle(contents["lr_scheduler"], ratio)
             if self.scaler.is_enabled() and contents["scaler"] is not None:
                 self.scaler.load_state_dict(contents["scaler"])
         except (KeyError, ValueError, RuntimeError) as e:
@@ -156,3 +167,26 @@ class Checkpoints:
         model = self.strategy.plain_copy(self.model)
         model.load_state_dict(self.state.best_state)
         return model, tasks
+
+
+def _rate(trained: dict[str, Any], optimizer: torch.optim.Optimizer) -> float:
+    """The learning rate a checkpoint's run was configured with: its config's, else the
+    optimizer class's default (else the rate it has: no cut to carry over)."""
+    given = ((trained.get("optimizer") or {}).get("kwargs") or {}).get("lr")
+    if given is None:
+        default = inspect.signature(type(optimizer)).parameters.get("lr")
+        given = default.default if default is not None else None
+    if not isinstance(given, (int, float)) or not given:
+        given = optimizer.param_groups[0]["lr"]
+    return float(given)
+
+
+def _apply_settings(optimizer: torch.optim.Optimizer, kwargs: dict[str, Any]) -> None:
+    """``training.optimizer.kwargs`` set on every group of ``optimizer`` (over the values a
+    checkpoint's state gave them); the rate also as the one a schedule starts from."""
+    for group in optimizer.param_groups:
+        for key, value in kwargs.items():
+            if key in group:
+                group[key] = tuple(value) if isinstance(group[key], tuple) else value
+        if "lr" in kwargs:
+            group["lr"] = group["initial_lr"] = kwargs["lr"]
