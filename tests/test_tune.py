@@ -776,3 +776,30 @@ def test_a_grid_search_tries_every_combination_once(tmp_path, data_root, capsys)
         wrong = {**space, "model.dropout": spec}
         with pytest.raises(qg.ConfigError, match=f"model.dropout: {message}"):
             load_space(wrong, base)
+
+
+def test_a_journal_record_cut_short_is_dropped_by_the_resume_the_error_suggests(
+    tmp_path, data_root, capsys
+):
+    """A full device (or a kill) in the middle of a write to the journal cuts its last record
+    short; ``--resume`` drops it with a warning, the trial it recorded runs again, and the
+    journal reads whole (before, the resumed study's next record went onto the cut line and
+    every later reading failed with a JSONDecodeError)."""
+    config, space_file, study = write_study_files(
+        tmp_path, data_root, seeded_lr_space(2), num_epochs=1
+    )
+    # a job of its own, gone when resumed (as the one the full device stopped)
+    assert run_forked("tune", config, space_file, "--trials", "1").returncode == 0
+    journal = study / "study.journal"
+    data = journal.read_bytes()
+    last = data.rstrip(b"\n").rfind(b"\n") + 1
+    journal.write_bytes(data[: last + (len(data) - last) // 2])  # the last record cut in half
+    done = run_main(capsys, "tune", config, space_file, "--trials", "2", "--resume")
+    assert done.returncode == 0, done.stderr
+    assert "study.journal: dropped its last record, cut short" in done.stderr
+    trials = stored_trials(study)  # Optuna's own reader: every line a whole record
+    counted = [t for t in trials if not t.user_attrs.get("interrupted")]
+    assert len(counted) == 2 and all(t.state.name == "COMPLETE" for t in counted)
+    again = run_main(capsys, "tune", config, space_file, "--trials", "2", "--resume")
+    assert again.returncode == 0 and "dropped" not in again.stderr, again.stderr
+    assert len(stored_trials(study)) == len(trials)

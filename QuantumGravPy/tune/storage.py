@@ -11,9 +11,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import random
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +53,7 @@ def open_storage(spec: str) -> Any:
     """The Optuna storage ``spec`` names (a journal file path or a URL); ConfigError naming it
     when it cannot be opened or reached."""
     from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
+    from optuna.storages.journal import JournalRedisBackend
 
     shown = f"{option('storage')} {redact(spec)}"
     try:
@@ -57,7 +61,7 @@ def open_storage(spec: str) -> Any:
             path = Path(spec)
             if not path.parent.is_dir():
                 raise ConfigError(f"{shown}: the folder {path.parent} does not exist")
-            return JournalStorage(JournalFileBackend(str(path)))
+            return JournalStorage(journal_backend(path))
         if spec.startswith("redis://"):
             return JournalStorage(JournalRedisBackend(spec))
         if spec.startswith("sqlite:"):
@@ -82,6 +86,111 @@ def open_storage(spec: str) -> Any:
                 f"{shown}: the study's database server cannot be reached or failed: {detail}"
             ) from e
         raise ConfigError(f"{shown}: cannot open the study storage: {detail}") from e
+
+
+def journal_backend(path: Path) -> Any:
+    """Optuna's journal file at ``path``, written so that a record cut short (a full device,
+    a kill in the middle of a write) is never read, nor written after: the records before it
+    are the study (see :func:`drop_cut_records`)."""
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+
+    class Journal(JournalFileBackend):
+        def __init__(self, file_path: str):
+            self._qg_lock = JournalFileSymlinkLock(file_path)  # Optuna's default lock
+            super().__init__(file_path, lock_obj=self._qg_lock)
+            self._qg_path = Path(file_path)
+            with _locked(self._qg_lock):
+                drop_cut_records(self._qg_path)
+
+        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+            # As Optuna's, but a write that fails leaves the file as it was: the next record
+            # then starts a line of its own instead of finishing a cut one.
+            text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs)
+            with _locked(self._qg_lock), open(self._qg_path, "r+b") as f:
+                start = _whole_records_end(f, announce=self._qg_path)
+                f.seek(start)
+                try:
+                    f.write(text.encode("utf-8"))
+                    f.flush()
+                    os.fsync(f.fileno())
+                except OSError:
+                    f.truncate(start)
+                    raise
+
+    return Journal(str(path))
+
+
+@contextlib.contextmanager
+def _locked(lock: Any) -> Iterator[None]:
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def drop_cut_records(path: Path) -> None:
+    """Drop from the journal ``path`` what is not a whole record, with a warning naming it: a
+    last line cut short (its writer stopped), or a line where a record was cut and the next
+    one written after it (a cut the journal's writers before this one did not undo; the whole
+    record after the cut is kept). Called with the journal's lock held."""
+    if not path.exists():
+        return
+    with open(path, "r+b") as f:
+        end = _whole_records_end(f, announce=path)
+        f.seek(0)
+        lines = f.read(end).splitlines(keepends=True)
+        kept, dropped = [], 0
+        for line in lines:
+            if _record(line):
+                kept.append(line)
+                continue
+            dropped += 1
+            start = line.rfind(b'{"op_code":')
+            if start > 0 and _record(line[start:]):
+                kept.append(line[start:])
+        if not dropped:
+            return
+    _warn_cut(path, f"{dropped} record(s) cut short in the middle")
+    tmp = path.with_name(f".{path.name}.repaired")
+    tmp.write_bytes(b"".join(kept))
+    os.replace(tmp, path)
+
+
+def _record(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def _whole_records_end(f: Any, *, announce: Path) -> int:
+    """Where the journal's whole lines end in ``f``: its end, or after its last newline when
+    what follows was cut short (dropped from the file, with a warning)."""
+    size = f.seek(0, os.SEEK_END)
+    position = size
+    while position > 0:
+        step = min(4096, position)
+        f.seek(position - step)
+        block = f.read(step)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            position = position - step + newline + 1
+            break
+        position -= step
+    if position < size:
+        f.truncate(position)
+        _warn_cut(announce, f"its last record, cut short ({size - position} bytes)")
+    return position
+
+
+def _warn_cut(path: Path, what: str) -> None:
+    get_logger().warning(
+        "%s: dropped %s when a write to it stopped (a full device or a kill); the study goes "
+        "on from its whole records",
+        path,
+        what,
+    )
 
 
 # Drivers whose package on PyPI has another name than the module SQLAlchemy imports.
