@@ -52,3 +52,10 @@ def short_flow(graph: int = 6):
     graphs = rings_with_edge_heat()
     graphs[graph].flow = graphs[graph].flow[:-1]
     return graphs
+
+
+def bad_edge_in_memory(node: str = "n"):
+    """:func:`bad_edge`'s graphs held as PyTorch Geometric holds a dataset in memory."""
+    from user_data import _InMemory
+
+    return _InMemory(bad_edge(node=node))

@@ -336,3 +336,23 @@ def test_disk_storage_keeps_no_per_pair_target_in_memory(make_config, tmp_path):
             assert torch.equal(batch[key], expected[key]), key
     with pytest.raises(qg.ConfigError, match=r"augmentation.preset: not with data.pairs"):
         make_config("data.pairs=relations", "augmentation.preset=mild")
+
+
+def test_a_pair_target_of_one_value_per_element_in_one_file_sample_is_one_line(
+    make_config, tmp_path, capsys
+):
+    """The first sample's interval matrix is read at its relations; a later sample holding one
+    value per element gave a shape traceback in the loss. Now one line names the file, the
+    sample's group and the attribute."""
+    path, truth, _ = write_sets(tmp_path / "sets.zarr", count=10)
+    n = len(truth[3][0])
+    group = zarr.open_group(str(path), mode="a")["cset_4"]
+    del group["interval"]
+    group.create_array("interval", data=np.ones(n, dtype=np.float32))
+    config = tmp_path / "c.yaml"
+    config.write_text(dump_config(edge_config(make_config, path, "training.num_epochs=1")))
+    assert_refused(
+        run_main(capsys, "train", config),
+        f"data.files: {path}: cset_4: 'interval' needs one row per pair of 'relations_index'",
+        f"found {n} rows",
+    )

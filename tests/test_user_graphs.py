@@ -29,6 +29,10 @@ EDGE_TASK = "tasks=[{name: flow, type: regression, level: edge, pairs: %s}]"
         ([BAD, "data.dataset_kwargs={node: '-1'}"], 7, "edge_index", -1),
         # the last graph: past every node of any batch it is in (a traceback before)
         ([BAD, "data.dataset_kwargs={node: n+5, graph: 39}"], 39, "edge_index", 14),
+        (  # held in PyG's joined tensors: checked there, without a graph object each
+            ["data.dataset=bad_graphs.bad_edge_in_memory", "data.dataset_kwargs={node: '-1'}"],
+            7, "edge_index", -1,
+        ),
         (  # an edge task's own pairs, read from the same graphs
             [BAD, "data.dataset_kwargs={attribute: bond_index}", EDGE_TASK % "bond_index",
              "early_stopping.metric=val_loss"],
@@ -40,9 +44,10 @@ def test_an_index_out_of_its_graph_is_one_line(
     config_file, capsys, tmp_path, overrides, graph, attribute, node
 ):
     result = run_main(capsys, "train", config_file(), *overrides)
+    function = overrides[0].partition("=")[2]
     line = assert_refused(
         result,
-        "data.dataset (bad_graphs.bad_edge)",
+        f"data.dataset ({function})",
         f"graph {graph}: '{attribute}' names node {node}, but the graph has",
     )
     assert "another graph's node" in line
@@ -66,7 +71,7 @@ def test_an_index_out_of_its_graph_is_one_line(
             ["data.dataset=bad_graphs.short_flow", EDGE_TASK % "edge_index",
              "early_stopping.metric=val_loss"],
             "data.dataset (bad_graphs.short_flow): graph 6: 'flow' needs one row per pair of "
-            "'edge_index' (12 in this graph), found shape [11]",
+            "'edge_index' (12 in this graph), found 11 rows",
         ),
     ],
 )  # fmt: skip

@@ -185,7 +185,7 @@ def predict(
         _dataset(job, progress=True, world_size=world_size)
     if graphs is not None or config.data.dataset is not None:  # before a rank starts on them
         source = "qg.predict's graphs" if graphs is not None else user_graphs_source(config)
-        check_user_graphs(_dataset(job, progress=False), config, source=source, labels=False)
+        check_user_graphs(_dataset(job, progress=False), config, source=source)
     if world_size == 1 and env is None:
         result = predict_worker(0, 1, job)
     else:
