@@ -778,6 +778,44 @@ def test_a_grid_search_tries_every_combination_once(tmp_path, data_root, capsys)
             load_space(wrong, base)
 
 
+def test_a_grid_too_large_to_list_is_refused_before_it_is_listed(tmp_path, data_root, capsys):
+    """A grid of 2 x 10^12 combinations: counted, not listed (listing it is a MemoryError),
+    and refused naming each parameter's count; nothing is written."""
+    space = {
+        "model.hidden_channels": {"type": "int", "low": 1, "high": 10**12},
+        "training.optimizer.kwargs.lr": {"type": "categorical", "choices": [0.01, 0.001]},
+        "objective": {"metric": "val_loss"},
+        "sampler": {"type": "grid"},
+    }
+    config, space_file, study = write_study_files(tmp_path, data_root, space, num_epochs=1)
+    refused = run_main(capsys, "tune", config, space_file, "--trials", "2")
+    assert_refused(
+        refused,
+        str(space_file),
+        "the grid has 2,000,000,000,000 combinations (model.hidden_channels "
+        "(1,000,000,000,000) x training.optimizer.kwargs.lr (2)), more than the 100,000",
+    )
+    assert not study.exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_hostile_space_file_is_refused_as_a_config_is(tmp_path, data_root, capsys):
+    """The search space file is read within a config's limits: a billion-laughs file (9^9
+    values if expanded) and one nested 330 levels are each one line naming the file."""
+    config, space_file, study = write_study_files(tmp_path, data_root, seeded_lr_space(0))
+    laughs = ['&a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        laughs.append(f"&{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    # one choice holding them all: the refusal of a choice that is a list would print it
+    bomb = "model.hidden_channels: {type: categorical, choices: [[" + ", ".join(laughs) + "]]}"
+    deep = "model.kwargs.deep: " + "{a: " * 330 + "1" + "}" * 330
+    for body, message in ((bomb, "100,000 values"), (deep, "64 levels")):
+        space_file.write_text(yaml.safe_dump(seeded_lr_space(0)) + body + "\n")
+        refused = run_main(capsys, "tune", config, space_file, "--trials", "2")
+        assert_refused(refused, str(space_file), message)
+    assert not study.exists()
+
+
 def test_a_journal_record_cut_short_is_dropped_by_the_resume_the_error_suggests(
     tmp_path, data_root, capsys
 ):

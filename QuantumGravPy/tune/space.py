@@ -35,6 +35,7 @@ import yaml
 
 from ..config import Config, config_from_dict, config_to_dict, history_columns, improves_towards
 from ..config.loading import set_key
+from ..config.yamlfile import read_yaml_file
 from ..errors import ConfigError, require
 
 RESERVED = ("objective", "pruner", "sampler")
@@ -44,6 +45,9 @@ PARAM_FIELDS = {
     "categorical": {"type", "choices"},
 }
 DIRECTIONS = {"minimize": "min", "maximize": "max"}
+# Each combination is a training run: a study never tries more, and Optuna lists them all
+# (about 100 bytes each) when the sampler is made.
+MAX_GRID_POINTS = 100_000
 
 
 def _pruners() -> dict[str, Any]:
@@ -111,19 +115,30 @@ class Param:
     def grid(self) -> list[Any]:
         """The values a grid search tries: the choices, or low to high (both included) in
         steps; a ConfigError naming the key for a range that has no such list."""
+        count = self.grid_size()
+        if self.type == "int":
+            return list(range(self.low, self.high + 1, self.step or 1))
+        if self.type == "float":
+            return [self.low + i * self.step for i in range(count)]
+        return list(self.choices)
+
+    def grid_size(self) -> int:
+        """How many values :meth:`grid` lists, counted without listing them."""
         if self.type == "categorical":
-            return list(self.choices)
+            return len(self.choices)
         if self.log:
             raise ConfigError(f"{self.key}: a log scale has no grid; list the values (categorical)")
         if self.type == "int":
-            return list(range(self.low, self.high + 1, self.step or 1))
+            return len(range(self.low, self.high + 1, self.step or 1))
         if self.step is None:
             raise ConfigError(
                 f"{self.key}: a float needs a step to be searched on a grid (or list the "
                 "values as a categorical)"
             )
-        count = math.floor((self.high - self.low) / self.step + 1e-9)
-        return [self.low + i * self.step for i in range(count + 1)]
+        steps = (self.high - self.low) / self.step
+        if not math.isfinite(steps):
+            raise ConfigError(f"{self.key}: a step of {self.step!r} lists too many values")
+        return math.floor(steps + 1e-9) + 1
 
     def ends(self) -> list[tuple[str, Any]]:
         """The values checked against the config before the study: (what, value)."""
@@ -152,7 +167,7 @@ class SearchSpace:
 
     def grid_points(self) -> int:
         """How many combinations a grid search has (the product of each parameter's values)."""
-        return math.prod(len(p.grid()) for p in self.params)
+        return math.prod(p.grid_size() for p in self.params)
 
     def make_sampler(self, *, parallel: int = 1, salt: str | None = None) -> Any:
         """The sampler; with ``salt`` (a study continued by this process), its seed is mixed
@@ -205,7 +220,7 @@ def load_space(source: str | Path | Mapping[str, Any], base: Config) -> SearchSp
         return parse_space(source, base)
     path = Path(source)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = read_yaml_file(path)
     except FileNotFoundError:
         raise ConfigError(f"search space file not found: {path}") from None
     except OSError as e:
@@ -238,8 +253,21 @@ def parse_space(raw: Any, base: Config) -> SearchSpace:
     sampler = _section(raw.get("sampler"), "sampler", _samplers(), "tpe")
     space = SearchSpace(tuple(params), metric, direction, pruner, sampler)
     if sampler["type"] == "grid":
-        space.grid_points()  # every parameter has a list of values
+        _check_grid(space)
     return space
+
+
+def _check_grid(space: SearchSpace) -> None:
+    """Every parameter has a list of values, and Optuna can list their combinations: it builds
+    all of them as it starts, so a grid past the limit is refused before any list is made."""
+    points = space.grid_points()
+    if points > MAX_GRID_POINTS:
+        sizes = " x ".join(f"{p.key} ({p.grid_size():,})" for p in space.params)
+        raise ConfigError(
+            f"sampler: the grid has {points:,} combinations ({sizes}), more than the "
+            f"{MAX_GRID_POINTS:,} a grid search may list; list fewer values (a larger step), or "
+            "sample the space (sampler type tpe or random)"
+        )
 
 
 def _flatten(raw: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
