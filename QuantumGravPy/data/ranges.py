@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Generator
 from typing import Any
 
 from .. import logs
 from ..logs import configure_logging, get_logger
 from ..parallel import spawn
+from . import columns
 from .augment import AugmentationConfig, gen_distributed_augmentation_params
 
 
@@ -18,19 +20,23 @@ def in_parallel(fn: Any, world_size: int, *args: Any) -> list[Any]:
     Forked from a server that imported the package once, so the processes start in a
     fraction of the seconds a fresh interpreter each takes (which cost more than the work on
     a few thousand causal sets). They log as this process does, if it logs: each line of rank
-    r marked ``[RANK r]`` (rank 0 reports progress).
+    r marked ``[RANK r]`` (rank 0 reports progress). A list of graphs comes back as columns
+    (:mod:`.columns`): a few tensors read as data, not graph by graph.
     """
     logger = get_logger()
     level = logger.level if logger.handlers else None
     how = (level, logs.PROGRESS_EVERY_S)
-    return spawn(_logging, world_size, how, fn, *args, backend="gloo", start_method="forkserver")
+    parts = spawn(_logging, world_size, how, fn, *args, backend="gloo", start_method="forkserver")
+    show = level is not None and level <= logging.INFO
+    return [columns.unpack(p, show=show) if columns.is_packed(p) else p for p in parts]
 
 
 def _logging(rank: int, world_size: int, how: tuple, fn: Any, *args: Any) -> Any:
     level, logs.PROGRESS_EVERY_S = how
     if level is not None:
         configure_logging(level, prefix=f"[RANK {rank}] ")
-    return fn(rank, world_size, *args)
+    result = fn(rank, world_size, *args)
+    return columns.pack(result) if columns.packable(result) else result
 
 
 def _count(value: Any, name: str, minimum: int) -> int:

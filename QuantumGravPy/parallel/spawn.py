@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import multiprocessing
 import os
-import pickle
 import re
 import tempfile
 import threading
@@ -42,7 +42,7 @@ from ..errors import (
     on_command_line,
 )
 from ..logs import get_logger
-from . import distributed, failures, network, orphans
+from . import distributed, failures, handover, native_output, network, orphans
 from .distributed import PortInUseError
 
 # Seconds a rank gets to exit by itself once another has failed, before it is terminated.
@@ -61,13 +61,17 @@ class WorkerError(QGError):
 
 
 def run_distributed(
-    fn: Callable[..., Any], config: Config, *args: Any, world_size: int | None = None
+    fn: Callable[..., Any],
+    config: Config,
+    *args: Any,
+    world_size: int | None = None,
+    log: Path | None = None,
 ) -> Any:
     """Run ``fn(rank, world_size, *args)`` as every rank of a job, with ``config.parallel``.
 
     Started by torchrun or srun: this process joins their job as one rank and returns its own
     result. Otherwise ``world_size`` processes (default ``parallel.world_size``) are spawned and
-    rank 0's result is returned.
+    rank 0's result is returned; torch's C++ log records go to ``log`` (see :func:`spawn`).
     """
     p = config.parallel
     backend = resolve_backend(config)
@@ -83,6 +87,7 @@ def run_distributed(
             timeout_s=p.timeout_s,
             # One import for all ranks instead of one each: seconds off every job's start.
             start_method="forkserver",
+            log=log,
         )[0]
     _thread_lock_for_bars()
     network.use_interface(p.interface)
@@ -164,6 +169,7 @@ def spawn(
     backend: str = "auto",
     timeout_s: float = distributed.DEFAULT_TIMEOUT_S,
     start_method: str = "spawn",
+    log: Path | None = None,
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes joined in a group.
 
@@ -177,6 +183,10 @@ def spawn(
     fraction of a second: worth it for many short jobs from one program (a test suite, a sweep).
     The server is started at the first such call and keeps the environment and the standard
     output of that moment for all ranks it forks.
+
+    The ranks' Python output goes to this process's stderr as it is written; what their C++
+    code prints too, except torch's C++ log records (c10d's stack dumps when a rank is lost),
+    which go to ``log`` (a run's train.log; without one, this process's log at DEBUG level).
     """
     if world_size < 1:
         raise QGError(f"world_size must be at least 1, got {world_size}")
@@ -195,7 +205,7 @@ def spawn(
         port = master_port if master_port is not None else distributed.free_port(master_addr)
         try:
             return _spawn_once(
-                fn, world_size, args, master_addr, port, backend, timeout_s, start_method
+                fn, world_size, args, master_addr, port, backend, timeout_s, start_method, log
             )
         except _PortTaken:
             if attempt == attempts - 1:
@@ -208,10 +218,13 @@ class _PortTaken(Exception):
 
 
 def _spawn_once(
-    fn, world_size, args, master_addr, port, backend, timeout_s, start_method
+    fn, world_size, args, master_addr, port, backend, timeout_s, start_method, log
 ) -> list[Any]:
     with tempfile.TemporaryDirectory(prefix="qg-spawn-") as tmp:
         out = Path(tmp)
+        relay = native_output.Relay(
+            [out / f"stderr{r}" for r in range(world_size)], native_output.to_log(log)
+        )
         context = mp.start_processes(
             _entry,
             args=(
@@ -241,14 +254,26 @@ def _spawn_once(
             raise _failure(out, e.error_index, f"it ended with {how}", context, timeout_s) from e
         finally:
             _terminate(context)  # Ctrl-C, or anything else unexpected: no rank is left behind
+            relay.close()  # all they printed, before this process says why the job ended
         results = []
         for rank in range(world_size):
-            path = out / f"result{rank}.pkl"
+            path = out / f"result{rank}.pt"
             if not path.exists():  # torch's wrapper ends a rank hit by Ctrl-C with status 0
                 raise WorkerError(f"rank {rank} ended without a result (interrupted)", rank=rank)
-            results.append(pickle.loads(path.read_bytes()))
+            results.append(handover.read(path))
         return results
 
+
+class _NoTerminatingNotice(logging.Filter):
+    """torch logs a warning for each rank it ends after another failed, just before this
+    module reports the failure in one line (naming the rank that stopped answering, if one
+    did): the warning would only come first, with a process id nobody asked for."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Terminating process")
+
+
+logging.getLogger("torch.multiprocessing.spawn").addFilter(_NoTerminatingNotice())
 
 _ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*")
 
@@ -343,9 +368,10 @@ def _entry(
     # (cleanup_ddp's among them) then walks what the rank made, not the half a million objects
     # of torch and its kin (0.3 s a collection, and pages copied from the server's).
     gc.freeze()
+    out = Path(out)
+    native_output.capture(out / f"stderr{rank}")
     if launcher is not None:
         orphans.watch_launcher(launcher, rank)
-    out = Path(out)
     _thread_lock_for_bars()
     if command_line:  # errors name options as the user passed them
         os.environ[COMMAND_LINE_ENV] = "1"
@@ -353,12 +379,12 @@ def _entry(
         reimport_extensions(extensions or {})
         distributed.initialize_ddp(rank, world_size, master_addr, port, backend, timeout_s)
         result = fn(rank, world_size, *args)
+        handover.write(out / f"result{rank}.pt", result)
     except PortInUseError:
         (out / "port_in_use").touch()
         raise
     except (QGError, RunError) as e:  # told as it is, in one line; its traceback goes with it
         _record(out, rank, e)
         raise
-    (out / f"result{rank}.pkl").write_bytes(pickle.dumps(result))
     distributed.cleanup_ddp()
     gc.freeze()  # a quick exit: see QuantumGravPy/forkserver.py

@@ -17,6 +17,7 @@ from ...parallel import WorkerError, distributed, run_distributed
 from ...parallel.strategies import strategy_class
 from ...runs import check_resumable
 from ...runs.layout import LOG, check_flags, check_run_dir
+from ...runs.lock import check_free
 from .fit import fit
 
 
@@ -67,8 +68,9 @@ def launch(
         )
     try:
         return run_distributed(
-            train_worker, config, config, overwrite, resume, force, world_size=world_size
-        )
+            train_worker, config, config, overwrite, resume, force, world_size=world_size,
+            log=config.run_dir / LOG,  # where c10d's stack dumps go, not the terminal
+        )  # fmt: skip
     except WorkerError as e:
         if env is None and e.rank != 0:  # rank 0 was stopped from outside: say why in its log
             append_to_log(config.run_dir / LOG, f"the job stopped: {e}")
@@ -99,8 +101,10 @@ def preflight(
 ) -> None:
     """Refuse, before minutes are spent, what cannot run: flags that exclude each other, what
     the strategy refuses, a batch that does not divide over ``world_size`` processes, an
-    occupied run directory or (resuming) a checkpoint the config does not fit."""
+    occupied run directory (or one another run is writing) or (resuming) a checkpoint the
+    config does not fit."""
     check_flags(overwrite=overwrite, resume=resume)
+    check_free(config.run_dir)  # another run writing there: told now, not after the data
     strategy_class(config, world_size)
     per_process(config, world_size)
     if resume:
