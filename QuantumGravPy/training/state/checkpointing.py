@@ -129,8 +129,9 @@ class Checkpoints:
         settled = all(trained.get(k) == now.get(k) for k in ("optimizer", "lr_scheduler"))
         try:
             s.load_optimizer_state(self.model, self.optimizer, contents["optimizer"])
-            ratio = self.optimizer.param_groups[0]["lr"] / _rate(trained, self.optimizer)
             if not settled:
+                rate = _rate(trained, self.optimizer)  # what a plateau schedule cut it from
+                ratio = self.optimizer.param_groups[0]["lr"] / rate if rate else 1.0
                 _apply_settings(self.optimizer, self.config.training.optimizer.kwargs)
             if self.lr_scheduler is not None and contents["lr_scheduler"] is not None:
                 if settled:
