@@ -15,7 +15,9 @@ PACKAGE = ROOT / "QuantumGravPy"
 # Private-looking names that are not a dependency's internals: the public os._exit and
 # namedtuple._replace, and the library's own classes reading another instance of themselves.
 OWN = {
-    ("parallel/failures.py", "os._exit"),
+    ("parallel/failures.py", "os._exit"),  # the standard library's, named so on purpose
+    ("parallel/deadline.py", "os._exit"),
+    ("parallel/orphans.py", "os._exit"),
     ("data/batching.py", "stored._replace"),
     ("data/disk.py", "other._compact"),
     ("data/disk.py", "other._length"),
