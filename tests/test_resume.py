@@ -504,3 +504,91 @@ def test_torchrun_restarts_a_killed_worker_and_the_run_resumes(tmp_path, data_ro
         rd.read_history(whole)
     )
     assert_same_weights(final_state(tmp_path / "elastic")["model"], final_state(whole)["model"])
+
+
+class Paused:
+    """A training.callbacks object: at its first epoch's end it opens the FIFO ``ready`` (which
+    returns once the test opens it too) and waits until the test writes to the FIFO ``go``: the
+    run is in the middle of its epochs for as long as the test needs, without a sleep."""
+
+    def __init__(self, ready: str, go: str):
+        self.ready, self.go, self.done = ready, go, False
+
+    def on_epoch_end(self, trainer, row):
+        if not self.done:
+            self.done = True
+            with open(self.ready, "w") as f:
+                f.write(str(os.getpid()))
+            with open(self.go) as f:
+                f.read()
+
+
+def _when_ready(job, ready) -> str:
+    """What the job's Paused callback writes to ``ready``, once it does; the job's error if it
+    ends first."""
+    import threading
+
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.append(ready.read_text()), daemon=True)
+    reader.start()
+    while reader.is_alive():
+        reader.join(1)
+        if reader.is_alive() and job.poll() is not None:
+            with open(ready, "w"):  # lets the reader go
+                pass
+            reader.join()
+            raise AssertionError(job.communicate()[1])
+    return said[0]
+
+
+@pytest.mark.timeout(180)
+def test_a_run_directory_in_use_is_refused_to_a_second_qg_train_and_a_gone_holder_taken_over(
+    tmp_path, data_root, capsys
+):
+    """A --resume (or --overwrite) started while a run trains in its directory is refused in
+    one line naming the process that writes it, before it touches a file; the first run goes
+    on undisturbed. Once its process is gone, the lock file it left is taken over."""
+    import socket
+
+    raw = small_raw_config(tmp_path, data_root)
+    raw["training"]["num_epochs"] = 2
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    run = tmp_path / "run"
+    assert run_main(capsys, "train", cfg).returncode == 0
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    os.mkfifo(ready)
+    os.mkfifo(go)
+    paused = f"training.callbacks=[{{type: test_resume.Paused, kwargs: {{ready: '{ready}', go: '{go}'}}}}]"
+    job = start_forked("train", cfg, "--resume", "--force", "training.num_epochs=3", paused)
+    try:
+        assert int(_when_ready(job, ready)) == job.pid  # at the end of epoch 3, writing the run
+        history = (run / rd.HISTORY).read_text()
+        for flags in (["--resume", "--force"], ["--overwrite"]):
+            second = run_main(capsys, "train", cfg, *flags, "training.num_epochs=4")
+            assert_refused(
+                second,
+                f"{run} is in use by another run: process {job.pid} on {socket.gethostname()} "
+                f"holds its lock ({run / '.qg-run.lock'})",
+            )
+            assert (run / rd.HISTORY).read_text() == history  # nothing touched
+        with open(go, "w") as f:
+            f.write("go")
+        _, err = job.communicate(timeout=120)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    assert job.returncode == 0, err
+    epochs = [
+        json.loads(json.dumps(r.split(",")[0]))
+        for r in (run / rd.HISTORY).read_text().splitlines()[1:]
+    ]
+    assert epochs == ["1", "2", "3"]
+    assert (run / ".qg-run.lock").read_text() == ""  # released
+    # a lock file left by a process that is gone (killed: the kernel dropped its lock)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (run / ".qg-run.lock").write_text(f"{gone.pid} {socket.gethostname()}\n")
+    again = run_main(capsys, "train", cfg, "--resume", "--force", "training.num_epochs=4")
+    assert again.returncode == 0, again.stderr

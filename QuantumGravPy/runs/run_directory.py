@@ -18,7 +18,7 @@ from ..config import Config, config_to_dict, dump_config
 from ..errors import QGError, cause
 from ..logs import add_file_handler
 from . import layout as rd
-from . import plots
+from . import lock, plots
 from .tracking import MLflowTracker, TensorBoardTracker
 from .wandb_run import WandbTracker
 
@@ -49,6 +49,7 @@ class RunDirectory:
         self.trackers: list[Any] = []  # the main process's TensorBoard, MLflow, W&B writers
         self.rank_history: list[dict[str, Any]] = []  # ranks.csv's rows (the main process's)
         self._handler: logging.Handler | None = None
+        self._holding, self._held = False, None  # the directory's lock (the main process's)
 
     def open(
         self,
@@ -72,6 +73,7 @@ class RunDirectory:
         checkpoint's ``notices`` are logged.
         """
         if self.main:
+            self._lock()
             if resuming:
                 (self.path / rd.CHECKPOINTS).mkdir(parents=True, exist_ok=True)
                 rd.remove_partial_writes(self.path)
@@ -94,6 +96,14 @@ class RunDirectory:
                 self.logger.info("resumed from %s after epoch %d (step %d)", resumed, epoch, step)
                 for level, notice in notices:
                     self.logger.log(level, "%s", notice)
+
+    def _lock(self) -> None:
+        """The directory's lock (:mod:`.lock`), before any file of it is touched: one process
+        writes a run. Not where ``training.path`` is a file (the directory's checks say so)."""
+        if self._holding or (self.path.exists() and not self.path.is_dir()):
+            return
+        self._held = lock.hold(self.path)
+        self._holding = True
 
     def _open_trackers(self, epoch: int, history: list[dict[str, Any]]) -> None:
         tracking = self.config.tracking
@@ -190,3 +200,6 @@ class RunDirectory:
             self.logger.removeHandler(self._handler)
             self._handler.close()
             self._handler = None
+        if self._holding:
+            lock.release(self._held)
+            self._holding, self._held = False, None
