@@ -52,8 +52,9 @@ def hold(path: Path) -> Path | None:
     return path
 
 
-def release(held: Path | None) -> None:
-    """Let go of a lock :func:`hold` returned (the last holder in this process unlocks)."""
+def release(held: Path | None, *, remove: bool = False) -> None:
+    """Let go of a lock :func:`hold` returned (the last holder in this process unlocks);
+    ``remove``: its file too, for a run that could not start and leaves nothing behind."""
     if held is None:
         return
     key = _key(held)
@@ -63,6 +64,8 @@ def release(held: Path | None) -> None:
     entry[1] -= 1
     if entry[1] == 0:
         del _held[key]
+        if remove:  # while still locked: no other process holds it meanwhile
+            (held / LOCK).unlink(missing_ok=True)
         os.ftruncate(entry[0], 0)  # a lock file naming a process is one its process left
         # unlocked explicitly: a process forked meanwhile (a loader's worker) shares the file
         fcntl.flock(entry[0], fcntl.LOCK_UN)

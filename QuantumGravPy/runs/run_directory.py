@@ -84,6 +84,7 @@ class RunDirectory:
             except Exception:
                 if not resuming:  # a run that could not start leaves no run behind
                     rd.remove_run_files(self.path)
+                    self._unlock(remove=True)
                 raise
             (self.path / rd.CONFIG).write_text(dump_config(self.config), encoding="utf-8")
             after = epoch if resumed is not None else None
@@ -200,6 +201,9 @@ class RunDirectory:
             self.logger.removeHandler(self._handler)
             self._handler.close()
             self._handler = None
+        self._unlock()
+
+    def _unlock(self, *, remove: bool = False) -> None:
         if self._holding:
-            lock.release(self._held)
+            lock.release(self._held, remove=remove)
             self._holding, self._held = False, None
