@@ -20,6 +20,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -177,8 +178,6 @@ def _young(folder: Path) -> bool:
     """A partial folder without its owner file: made a moment ago by a process that has not
     written it yet, or left by one killed in that moment; only the second is older than a
     minute."""
-    import time
-
     try:
         return time.time() - folder.stat().st_mtime < 60
     except OSError:
