@@ -330,11 +330,13 @@ def _failure(out: Path, rank: int, detail: str, context, timeout_s: float) -> Ex
         # still running and had to be terminated.
         silent = [r for r, p in enumerate(context.processes) if r != rank and (p.exitcode or 0) < 0]
         who = f"rank(s) {', '.join(map(str, silent))}" if silent else "the other ranks"
-        return WorkerError(
+        error = WorkerError(
             f"rank {rank}: no answer from {who} within {timeout_s:g} s (parallel.timeout_s); "
             f"they stopped answering ({last})",
             rank=rank,
         )
+        error.users = False  # a rank that fell silent: not a mistake in what was passed (exit 1)
+        return error
     return WorkerError(f"rank {rank} failed: {last}", rank=rank, traceback=detail)
 
 
