@@ -42,7 +42,7 @@ def test_a_frozen_rank_is_named_on_every_path(config_file, sharing, waits_in):
 def test_torchs_cpp_log_records_go_to_the_log_and_the_rest_is_shown(tmp_path):
     import io
 
-    from QuantumGravPy.parallel.native_output import Relay
+    from QuantumGravPy.parallel.native_output import Relay, to_log
 
     dump = [
         "[rank1]:[W1129 12:44:06.261753176 TCPStore.cpp:125] [c10d] recvValue failed on Socket",
@@ -64,6 +64,13 @@ def test_torchs_cpp_log_records_go_to_the_log_and_the_rest_is_shown(tmp_path):
     relay.close()
     assert kept == [(0, dump)]
     assert shown.getvalue().splitlines() == [*other, "no newline at the end"]
+    # kept in the run's log, marked with the rank; never a log of its own where none is
+    log = tmp_path / "train.log"
+    to_log(log)(1, dump[:2])
+    assert not log.exists()
+    log.write_text("12:00:00 INFO epoch 1\n")
+    to_log(log)(1, dump[:2])
+    assert log.read_text().splitlines()[1:] == [f"[RANK 1] {line}" for line in dump[:2]]
 
 
 @pytest.mark.timeout(120)

@@ -103,17 +103,19 @@ class Relay:
 
 def to_log(path: Path | None) -> Sink:
     """A sink that appends the lines to the log at ``path`` (marked with their rank), or, without
-    one or while it does not exist yet, logs them at DEBUG level."""
+    one or while the run has not made it, logs them at DEBUG level."""
 
     def sink(rank: int, lines: list[str]) -> None:
         text = "".join(f"[RANK {rank}] {line}\n" for line in lines)
         if path is not None:
-            try:
-                with open(path, "a", encoding="utf-8") as f:
+            try:  # only into a log the run has opened: never one of its own in a folder
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            except OSError:
+                fd = None
+            if fd is not None:
+                with open(fd, "a", encoding="utf-8") as f:
                     f.write(text)
                 return
-            except OSError:
-                pass
         get_logger().debug("torch's C++ log on rank %d:\n%s", rank, text.rstrip("\n"))
 
     return sink
