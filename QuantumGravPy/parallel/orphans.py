@@ -31,7 +31,10 @@ def _watch(pid: int, rank: int) -> None:
     except (AttributeError, OSError):  # not Linux 5.3+, or the launcher is gone already
         handle = None
     if handle is not None:
-        select.select([handle], [], [])  # readable once the process has ended
+        waiting = select.poll()  # (select.select fails for descriptors past 1024)
+        waiting.register(handle, select.POLLIN)
+        while not waiting.poll():  # readable once the process has ended
+            pass
     else:
         parent = os.getppid()
         while _alive(pid) and os.getppid() == parent:
