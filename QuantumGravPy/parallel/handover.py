@@ -109,10 +109,17 @@ def rebuilt(tree: Any) -> Any:
         if tag == "numpy":
             return np.dtype(tree["dtype"]).type(tree["value"])
         if tag == "graph":
-            return _class(tree["class"], "torch_geometric.").from_dict(rebuilt(tree["dict"]))
+            from torch_geometric.data.data import BaseData
+
+            cls = _class(tree["class"], "torch_geometric.")
+            if not issubclass(cls, BaseData):
+                raise NotData(f"a result names {tree['class']} as a graph's class")
+            return cls.from_dict(rebuilt(tree["dict"]))
         if tag == "object":
             cls = _class(tree["class"], f"{_OWN}.")
-            obj = cls.__new__(cls)
+            if cls.__new__ is not object.__new__:  # made otherwise than by its attributes
+                raise NotData(f"a result names {tree['class']}, which is not handed over")
+            obj = object.__new__(cls)
             obj.__dict__.update(rebuilt(tree["state"]))
             return obj
         raise NotData(f"a result holds an unknown tag {tag!r}")
