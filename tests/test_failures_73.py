@@ -236,3 +236,16 @@ def test_a_planted_result_file_is_refused_and_never_run(monkeypatch, tmp_path):
         qg.spawn(_plant_into_rank0s_result, 2, str(folder), str(marker), backend="gloo",
                  timeout_s=60, start_method="forkserver")  # fmt: skip
     assert not marker.exists()
+
+
+def _returns_an_object(rank: int, world_size: int):
+    return {"rank": rank, "thing": object()}
+
+
+@pytest.mark.timeout(120)
+def test_a_result_that_is_not_data_is_named_by_the_rank_that_returned_it():
+    import QuantumGravPy as qg
+
+    with pytest.raises(qg.WorkerError, match=r"rank 0: a result holds a builtins.object") as info:
+        qg.spawn(_returns_an_object, 1, backend="gloo", timeout_s=60, start_method="forkserver")
+    assert info.value.users is False  # a library bug or the caller's, not a config mistake
