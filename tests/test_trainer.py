@@ -294,12 +294,23 @@ def test_a_checkpoint_that_would_run_code_is_refused(tmp_path, capsys):
 
 
 def test_prefixed_state_dicts_load_into_a_bare_model(tmp_path):
+    """A state dict saved from a wrapped model (DDP's module., torch.compile's _orig_mod.)
+    loads into the bare model; a model whose own attribute is called module keeps its names."""
+    from QuantumGravPy.runs import load_model_state
+
     model = torch.nn.Linear(2, 2)
     prefixed = {f"module._orig_mod.{k}": v for k, v in model.state_dict().items()}
     save_checkpoint({"model": prefixed, "epoch": 3}, tmp_path / "ddp.pt")
     state = qg.load_checkpoint(tmp_path / "ddp.pt")
-    torch.nn.Linear(2, 2).load_state_dict(state["model"])
     assert state["epoch"] == 3
+    bare = torch.nn.Linear(2, 2)
+    load_model_state(bare, state["model"], tmp_path / "ddp.pt")
+    assert torch.equal(bare.weight, model.weight)
+    adapter = torch.nn.Module()
+    adapter.module = torch.nn.Linear(2, 2)
+    own = {f"module.{k}": v for k, v in model.state_dict().items()}
+    load_model_state(adapter, own, tmp_path / "own.pt")
+    assert torch.equal(adapter.module.weight, model.weight)
 
 
 def test_an_interrupted_checkpoint_write_keeps_the_previous_file(tmp_path, monkeypatch):
