@@ -1,4 +1,4 @@
-"""Callbacks that never return, for the tests of jobs that must end anyway (tests/test_failures_73.py)."""
+"""Callbacks that never return, for the tests of jobs that must end anyway (tests/test_ranks_ending.py)."""
 
 import time
 

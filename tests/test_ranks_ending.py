@@ -1,4 +1,4 @@
-"""Issue 73: a job ends, and says why, when a rank freezes, a callback never returns or the
+"""A job ends, and says why, when a rank freezes, a callback never returns or the
 launcher is killed; ranks hand their results over as data, never as pickles."""
 
 from __future__ import annotations
