@@ -58,6 +58,7 @@ SCRIPTS = (
     ),
     ("data_files.py", "Your data on disk: preprocessing Zarr files, disk storage, memory"),
     ("predict.py", "Predicting on a large HDF5 file: qg predict's time and memory"),
+    ("handover.py", "After preparation: the ranks' graphs handed to the parent as data"),
     ("scale.py", "The field's size: 1,024-2,048-element causal sets, prepared and trained"),
 )
 
