@@ -10,6 +10,9 @@ import numpy as np
 from ...errors import DataError, cause
 from .base import FileFormat
 
+# The Python file each file being written goes through, by the id of h5py's object for it.
+_WRITING: dict[int, Any] = {}
+
 
 class HDF5(FileFormat):
     name = "hdf5"
@@ -33,10 +36,24 @@ class HDF5(FileFormat):
             raise DataError(f"{path}: cannot be read as an {self.title} ({cause(e)})") from e
 
     def create(self, path: Path) -> Any:
-        return self.library().File(path, "w")
+        # Through a Python file: a full device is then an OSError (ENOSPC) at the write that
+        # found it, where HDF5's own driver crashes the process at close.
+        handle = open(path, "w+b")  # closed with the file, in close()
+        try:
+            root = self.library().File(handle, "w")
+        except BaseException:
+            handle.close()
+            raise
+        _WRITING[id(root)] = handle
+        return root
 
     def write(self, group: Any, name: str, array: np.ndarray) -> None:
         group.create_dataset(name, data=array)
 
     def close(self, root: Any) -> None:
-        root.close()
+        handle = _WRITING.pop(id(root), None)
+        try:
+            root.close()
+        finally:
+            if handle is not None:
+                handle.close()
