@@ -1,10 +1,9 @@
 """The hand-over after preparation: the graphs two ranks made, read by the parent.
 
-Each rank makes ``--graphs / 2`` small graphs (20 nodes, 40 edges, as small causal sets), and
-the parent gets them back as ``data.ranges.in_parallel`` hands them over (columns of tensors,
-read with ``torch.load(weights_only=True)``), timed from the ranks' end to the list of graphs;
-beside it, what the hand-over used to be (the list pickled and unpickled, each tensor in
-torch's legacy format), timed in one process.
+``--graphs`` small graphs (20 nodes, 40 edges, as small causal sets), one rank's share, handed
+over as ``data.ranges.in_parallel`` hands them (columns of tensors, written with ``torch.save``
+and read with ``torch.load(weights_only=True)``) and rebuilt as graphs; beside it, what the
+hand-over used to be: the list pickled and unpickled. Both in one process, one after the other.
 
 The parent's side is what ``qg generate --world-size N`` and a job's data preparation wait for
 after the ranks' progress says 100 %.
