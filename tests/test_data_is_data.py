@@ -72,3 +72,30 @@ def test_a_planted_table_row_is_refused_never_run(tmp_path, capsys):
     result = run_main(capsys, "train", path, "--overwrite")
     assert not marker.exists()
     assert_refused(result, f"{table}: a stored graph is not one this library wrote", "delete it")
+
+
+def test_a_zarr_array_stored_as_pickles_is_refused_never_run(make_config, tmp_path, capsys):
+    """numcodecs' pickle codec unpickles each chunk: a .zarr whose labels were stored so (or
+    planted) would run code as it is read. It is one line naming the array, whichever reader
+    (zarr's, or the library's own for QuantumGrav.jl's format-2 stores) meets it first."""
+    import json
+
+    import numpy as np
+    import zarr
+
+    marker = tmp_path / "ran"
+    store = tmp_path / "sets.zarr"
+    root = zarr.open_group(str(store), mode="w", zarr_format=2)
+    adj = np.triu(np.ones((6, 8, 8), dtype=np.uint8), 1)
+    root.create_array("adjacency_matrix", data=adj)
+    root.create_array("y", data=np.zeros(6, dtype=np.int64))
+    meta = json.loads((store / "y" / ".zarray").read_text())
+    meta["compressor"] = {"id": "pickle", "protocol": 5}
+    (store / "y" / ".zarray").write_text(json.dumps(meta))
+    (store / "y" / "0").write_bytes(pickle.dumps(Planted(marker)))
+    cfg = make_config(f"data.files=[{store}]", "data.targets={y: y}", "training.num_epochs=1")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(__import__("QuantumGravPy").config.config_to_dict(cfg)))
+    result = run_main(capsys, "train", path)
+    assert not marker.exists()
+    assert_refused(result, str(store), "'y'", "pickle")

@@ -8,7 +8,8 @@ numcodecs, the codec library zarr itself decodes with, reads the same chunks in 
 
 :func:`read_array` does that for the case such files are (format 2, numbers, one compressor,
 no filters, C or Fortran order) and returns None for any other, which zarr then reads. A chunk
-file that is missing holds the fill value, as in zarr.
+file that is missing holds the fill value, as in zarr. An array stored through numcodecs'
+pickle codec is refused before any chunk is decoded, whichever reader would read it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import DataError
+
+# numcodecs' codecs whose decoding unpickles: a chunk of them would run code from the file
+RUNS_CODE = frozenset({"pickle"})
+
 
 def read_array(directory: Path) -> np.ndarray | None:
     """The whole array stored in ``directory`` (holding ``.zarray``), or None where this
@@ -29,6 +35,12 @@ def read_array(directory: Path) -> np.ndarray | None:
         meta = json.loads((directory / ".zarray").read_bytes())
     except FileNotFoundError:
         return None
+    codecs = [meta.get("compressor"), *(meta.get("filters") or [])]
+    if any(isinstance(c, dict) and c.get("id") in RUNS_CODE for c in codecs):
+        raise DataError(
+            f"{directory}: its chunks are stored as pickles, which are not read (reading them "
+            "would run code from the file); store numbers, as QuantumGrav.jl does"
+        )
     if meta.get("zarr_format") != 2 or meta.get("filters") or meta.get("order") not in ("C", "F"):
         return None
     try:
@@ -41,7 +53,8 @@ def read_array(directory: Path) -> np.ndarray | None:
         return None
     import numcodecs  # zarr's own dependency: present wherever zarr is
 
-    codec = numcodecs.get_codec(meta["compressor"]) if meta.get("compressor") else None
+    compressor = meta.get("compressor")
+    codec = numcodecs.get_codec(compressor) if compressor else None
     separator = meta.get("dimension_separator") or "."
     out = np.empty(shape, dtype)
     grid = (range(math.ceil(size / chunk)) for size, chunk in zip(shape, chunks, strict=True))

@@ -73,11 +73,16 @@ def deadline(what: str, timeout_s: float) -> Iterator[None]:
     try:
         yield
     finally:
-        with lock:
-            done.set()
-            if borrowed is not None:
-                signal.signal(borrowed, signal.SIG_IGN)  # drops one sent but not yet delivered
-                signal.signal(borrowed, signal.SIG_DFL)
+        while True:
+            try:
+                with lock:
+                    done.set()
+                    if borrowed is not None:
+                        signal.signal(borrowed, signal.SIG_IGN)  # drops one not yet delivered
+                        signal.signal(borrowed, signal.SIG_DFL)
+                break
+            except HungError:  # sent as the block returned: it did return, so it is no hang
+                continue
 
 
 def to_log_files(message: str) -> None:

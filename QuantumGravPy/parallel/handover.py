@@ -72,9 +72,9 @@ def plain(obj: Any) -> Any:
         return kind((_key(k), plain(v)) for k, v in obj.items())
     if kind is frozenset:
         return {_TAG: "frozenset", "items": [plain(x) for x in obj]}
-    if isinstance(obj, np.ndarray) and obj.dtype != object:
+    if isinstance(obj, np.ndarray) and obj.dtype.kind in "biufc":  # what a tensor can hold
         return {_TAG: "ndarray", "tensor": torch.from_numpy(np.ascontiguousarray(obj))}
-    if isinstance(obj, np.generic) and not isinstance(obj, np.object_):
+    if isinstance(obj, np.generic) and obj.dtype.kind in "biufc":
         return {_TAG: "numpy", "dtype": obj.dtype.str, "value": obj.item()}
     name = f"{kind.__module__}:{kind.__qualname__}"
     if kind.__module__.startswith("torch_geometric.") and hasattr(obj, "to_dict"):
@@ -83,7 +83,8 @@ def plain(obj: Any) -> Any:
         return {_TAG: "object", "class": name, "state": plain(vars(obj))}
     raise NotData(
         f"a result holds a {kind.__module__}.{kind.__qualname__}, which is not handed over "
-        "between processes: return tensors, numbers, strings, numpy values and containers of them"
+        "between processes: return tensors, numbers, strings, numeric numpy values and "
+        "containers of them"
     )
 
 

@@ -23,9 +23,10 @@ from pathlib import Path
 
 from ..logs import get_logger
 
-# torch's C++ log records: severity (not F: a fatal one ends the process, and says why)
-# and time, file and line; on a rank of a process group prefixed with [rankN]:
-_RECORD = re.compile(r"^(\[rank\d+\]:)?\[[IWE]\d{4} \d\d:\d\d:\d\d\.\d+ .*?\] ")
+# torch's C++ log records of information and warnings (an error, such as NCCL's watchdog
+# timeout, is often the one line that explains a hang, and stays on the terminal; a fatal one
+# ends the process and says why): time, file and line; on a process group's rank, [rankN]:
+_RECORD = re.compile(r"^(\[rank\d+\]:)?\[[IW]\d{4} \d\d:\d\d:\d\d\.\d+ .*?\] ")
 _CONTINUED = ("Exception raised from ", "frame #", "<omitting python frames>")
 _POLL_S = 0.1
 

@@ -12,6 +12,7 @@ is shared (a notebook that opens the same run again while an earlier trainer hol
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -46,8 +47,9 @@ def hold(path: Path) -> Path | None:
     previous = _holder(fd)
     if previous != "a process":
         get_logger().info("%s: taking over the lock of %s, which is gone", path, previous)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+    with contextlib.suppress(OSError):  # read-only (a colleague's file): locked, not named
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
     _held[key] = [fd, 1]
     return path
 
@@ -66,7 +68,8 @@ def release(held: Path | None, *, remove: bool = False) -> None:
         del _held[key]
         if remove:  # while still locked: no other process holds it meanwhile
             (held / LOCK).unlink(missing_ok=True)
-        os.ftruncate(entry[0], 0)  # a lock file naming a process is one its process left
+        with contextlib.suppress(OSError):  # a lock file naming a process: one it left
+            os.ftruncate(entry[0], 0)
         # unlocked explicitly: a process forked meanwhile (a loader's worker) shares the file
         fcntl.flock(entry[0], fcntl.LOCK_UN)
         os.close(entry[0])
@@ -86,7 +89,10 @@ def check_free(path: Path) -> None:
 def _locked(path: Path) -> int | None:
     """The lock file of ``path``, open and locked; None where the file system cannot lock."""
     lock = path / LOCK
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # writable by whoever may write the run (the umask decides: a group's shared folder)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:  # a colleague's lock file: locked all the same, read-only
+        fd = os.open(lock, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
