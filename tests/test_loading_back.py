@@ -174,3 +174,33 @@ def test_resume_force_trains_with_the_optimizer_and_schedule_it_says(
         )
     assert after["history"][1]["lr"] != after["history"][2]["lr"]
     assert after["optimizer"]["param_groups"][0]["weight_decay"] == 0.1
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        "training.lr_scheduler={type: torch.optim.lr_scheduler.CosineAnnealingLR}",
+        "training.lr_scheduler={type: torch.optim.lr_scheduler.OneCycleLR, interval: step, "
+        "kwargs: {max_lr: 0.01}}",
+    ],
+    ids=["cosine", "per-step"],
+)
+def test_a_run_resumed_for_longer_stretches_a_schedule_that_lasts_the_run(
+    schedule, make_config, tmp_path, capsys
+):
+    """A schedule whose length is left out lasts the run: resumed with more epochs, its next
+    epochs have the rates of a run that long from its start (the saved length brought the
+    cosine back up, and ran a one-cycle schedule past its end: a traceback)."""
+    cfg = make_config(schedule, "training.num_epochs=2")
+    path = write(cfg, tmp_path / "c.yaml")
+    assert run_main(capsys, "train", path).returncode == 0
+    resumed = run_main(capsys, "train", path, "--resume", "training.num_epochs=4")
+    assert resumed.returncode == 0, resumed.stderr
+    fresh = tmp_path / "fresh"
+    run_main(capsys, "train", path, f"training.path={fresh}", "training.num_epochs=4")
+    after, alone = (
+        torch.load(run / "checkpoints" / "last.pt", weights_only=True)["history"]
+        for run in (tmp_path / "run", fresh)
+    )
+    for epoch in (2, 3):
+        assert after[epoch]["lr"] == pytest.approx(alone[epoch]["lr"], rel=1e-12), epoch

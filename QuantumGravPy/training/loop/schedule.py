@@ -53,6 +53,10 @@ class Schedule:
                 "of each epoch; use interval: epoch"
             )
         key = length_key(cls)
+        # its length left out: the run's (num_epochs, or its steps), so a longer run stretches it
+        self.follows_num_epochs = (
+            key is not None and key not in section.kwargs and "epochs" not in section.kwargs
+        )
         self.deferred = (
             self.per_step and key is not None and key not in section.kwargs
             and "epochs" not in section.kwargs

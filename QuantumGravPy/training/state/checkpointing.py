@@ -125,19 +125,25 @@ class Checkpoints:
         )
         trained = (contents.get("config") or {}).get("training") or {}
         now = config_to_dict(self.config)["training"]
-        # --resume --force with other optimizer or schedule settings: they are applied
-        settled = all(trained.get(k) == now.get(k) for k in ("optimizer", "lr_scheduler"))
+        # --resume --force with other optimizer or schedule settings: they are applied; so is
+        # a schedule's length that follows num_epochs, which a resumed run may change
+        retuned = trained.get("optimizer") != now.get("optimizer")
+        stretched = (
+            getattr(self.lr_scheduler, "follows_num_epochs", False)
+            and trained.get("num_epochs", now["num_epochs"]) != now["num_epochs"]
+        )
+        resettled = retuned or stretched or trained.get("lr_scheduler") != now.get("lr_scheduler")
         try:
             s.load_optimizer_state(self.model, self.optimizer, contents["optimizer"])
-            if not settled:
-                rate = _rate(trained, self.optimizer)  # what a plateau schedule cut it from
-                ratio = self.optimizer.param_groups[0]["lr"] / rate if rate else 1.0
+            rate = _rate(trained, self.optimizer)  # what a plateau schedule cut it from
+            ratio = self.optimizer.param_groups[0]["lr"] / rate if rate else 1.0
+            if retuned:
                 _apply_settings(self.optimizer, self.config.training.optimizer.kwargs)
             if self.lr_scheduler is not None and contents["lr_scheduler"] is not None:
-                if settled:
-                    self.lr_scheduler.load_state_dict(contents["lr_scheduler"])
-                else:
+                if resettled:
                     self.lr_scheduler.resettle(contents["lr_scheduler"], ratio)
+                else:
+                    self.lr_scheduler.load_state_dict(contents["lr_scheduler"])
             if self.scaler.is_enabled() and contents["scaler"] is not None:
                 self.scaler.load_state_dict(contents["scaler"])
         except (KeyError, ValueError, RuntimeError) as e:
