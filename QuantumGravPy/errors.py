@@ -180,6 +180,15 @@ def in_user_code(error: BaseException, doing: str) -> RunError | None:
     return None if where is None else RunError(f"{cause(error)} ({where}) {doing}")
 
 
+def refused_global(error: BaseException) -> str:
+    """`` (module.Name)``: the object a ``torch.load(weights_only=True)`` refused to build, as
+    its error names it; empty where it names none."""
+    text = str(error)
+    if "Unsupported global" not in text:
+        return ""
+    return f" ({text.split('Unsupported global: GLOBAL ')[-1].split(' ')[0]})"
+
+
 def cause(e: BaseException) -> str:
     """An exception as one line, for an error message: its type and its message's first line."""
     lines = str(e).strip().splitlines()

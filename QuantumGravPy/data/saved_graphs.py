@@ -24,7 +24,7 @@ from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.data.data import BaseData, DataEdgeAttr, DataTensorAttr
 from torch_geometric.data.storage import BaseStorage, EdgeStorage, GlobalStorage, NodeStorage
 
-from ..errors import DataError, cause
+from ..errors import DataError, cause, refused_global
 
 # What a pickled Data (or HeteroData, refused by name) refers to besides the classes PyG allows.
 _ALLOWED = [BaseStorage, GlobalStorage, NodeStorage, EdgeStorage, DataEdgeAttr, DataTensorAttr]
@@ -47,8 +47,7 @@ def load_plain(path: str | Path) -> Any:
         with torch.serialization.safe_globals(_ALLOWED):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        found = str(e).split("Unsupported global: GLOBAL ")[-1].split(" ")[0]
-        named = f" ({found})" if "Unsupported global" in str(e) else ""
+        named = refused_global(e)
         raise UnsafeFile(
             f"{path}: holds objects other than tensors and torch_geometric graphs{named}, which "
             "are not loaded (loading them would run code from the file)"

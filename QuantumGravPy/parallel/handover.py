@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import QGError
+from ..errors import QGError, refused_global
 
 _TAG = "__qg_handed_over__"
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.Size)
@@ -48,8 +48,7 @@ def read(path: Path) -> Any:
     try:
         tree = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as e:
-        found = str(e).split("Unsupported global: GLOBAL ")[-1].split(" ")[0]
-        named = f" ({found})" if "Unsupported global" in str(e) else ""
+        named = refused_global(e)
         raise NotData(
             f"{path}: holds objects other than tensors and plain values{named}, which are not "
             "loaded (loading them would run code from the file)"
