@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = (
     ("startup.py", "Start-up: the package and the command line against `import torch`"),
     ("overhead.py", "Framework overhead: `qg.Trainer` against a hand-written loop and Lightning"),
+    ("step.py", "A training step on a CPU, as a stand-in for a launch-bound GPU step"),
     ("ddp_scaling.py", "1 against 2 processes: ours, a hand-written DDP loop and Lightning's DDP"),
     ("monitor.py", "The cost of looking inside a run: the monitor's defaults against none"),
     ("data_path.py", "The data path: real epochs against the model's work alone and PyG's loader"),
