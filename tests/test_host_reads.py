@@ -147,3 +147,33 @@ def test_which_optimizers_leave_a_step_out_on_the_device():
     # them to the kernel: a first step left out would leave them uninitialised (NaN or 1e28
     # moves later), so it reads the flag instead.
     assert not masks_on_device(torch.optim.SGD(params, lr=0.1, momentum=0.9, fused=True))
+
+
+def test_under_nonfinite_error_a_step_has_no_masked_update_and_the_same_bits(make_config):
+    """monitor.nonfinite: error stops the run at the next read, before weights are saved, so
+    its steps are not masked: each is plain (no flag made, copied and undone in the step
+    counters), and trains to the same bits as a masked step that was not left out."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += not func.is_view
+            return func(*args, **(kwargs or {}))
+
+    fused = "training.optimizer.kwargs={lr: 0.003, fused: true}"
+    runs = {}
+    for mode in ("error", "skip"):
+        trainer = qg.Trainer(make_config(fused, f"monitor.nonfinite={mode}"))
+        loader = trainer.prepare_dataloaders()[0]
+        with Ops() as ops:
+            history = [trainer.train_epoch(loader) for _ in range(2)]
+        runs[mode] = (ops.count / (2 * len(loader)), history, trainer.model.state_dict())
+    (plain, history, weights), (masked, masked_history, masked_weights) = runs.values()
+    assert plain <= masked - 3, (plain, masked)  # a flag, its copy, the counters' undo, where
+    assert history == masked_history
+    for name, value in weights.items():
+        assert torch.equal(value, masked_weights[name]), name

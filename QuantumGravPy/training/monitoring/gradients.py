@@ -123,9 +123,10 @@ class GradientChecks:
     # --- once a step -------------------------------------------------------------------------
 
     def check(self, sums: torch.Tensor, step: int, scaled: bool) -> bool | torch.Tensor:
-        """Record this step's gradient norm; returns whether the optimizer may step: True, or
-        the flag on the device (for an optimizer that masks its update with it), or the flag
-        read on the host (``nonfinite: skip`` with an optimizer that cannot mask).
+        """Record this step's gradient norm; returns whether the optimizer may step: True
+        (``nonfinite: error``, whose run stops at the next read), or the flag on the device
+        (for an optimizer that masks its update with it), or the flag read on the host
+        (``nonfinite: skip`` with an optimizer that cannot mask).
 
         Called on every rank after the exchange: the gradients are the averaged ones, the same
         on every rank, so every rank reaches the same answer without a collective. ``scaled``:
@@ -167,12 +168,14 @@ class GradientChecks:
         self._record(step, norms, norm, sums[..., 0].sum(), culprit)
         if scaled:
             return True  # the scaler sees the same gradients and skips the step itself
+        if self.nonfinite == "error":
+            # the run stops at the next read, before any weights are saved: a step left out
+            # would cost a masked update every step (a flag, its copy, the counters' undo)
+            return True
         finite = norm < math.inf  # a norm is >= 0 or NaN: one operation where isfinite takes 4
         if self.masks:
             return finite
-        if self.nonfinite == "skip":
-            return bool(finite)  # the one read a step of an optimizer that cannot mask
-        return True
+        return bool(finite)  # the one read a step of an optimizer that cannot mask
 
     def _record(self, step: int, norms, norm, loss, culprit) -> None:
         """The step's row of the window, written in one operation."""
