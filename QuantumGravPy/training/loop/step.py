@@ -126,6 +126,10 @@ class TrainingPass:
         sums = torch.zeros(micro, len(tasks), 3, dtype=torch.float64, device=self.device)
         step_sums = torch.zeros_like(sums)
         k = self.batches_per_step
+        # One batch a step, uncut, and every step taken: its sums go straight into the epoch's
+        # (the same bits: a float32 loss times its rows is exact in float64, and 0 + x is x)
+        direct = k == 1 and micro == 1 and monitor.takes_every_step
+        into = sums if direct else step_sums
         # With drop_last, a step short of k batches is dropped too, as a short batch would be.
         batches = len(loader) - len(loader) % k if self.training.drop_last else len(loader)
         bar = logs.progress(
@@ -143,7 +147,8 @@ class TrainingPass:
                 graphs = sum(planned[step * k : (step + 1) * k]) / self.world_size
             else:
                 graphs = strategy.step_graphs(graphs)  # what each loss is weighted against
-            step_sums.zero_()  # added to the epoch's if the step is taken
+            if not direct:
+                step_sums.zero_()  # added to the epoch's if the step is taken
             self.optimizer.zero_grad(set_to_none=True)
             for i, batch in enumerate(group):
                 monitor.lap("data")
@@ -159,7 +164,7 @@ class TrainingPass:
                             outputs = select(unpadded(raw, tasks, batch), batch)
                         losses = [task.loss(outputs[task.name], batch) for task in tasks]
                         loss = total_loss(tasks, losses)
-                    add_train_sums(step_sums[i % micro], tasks, losses, outputs, batch)
+                    add_train_sums(into[i % micro], tasks, losses, outputs, batch)
                     monitor.lap("forward")
                     share = batch.num_graphs / graphs  # 1: one batch a step, one process
                     self.scaler.scale(loss if share == 1 else loss * share).backward()
@@ -169,7 +174,8 @@ class TrainingPass:
             if scaled := self.scaler.is_enabled():
                 self.scaler.unscale_(self.optimizer)  # the gradient norm in its true units
             # True, or a flag on the device that leaves the step out without being read
-            ok = monitor.gradients_ok(step_sums, state.global_step, epoch, scaled)
+            step_loss = loss.detach() if direct else step_sums[..., 0].sum()
+            ok = monitor.gradients_ok(step_loss, state.global_step, epoch, scaled)
             if ok is not False:
                 clip_gradients(self.model.parameters(), self.training.gradient_clip)
                 optimizer_step(self.optimizer, self.scaler, ok)
@@ -177,7 +183,8 @@ class TrainingPass:
                     self.ema.update(self.model, ok)
                 if self.schedule is not None:
                     self.schedule.after_step()
-                sums += step_sums if ok is True else torch.where(ok, step_sums, 0.0)
+                if not direct:
+                    sums += step_sums if ok is True else torch.where(ok, step_sums, 0.0)
             state.global_step += 1
             monitor.lap("optimizer")
             monitor.check_replicas(step=state.global_step)

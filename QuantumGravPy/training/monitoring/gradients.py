@@ -122,7 +122,7 @@ class GradientChecks:
 
     # --- once a step -------------------------------------------------------------------------
 
-    def check(self, sums: torch.Tensor, step: int, scaled: bool) -> bool | torch.Tensor:
+    def check(self, loss: torch.Tensor, step: int, scaled: bool) -> bool | torch.Tensor:
         """Record this step's gradient norm; returns whether the optimizer may step: True
         (``nonfinite: error``, whose run stops at the next read), or the flag on the device
         (for an optimizer that masks its update with it), or the flag read on the host
@@ -131,7 +131,7 @@ class GradientChecks:
         Called on every rank after the exchange: the gradients are the averaged ones, the same
         on every rank, so every rank reaches the same answer without a collective. ``scaled``:
         a float16 gradient scaler is on, and skips overflowing steps itself (counted, not
-        errors). ``sums``: this rank's training sums of the step (its loss, if it goes wrong).
+        errors). ``loss``: this rank's training loss of the step, named if it goes wrong.
         """
         exchanged, self._exchanged = self._exchanged, []
         flags, self._flags = self._flags, []
@@ -165,7 +165,7 @@ class GradientChecks:
             culprit = self._none if culprit is None else culprit
         self.last_norm = norm
         self._scaled = scaled
-        self._record(step, norms, norm, sums[..., 0].sum(), culprit)
+        self._record(step, norms, norm, loss, culprit)
         if scaled:
             return True  # the scaler sees the same gradients and skips the step itself
         if self.nonfinite == "error":

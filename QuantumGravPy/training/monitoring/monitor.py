@@ -236,10 +236,16 @@ class Monitor:
 
     # --- gradients ---------------------------------------------------------------------------
 
-    def gradients_ok(self, sums: torch.Tensor, step: int, epoch: int, scaled: bool):
+    def gradients_ok(self, loss: torch.Tensor, step: int, epoch: int, scaled: bool):
         """Whether the optimizer may take this step (see :meth:`.GradientChecks.check`): True,
-        a flag on the device for an optimizer that masks its update with it, or a bool."""
-        return self.gradients.check(sums, step, scaled)
+        a flag on the device for an optimizer that masks its update with it, or a bool.
+        ``loss``: the step's training loss on this rank (a scalar, named if it goes wrong)."""
+        return self.gradients.check(loss, step, scaled)
+
+    @property
+    def takes_every_step(self) -> bool:
+        """Whether every step is taken (``monitor.nonfinite: error``: the run stops instead)."""
+        return self.gradients.nonfinite == "error"
 
     def read(self, *, step: int | None, epoch: int) -> None:
         """Read the checks kept on the device, every ``monitor.read_every`` steps (the same
