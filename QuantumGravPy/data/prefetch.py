@@ -117,7 +117,8 @@ class DevicePrefetcher:
         tensors = [v for store in stores for v in store.values() if isinstance(v, Tensor)]
         # A batch gathered on the device (data.device) is handed over as it is: Batch.to
         # would rebuild it, a pass over its tensors in every step of a host-bound GPU run.
-        if all(t.device == self.device for t in tensors) and hasattr(item, "apply"):
+        # (a list, not a generator: resumed once per tensor, a call each, every step)
+        if all([t.device == self.device for t in tensors]) and hasattr(item, "apply"):
             return self._converted(item)
         for value in tensors:
             if value.is_cpu and self.stream is not None:

@@ -40,19 +40,19 @@ class Task:
     # wait for the device's queued work on a GPU
     _copies: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
-    @property
+    @functools.cached_property  # read a few times a step: looked up once
     def name(self) -> str:
         return self.config.name
 
-    @property
+    @functools.cached_property  # read a few times a step: looked up once
     def kind(self) -> TaskKind:
         return self.config.kind
 
-    @property
+    @functools.cached_property  # read a few times a step: looked up once
     def level(self) -> str:
         return self.config.level
 
-    @property
+    @functools.cached_property  # read a few times a step: looked up once
     def weight(self) -> float:
         return self.config.weight
 

@@ -144,7 +144,8 @@ class GradientChecks:
             # layout of the gradients in memory, and on a CPU 4x quicker than get_total_norm's
             # grouping by device and dtype. One call for all of them (on a GPU one kernel
             # launch, where a norm each would launch one per parameter).
-            which = tuple(i for i, p in enumerate(self._params) if p.grad is not None)
+            # (a list, not a generator: resumed once per parameter, a call each, every step)
+            which = tuple([i for i, p in enumerate(self._params) if p.grad is not None])
             if which:
                 grads = [self._params[i].grad for i in which]
                 if hasattr(grads[0], "full_tensor"):  # fsdp's shards: each norm over all ranks
