@@ -275,13 +275,8 @@ class PlainTwoHeads(PlainGNN):
         return self.out(pooled), self.value(pooled)
 
 
-class PredecessorGNN(nn.Module):
+class PredecessorGNN(PlainGNN):
     """As the predecessor's models are written: the node features' width is ``in_features``."""
 
     def __init__(self, in_features, hidden_channels, out_channels):
-        super().__init__()
-        self.conv = GCNConv(in_features, hidden_channels)
-        self.out = nn.Linear(hidden_channels, out_channels)
-
-    def forward(self, x, edge_index, batch):
-        return self.out(global_mean_pool(self.conv(x, edge_index).relu(), batch))
+        super().__init__(in_features, hidden_channels, out_channels)
