@@ -14,7 +14,6 @@ against the run's training split (:mod:`.sample_report`).
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -162,7 +161,6 @@ def _write(
     output, folder = replacement.paths[0], replacement.partial
     try:
         write_report(report, folder)
-        _check_space(samples, folder, file_format, output)
         write_causal_sets(
             folder / output.name,
             ((Data(), s.relations.bool(), s.links.bool()) for s in samples),
@@ -182,19 +180,3 @@ def _disk_full(output: Path) -> DiskFullError:
         f"no space left on the device writing the samples to {output}: free space and run "
         f"again; {kept}"
     )
-
-
-# Less than HDF5 stores a set's group and its two datasets' headers in (about 1.7 kB): the
-# estimate below is what the file needs at least, so it never refuses one that would fit.
-_HDF5_GROUP_BYTES = 1024
-
-
-def _check_space(samples: list[CausalSet], folder: Path, file_format: str, output: Path) -> None:
-    """Refuse an HDF5 file that cannot fit before writing it: HDF5 finds a full device late,
-    in its caches, where h5py can only print the errors (and the process may crash). Zarr's
-    writes fail at once with the device's own error."""
-    if file_format != "hdf5":
-        return
-    need = sum(2 * s.num_points**2 + _HDF5_GROUP_BYTES for s in samples)
-    if shutil.disk_usage(folder).free < need:
-        raise _disk_full(output)
