@@ -163,14 +163,14 @@ def _test(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.overrides)
     from ..runs import load_checkpoint
-    from ..runs.layout import json_safe
+    from ..runs.layout import json_text
     from ..training import Trainer
 
     load_checkpoint(args.checkpoint)  # a bad file fails before the data is built
     trainer = Trainer(config)
     _, _, test_loader = trainer.prepare_dataloaders()
     metrics = trainer.run_test(test_loader, checkpoint=args.checkpoint)
-    print(json.dumps(json_safe(metrics), allow_nan=False))  # NaN as null: JSON has no NaN
+    print(json_text(metrics))  # NaN as null: JSON has no NaN
     return 0
 
 

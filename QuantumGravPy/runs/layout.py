@@ -254,19 +254,22 @@ def record_environment(path: Path, entry: dict[str, Any]) -> None:
     write_atomic(path / ENVIRONMENT, json.dumps([*entries, entry], indent=2) + "\n")
 
 
-def json_safe(value: Any) -> Any:
-    """``value`` with every NaN or infinite number as None: JSON has no such numbers (Python's
-    ``json`` would write a bare ``NaN``, which other readers refuse)."""
+def json_text(value: Any, *, indent: int | None = None) -> str:
+    """``value`` as JSON, every NaN or infinite number as null: JSON has no such numbers
+    (Python's ``json`` would write a bare ``NaN``, which other readers refuse)."""
+    return json.dumps(_finite(value), indent=indent, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
+        return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
+        return [_finite(v) for v in value]
     return value
 
 
 def write_summary(path: Path, summary: dict[str, Any]) -> None:
     """summary.json: valid JSON always, a number that is not finite written as null."""
-    text = json.dumps(json_safe(summary), indent=2, allow_nan=False)
-    write_atomic(path / SUMMARY, text + "\n")
+    write_atomic(path / SUMMARY, json_text(summary, indent=2) + "\n")
