@@ -4,11 +4,14 @@
 over as ``data.ranges.in_parallel`` hands them (columns of tensors, written with ``torch.save``
 and read with ``torch.load(weights_only=True)``) and rebuilt as graphs; beside it, what the
 hand-over used to be: the list pickled and unpickled. Both in one process, one after the other.
+Then the real path: two ranks make the graphs and ``in_parallel`` hands them to the parent,
+timed from the last rank's end to the parent's list of graphs, at ``--graphs`` and at
+``--field`` (300,000, as a large preparation).
 
 The parent's side is what ``qg generate --world-size N`` and a job's data preparation wait for
 after the ranks' progress says 100 %.
 
-    python bench/handover.py [--graphs 30000]
+    python bench/handover.py [--graphs 30000] [--field 300000]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch  # noqa: E402
 from torch_geometric.data import Data  # noqa: E402
 
 from QuantumGravPy.data import columns  # noqa: E402
+from QuantumGravPy.data.ranges import in_parallel  # noqa: E402
 from QuantumGravPy.parallel import handover  # noqa: E402
 
 
@@ -42,6 +46,24 @@ def make(count: int, seed: int = 0) -> list[Data]:
     ]  # fmt: skip
 
 
+def _part(rank: int, world_size: int, count: int, folder: str) -> list[Data]:
+    """One rank's share, made as a preparation makes graphs; when it ended, for the parent."""
+    graphs = make(count // world_size, seed=rank)
+    (Path(folder) / f"ended{rank}").write_text(repr(time.time()))
+    return graphs
+
+
+def after_the_ranks(count: int, world_size: int = 2) -> float:
+    """Seconds from the last rank's end to the parent's list of graphs, through
+    ``in_parallel`` as ``qg generate --world-size`` and a job's preparation use it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        parts = in_parallel(_part, world_size, count, tmp)
+        done = time.time()
+        ended = max(float((Path(tmp) / f"ended{r}").read_text()) for r in range(world_size))
+    assert sum(map(len, parts)) == count - count % world_size
+    return done - ended
+
+
 def timed(fn):
     start = time.perf_counter()
     result = fn()
@@ -51,7 +73,9 @@ def timed(fn):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--graphs", type=int, default=30_000)
-    args = smoke.parse(parser, graphs=200)
+    parser.add_argument("--field", type=int, default=300_000, help="graphs of the real path's "
+                        "second row: a large preparation")  # fmt: skip
+    args = smoke.parse(parser, graphs=200, field=400)
     graphs = make(args.graphs)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "result0.pt"
@@ -68,6 +92,12 @@ def main() -> None:
           f"{written + read:.2f} | {(written + read) / (dumped + loaded):.3f}x |")  # fmt: skip
     print(f"| the list of graphs pickled (before) | {dumped:.2f} | {loaded:.2f} | "
           f"{dumped + loaded:.2f} | 1x |")  # fmt: skip
+    print("\nAs a user's job meets it: two ranks make the graphs, and the parent gets them "
+          "through `data.ranges.in_parallel` (`qg generate --world-size 2`):\n")  # fmt: skip
+    print("| graphs | from the last rank's end to the parent's list (s) |")
+    print("|---|---|")
+    for count in dict.fromkeys([args.graphs, args.field]):
+        print(f"| {count:,} | {after_the_ranks(count):.2f} |")
 
 
 if __name__ == "__main__":
