@@ -57,6 +57,15 @@ class Replacement:
             if partial.is_dir() and not _alive(partial / OWNER):
                 shutil.rmtree(partial, ignore_errors=True)
 
+    def check(self) -> None:
+        """Refuse a folder this process cannot write, on every rank of a job alike (only one
+        makes the partial folder: the others must not wait for it in vain)."""
+        if not os.access(self.folder, os.W_OK):
+            code = errno.EROFS if os.statvfs(self.folder).f_flag & os.ST_RDONLY else errno.EACCES
+            raise RunDirectoryError(
+                f"--output: folder {self.folder} cannot be written ({os.strerror(code)})"
+            )
+
     def begin(self) -> Path:
         """The new hidden folder the files are written in (named by their final names); made
         now, so that a folder that cannot be written is told before any work."""

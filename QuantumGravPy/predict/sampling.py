@@ -125,8 +125,9 @@ def sample(
             raise RunDirectoryError(
                 f"{path} exists; pass {flag('overwrite')} to replace it or choose another --output"
             )
+    replacement.check()  # on every rank: a folder that cannot be written, before sampling
     if writes:
-        replacement.begin()  # a folder that cannot be written is told before sampling
+        replacement.begin()
     try:
         config_path, checkpoint = run_files(run_dir, checkpoint)
         # sampling computes on CPUs, each process on one thread: never a GPU per process
