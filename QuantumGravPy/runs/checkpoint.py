@@ -25,7 +25,7 @@ from ..errors import CheckpointError, DiskFullError, cause, disk_full
 # 2: the full state needed to resume (random states, scaler, EMA, best weights, config digest)
 FORMAT_VERSION = 2
 # Wrappers that prefix parameter names: DistributedDataParallel and torch.compile. Removed only
-# where a checkpoint records one, or where a state dict fits the model only without them.
+# where a state dict fits the model only without them (:func:`fitted`).
 _PREFIXES = ("module.", "_orig_mod.")
 # What the weights of a checkpoint written here are prefixed with: nothing (the bare model's).
 PREFIX_KEY = "model_prefix"
@@ -65,7 +65,8 @@ def checkpoint_epoch(path: Path) -> int | None:
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load and check a checkpoint; ``model`` comes back as a plain state dict without prefixes."""
+    """Load and check a checkpoint; its weights come back named as written (bare, in every
+    checkpoint of ours: ``model_prefix`` says so)."""
     path = Path(path)
     if path.is_dir():
         inside = [p for p in (path / "checkpoints" / "best.pt", path / "best.pt") if p.is_file()]
@@ -93,14 +94,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     problem = _odd_contents(state)
     if problem:
         raise CheckpointError(f"{path}: not a QuantumGravPy checkpoint ({problem})")
-    prefix = state.get(PREFIX_KEY)
-    if prefix:  # a wrapper's prefix the checkpoint records (none of ours does)
-        for key in ("model", "best_model"):
-            if isinstance(state.get(key), dict):
-                state[key] = _without(state[key], prefix)
-        if isinstance(state.get("ema"), dict):
-            state["ema"]["model"] = _without(state["ema"]["model"], prefix)
-    return state
+    return state  # names as written: :func:`fitted` matches them to the model
 
 
 class CorruptCheckpoint(CheckpointError):
@@ -145,10 +139,6 @@ def _odd_contents(state: Any) -> str | None:
     if isinstance(state.get("ema"), dict) and not isinstance(state["ema"].get("model"), dict):
         return "its 'ema' holds no 'model' weights"
     return None
-
-
-def _without(state_dict: dict[str, Any], prefix: str) -> dict[str, Any]:
-    return {k.removeprefix(prefix): v for k, v in state_dict.items()}
 
 
 def fitted(weights: Mapping[str, Any], own: Iterable[str]) -> dict[str, Any]:
