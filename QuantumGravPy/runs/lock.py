@@ -17,12 +17,15 @@ import errno
 import fcntl
 import os
 import socket
+import time
 from pathlib import Path
 
 from ..errors import RunDirectoryError
 from ..logs import get_logger
 
 LOCK = ".qg-run.lock"
+GRACE_S = 5.0  # how long a lock held by a process that is ending is waited for
+_BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 
 # This process's locks, by the run directory's real path: [file descriptor, holders].
 _held: dict[str, list[int]] = {}
@@ -94,11 +97,11 @@ def _locked(path: Path) -> int | None:
     except PermissionError:  # a colleague's lock file: locked all the same, read-only
         fd = os.open(lock, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _flock(fd)
     except OSError as e:
         holder = _holder(fd)
         os.close(fd)
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+        if e.errno in _BUSY:
             raise RunDirectoryError(
                 f"{path} is in use by another run: {holder} holds its lock ({lock}); wait "
                 "for that run to end, or stop it, before starting another there"
@@ -111,6 +114,21 @@ def _locked(path: Path) -> int | None:
         )
         return None
     return fd
+
+
+def _flock(fd: int) -> None:
+    """Lock ``fd``, waiting up to :data:`GRACE_S` for a holder that is ending: a job just
+    killed (preempted, or its launcher killed, whose ranks then end) lets go of the lock only
+    as its processes finish exiting, a moment after the kill returned."""
+    ends = time.monotonic() + GRACE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as e:
+            if e.errno not in _BUSY or time.monotonic() > ends:
+                raise
+        time.sleep(0.05)
 
 
 def _holder(fd: int) -> str:
