@@ -45,6 +45,34 @@ def module(model, optimizer_cls, optimizer_kwargs):
     return Module()
 
 
+def module_same_work(model, optimizer_cls, optimizer_kwargs):
+    """A LightningModule doing the work of qg's step as Lightning's users write it: the loss,
+    and the epoch's loss and accuracy logged with ``on_epoch=True`` (reduced by Lightning over
+    the epoch, each batch weighted by its graphs)."""
+    import lightning as L
+    import torch
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.optimizer = optimizer_cls(self.model.parameters(), **optimizer_kwargs)
+
+        def training_step(self, batch, batch_idx):
+            out = self.model(batch)
+            loss = torch.nn.functional.cross_entropy(out, batch.y)
+            graphs = batch.num_graphs
+            right = (out.argmax(dim=-1) == batch.y).float().mean()
+            self.log("train_loss", loss, on_epoch=True, on_step=False, batch_size=graphs)
+            self.log("train_accuracy", right, on_epoch=True, on_step=False, batch_size=graphs)
+            return loss
+
+        def configure_optimizers(self):
+            return self.optimizer
+
+    return Module()
+
+
 def trainer(
     epochs: int,
     seconds: list[float],

@@ -2,14 +2,16 @@
 
 On a GPU a small model's step is bound by launches: each operation the host adds is a kernel
 launch. On a CPU with one thread the same cost shows as operations dispatched and Python
-called. Four loops train deep copies of one model (the shipped config's, at
+called. Five loops train deep copies of one model (the shipped config's, at
 ``--hidden`` channels) with the config's optimizer, on batches of ``--batch`` causal sets of
 ``--points`` elements:
 - `qg`: `qg.Trainer.train_epoch` over its own training loader (reshuffled, gathered, checked);
-- `hand, qg's work`: a hand-written loop doing what qg's step does (`bench/gpu.py`'s: the same
-  loader, the loss and the right answers summed on the device, the global gradient norm);
+- `hand, qg's work`: a hand-written loop doing what qg's step does (`bench/gpu_loops.py`'s: the
+  same loader, the loss and the right answers summed on the device, the global gradient norm);
 - `hand, fastest`: a hand-written loop over one list of batches made once;
-- `Lightning`: Lightning's Trainer over that list (a `bench` extra; left out without it).
+- `Lightning`: Lightning's Trainer over that list (a `bench` extra; left out without it);
+- `Lightning, same work`: Lightning as its users run it, PyG's `DataLoader` over the training
+  graphs reshuffled each epoch, the epoch's loss and accuracy logged with `on_epoch=True`.
 
 Per optimizer step, over whole epochs (what runs once an epoch is shared out over its steps):
 non-view aten operations dispatched (a `TorchDispatchMode`; views cost no launch), Python
@@ -41,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import gpu  # noqa: E402  (its loops: the fastest hand-written one and the one doing qg's work)
+import gpu_loops  # noqa: E402  (the fastest hand-written loop and the one doing qg's work)
 import lightning_helpers  # noqa: E402
 import smoke  # noqa: E402
 
@@ -121,10 +123,8 @@ def plain(probe: Probe, fn: Callable[[], object]) -> None:
     probe.stop()
 
 
-def lightning(model, optimizer_cls, kwargs, batches) -> Callable[[Probe], None]:
+def lightning(module, loader) -> Callable[[Probe], None]:
     import lightning as L
-
-    module = lightning_helpers.module(model, optimizer_cls, kwargs)
 
     def epoch(probe: Probe) -> None:
         class Measured(L.Callback):  # its epoch alone, not the fit's setup around it
@@ -138,7 +138,7 @@ def lightning(model, optimizer_cls, kwargs, batches) -> Callable[[Probe], None]:
         trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False,
                             enable_checkpointing=False, enable_progress_bar=False,
                             enable_model_summary=False, callbacks=[Measured()])  # fmt: skip
-        trainer.fit(module, train_dataloaders=gpu.Batches(batches))
+        trainer.fit(module, train_dataloaders=loader)
 
     return epoch
 
@@ -165,16 +165,24 @@ def build(args: argparse.Namespace, tmp: str, *, with_lightning: bool = True) ->
         model = copy.deepcopy(model0)
         return model, optimizer_cls(model.parameters(), **opt.kwargs)
 
-    work = gpu.hand_same_work(*fresh(), device, "32", loader)
-    fastest = gpu.hand_written(*fresh(), device, "32", on_host=False)
+    work = gpu_loops.hand_same_work(*fresh(), device, "32", loader)
+    fastest = gpu_loops.hand_written(*fresh(), device, "32", on_host=False)
     loops = [
         Loop("qg", steps, lambda p: plain(p, lambda: trainer.train_epoch(loader))),
         Loop("hand, qg's work", steps, lambda p: plain(p, work)),
         Loop("hand, fastest", steps, lambda p: plain(p, lambda: fastest(batches))),
     ]
     if with_lightning and lightning_helpers.available():
+        from torch_geometric.loader import DataLoader
+
         model, _ = fresh()
-        loops.append(Loop("Lightning", steps, lightning(model, optimizer_cls, opt.kwargs, batches)))
+        module = lightning_helpers.module(model, optimizer_cls, opt.kwargs)
+        loops.append(Loop("Lightning", steps, lightning(module, gpu_loops.Batches(batches))))
+        model, _ = fresh()
+        module = lightning_helpers.module_same_work(model, optimizer_cls, opt.kwargs)
+        graphs = gpu_loops.training_graphs(trainer.dataset, config)
+        shuffled = DataLoader(graphs, batch_size=args.batch, shuffle=True)
+        loops.append(Loop("Lightning, same work", len(shuffled), lightning(module, shuffled)))
     return loops
 
 

@@ -25,9 +25,9 @@ def test_the_gpu_benchmark_runs_quickly_and_writes_its_rows(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
     assert not [r for r in rows if r["kind"] == "error"], result.stdout
-    loops = {"qg", "qg-padded", "hand", "pyg"}
+    loops = {"qg", "qg-padded", "hand", "pyg", "qg-list", "hand-own"}
     if importlib.util.find_spec("lightning") is not None:  # a bench extra
-        loops.add("lightning")
+        loops |= {"lightning", "lightning-work"}
     for size in ("small", "large"):
         measured = {
             r["loop"]
