@@ -199,6 +199,10 @@ class ModelConfig:
     # with init_from: every tensor of the model must be there, in its shape; false: load those
     # that fit, leave the others as built (a new head, say) and name them in the log
     init_strict: bool = True
+    # the batch attributes your own model.type reads, e.g. [x, edge_index]: training batches
+    # hold those and the tasks' targets alone; null: every attribute, unless the model says
+    # (an attribute reads); the built-in model says what it reads itself
+    reads: tuple[str, ...] | None = None
     in_channels: int | None = None  # node features; null: taken from the dataset
     num_classes: int | None = None  # null: taken from the dataset
 
@@ -229,6 +233,11 @@ class ModelConfig:
                         "the command line, model={type: ..., kwargs: {...}} replaces the whole "
                         "section)"
                     )
+        if self.reads is not None and self.type is None:
+            raise ConfigError(
+                "model.reads: only for your own model.type; the built-in model says what it "
+                f"reads itself (found {list(self.reads)})"
+            )
         if self.kwargs and self.type is None:
             raise ConfigError(
                 "model.kwargs: only for your own model.type; the built-in model is set up by the "

@@ -19,6 +19,8 @@ the batch's store in one update.
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
@@ -29,6 +31,7 @@ from torch import Tensor
 from torch_geometric.data import Batch, Data
 
 from ..compat import pyg
+from .chunks import Block, Chunk, Cut, Rows, Span, block_order, first_nodes, pick
 
 
 class Unbatchable(ValueError):
@@ -39,22 +42,6 @@ def _increment(key: str) -> bool:
     """Whether ``Data`` shifts the attribute by the node count when batching (its
     ``__inc__``: ``edge_index``, ``face`` and any other ``*index*`` attribute)."""
     return "index" in key or key == "face"
-
-
-class Rows(NamedTuple):
-    """How a batch's graphs divide one kind of attribute's rows: each graph's count, where
-    each starts in the batch (and the total, last), and those offsets as the tensor that the
-    batch's bookkeeping (``_slice_dict``) holds."""
-
-    counts: np.ndarray
-    offsets: np.ndarray
-    slices: Tensor
-
-    @classmethod
-    def of(cls, counts: np.ndarray) -> Rows:
-        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        return cls(counts, offsets, torch.from_numpy(offsets))
 
 
 def assemble_batch(
@@ -126,18 +113,6 @@ def ranges(first: np.ndarray, counts: np.ndarray, offsets: np.ndarray | None = N
     return positions
 
 
-def _span(bounds: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, Rows]:
-    """The first stored row of each of the graphs ``index``, and how they divide the batch."""
-    first = bounds[index]
-    return first, Rows.of(bounds[index + 1] - first)
-
-
-def _positions(bounds: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, Rows]:
-    """The positions of the rows of the graphs ``index``, in order, and how they divide."""
-    first, where = _span(bounds, index)
-    return ranges(first, where.counts, where.offsets), where
-
-
 class _Stored(NamedTuple):
     """One attribute of the dataset: its values (a NumPy view where NumPy has the dtype),
     which rows group it follows, and the dimension the graphs are concatenated in."""
@@ -188,11 +163,20 @@ class IndexBatcher:
     the batch's few integers per graph (which graphs, their sizes and offsets, in one copy)
     cross from the host. None: on the host, with NumPy (quicker for small arrays).
 
+    ``reads``: the attributes the batches hold (None: all); what the model and the tasks do
+    not read is not gathered. :meth:`many` gathers several batches in one pass (an epoch's, or
+    as many as :meth:`bytes_of` allows), each batch's tensors contiguous views of the pass's.
+
     Raises :class:`Unbatchable` for what it does not cover: a per-graph ``transform``,
     attributes that are not dense tensors, or graphs without ``x``.
     """
 
-    def __init__(self, dataset: Any, device: torch.device | None = None):
+    def __init__(
+        self,
+        dataset: Any,
+        device: torch.device | None = None,
+        reads: Iterable[str] | None = None,
+    ):
         data, slices = pyg.storage(dataset) or (None, None)
         if not slices:
             raise Unbatchable("not an in-memory dataset of Data")
@@ -200,6 +184,7 @@ class IndexBatcher:
             raise Unbatchable("a per-graph transform")
         if "x" not in slices:
             raise Unbatchable("graphs without x")
+        self.reads = None if reads is None else frozenset(reads)
         # Attributes with the same boundaries (every node-level one shares the nodes', every
         # graph-level one has one row per graph) share the positions gathered for a batch.
         self.bounds: list[np.ndarray | None] = []  # distinct boundaries; None: one per graph
@@ -208,7 +193,11 @@ class IndexBatcher:
         # One value per graph (labels, graph-level targets): stacked by dtype, so that a batch
         # takes them in one selection per dtype; each is then a row of the result.
         columns: dict[torch.dtype, list[Tensor]] = {}
+        graphs = len(slices["x"]) - 1
+        self.graph_bytes = np.zeros(graphs, dtype=np.int64)  # what a graph's rows take
         for key, bounds in slices.items():  # the order a graph of the dataset lists them in
+            if self.reads is not None and key not in self.reads:
+                continue  # neither the model nor a task reads it
             value = data[key]
             if not isinstance(value, Tensor) or value.is_sparse or value.is_nested:
                 raise Unbatchable(f"attribute {key!r} is not a dense tensor")
@@ -225,13 +214,20 @@ class IndexBatcher:
             if per_graph and value.dim() == 1 and not _increment(key):
                 row = (value.dtype, len(columns.setdefault(value.dtype, [])))
                 columns[value.dtype].append(value)
-            self.stored.append(_Stored(key, _numpy(value), group, cat_dim % value.dim(), row))
+            dim = cat_dim % value.dim()
+            value = value.contiguous()
+            self.stored.append(_Stored(key, _numpy(value), group, dim, row))
+            rows = 1 if per_graph else np.diff(bounds.numpy())
+            per_row = value.element_size() * value.numel() // max(value.shape[dim], 1)
+            self.graph_bytes += rows * per_row
         self.stacked = {dtype: _numpy(torch.stack(values)) for dtype, values in columns.items()}
         self.template = pyg.empty_batch(type(data))  # copied: its class is made once
         self.device = None if device is None else torch.device(device)
         if self.device is not None:
             moved = on_device(data, self.device)
-            self.stored = [stored._replace(values=moved[stored.key]) for stored in self.stored]
+            self.stored = [
+                stored._replace(values=moved[stored.key].contiguous()) for stored in self.stored
+            ]
             self.stacked = {
                 dtype: torch.stack(
                     [moved[key] for key, *_, row in self.stored if row and row[0] == dtype]
@@ -249,94 +245,155 @@ class IndexBatcher:
         self.bounds.append(array)
         return len(self.bounds) - 1
 
+    def bytes_of(self, index: np.ndarray) -> np.ndarray:
+        """What the attributes of each graph ``index`` take, in bytes."""
+        return self.graph_bytes[index]
+
     def __call__(self, indices: Sequence[int] | Tensor) -> Batch:
         """The batch of the dataset's graphs ``indices``, in that order."""
-        index = np.asarray(indices, dtype=np.int64)
-        if index.ndim != 1 or len(index) == 0:
-            raise ValueError("indices must be a non-empty sequence of graph indices")
-        if self.device is not None:
-            return self._on_device(index)
-        one = _constant(len(index)).one
-        gathered = [
-            (index, one) if bounds is None else _positions(bounds, index) for bounds in self.bounds
+        return self.many([np.asarray(indices, dtype=np.int64)])[0]
+
+    def many(self, batches: Sequence[Sequence[int] | np.ndarray]) -> list[Batch]:
+        """The batches of several arrays of indices, gathered in one pass: one selection per
+        attribute for all of them, each batch's tensors contiguous views of it."""
+        chunk = Chunk.of(batches)
+        spans = [None if b is None else self._span(b, chunk) for b in self.bounds]
+        on_host = self.device is None
+        gathered = self._on_host(chunk, spans) if on_host else self._on_device(chunk, spans)
+        parts, batch_vector, ptrs = gathered
+        made, starts = [], chunk.starts.tolist()
+        node_span = spans[self.nodes]
+        node_starts = starts if node_span is None else node_span.batches.tolist()
+        for j in range(len(starts) - 1):
+            g0, g1 = starts[j], starts[j + 1]
+            constants = _constant(g1 - g0)
+            rows = [constants.one if s is None else s.rows(g0, g1) for s in spans]
+            nodes = rows[self.nodes]
+            begins, zeros = nodes.slices[:-1], constants.zeros
+            values, slice_dict, inc_dict = {}, {}, {}
+            for (key, _, group, _, _), (out, cut) in zip(self.stored, parts, strict=True):
+                values[key] = cut(out, j)
+                slice_dict[key] = rows[group].slices
+                inc_dict[key] = begins if _increment(key) else zeros
+            values["batch"] = batch_vector[node_starts[j] : node_starts[j + 1]]
+            values["ptr"] = nodes.slices if ptrs is None else ptrs[g0 + j : g1 + j + 1]
+            made.append(_finish(self.template, values, slice_dict, inc_dict))
+        return made
+
+    def _span(self, bounds: np.ndarray, chunk: Chunk) -> Span:
+        first = bounds[chunk.index]
+        counts = bounds[chunk.index + 1] - first
+        offsets = Rows.of(counts).offsets
+        return Span(first, counts, offsets, offsets[chunk.starts])
+
+    def _rows(self, span: Span | None, chunk: Chunk) -> tuple[np.ndarray, np.ndarray]:
+        """(each graph's row count, where each batch's rows start) of a group."""
+        if span is None:
+            return np.ones(len(chunk.index), dtype=np.int64), chunk.starts
+        return span.counts, span.batches
+
+    def _on_host(self, chunk: Chunk, spans: list[Span | None]) -> tuple:
+        """The chunk's attributes gathered with NumPy: per attribute its values and how a
+        batch's part is cut from them; the ``batch`` vector; None (each ``ptr`` is made on
+        the host, with the bookkeeping)."""
+        positions = [
+            chunk.index if s is None else ranges(s.first, s.counts, s.offsets) for s in spans
         ]
-        per_graph = {dtype: _take(values, 1, index) for dtype, values in self.stacked.items()}
+        per_graph = {dtype: _take(values, 1, chunk.index) for dtype, values in self.stacked.items()}
+        node_counts, _ = self._rows(spans[self.nodes], chunk)
+        within = first_nodes(node_counts, chunk)
         parts = []
         for key, values, group, dim, row in self.stored:
-            positions, where = gathered[group]
             if row is not None:
-                parts.append((key, per_graph[row[0]][row[1]], dim, where))
+                parts.append((per_graph[row[0]][row[1]], Cut(chunk.starts.tolist(), 0)))
+                continue
+            counts, batches = self._rows(spans[group], chunk)
+            shift = np.repeat(within, counts) if _increment(key) else None
+            lead = math.prod(values.shape[:dim])
+            if lead == 1:
+                out = _take(values, dim, positions[group])
+                if shift is not None:
+                    shift = shift.reshape([-1 if d == dim else 1 for d in range(out.dim())])
+                cut: Any = Cut(batches.tolist(), dim)
             else:
-                parts.append((key, _take(values, dim, positions), dim, where))
-        return assemble_batch(self.template, gathered[self.nodes][1], parts)
+                entry, order = block_order(lead, batches, None)
+                out = pick(
+                    values.reshape(lead, values.shape[dim], -1), entry, positions[group][order]
+                )
+                if shift is not None:
+                    shift = shift[order][:, None]
+                cut = Block(batches.tolist(), tuple(values.shape), dim, lead)
+            if shift is not None:
+                if out.dtype == torch.int64:  # NumPy's add: no torch operation for the host
+                    np.add(out.numpy(), shift, out=out.numpy())
+                else:
+                    out += torch.from_numpy(shift)
+            parts.append((out, cut))
+        return parts, torch.from_numpy(np.repeat(chunk.place, node_counts)), None
 
-    def many(self, batches: list[np.ndarray]) -> list[Batch]:
-        """The batches of several arrays of indices (as :class:`~.rows.DiskBatcher` makes
-        them, whose rows it reads in one query)."""
-        return [self(index) for index in batches]
-
-    def _on_device(self, index: np.ndarray) -> Batch:
-        """The batch gathered on ``self.device``: each graph's sizes and offsets are worked out
-        on the host (a few numbers per graph), moved in one copy, and expanded there."""
-        k, constants = len(index), _constant(len(index))
-        spans = []  # per group: (first row - its offset in the batch, Rows), None: per graph
-        for bounds in self.bounds:
-            if bounds is None:
-                spans.append(None)
-            else:
-                first, rows = _span(bounds, index)
-                spans.append((first - rows.offsets[:-1], rows))
-        nodes = constants.one if spans[self.nodes] is None else spans[self.nodes][1]
-        host = [index, nodes.offsets]
+    def _on_device(self, chunk: Chunk, spans: list[Span | None]) -> tuple:
+        """The chunk gathered on ``self.device``: each graph's sizes and offsets are worked out
+        on the host (a few numbers per graph), moved in one copy, and expanded there. Returns
+        what :meth:`_on_host` does, and each batch's ``ptr`` in a row (on the device)."""
+        g, m = len(chunk.index), len(chunk.starts) - 1
+        node_counts, node_batches = self._rows(spans[self.nodes], chunk)
+        within = first_nodes(node_counts, chunk)
+        ptrs = np.empty(g + m, dtype=np.int64)  # each batch's ptr: its nodes' offsets, total
+        ptrs[np.arange(g) + chunk.owner] = within
+        ptrs[chunk.starts[1:] + np.arange(m)] = np.diff(node_batches)
+        host = [chunk.index, within, chunk.place, node_counts, ptrs]
         for span in spans:
             if span is not None:
-                host += [span[0], span[1].counts]
+                host += [span.first - span.offsets[:-1], span.counts]
         small = torch.from_numpy(np.concatenate(host)).to(self.device, non_blocking=True)
-        index_d, ptr = small[:k], small[k : 2 * k + 1]
-        longest = max([k] + [int(span[1].offsets[-1]) for span in spans if span is not None])
+        pieces = iter(small.split([len(a) for a in host]))
+        index, within_d, place, node_counts_d, ptrs_d = itertools.islice(pieces, 5)
+        longest = max([g] + [int(span.offsets[-1]) for span in spans if span is not None])
         arange = torch.arange(longest, device=self.device)
-        positions, counts, at = [], [], 2 * k + 1
+        positions, counts = [], []
         for span in spans:
             if span is None:
-                positions.append(index_d)
+                positions.append(index)
                 counts.append(None)
                 continue
-            shift, count = small[at : at + k], small[at + k : at + 2 * k]
-            at += 2 * k
-            total = int(span[1].offsets[-1])
+            shift, count = next(pieces), next(pieces)
+            total = int(span.offsets[-1])
             positions.append(
                 torch.repeat_interleave(shift, count, output_size=total) + arange[:total]
             )
             counts.append(count)
-        per_graph = {
-            dtype: values.index_select(1, index_d) for dtype, values in self.stacked.items()
-        }
-        one, starts, zeros = constants.one, nodes.slices[:-1], constants.zeros
-        values, slice_dict, inc_dict = {}, {}, {}
-        for key, stored, group, dim, row in self.stored:
-            where = one if spans[group] is None else spans[group][1]
+        per_graph = {dtype: values.index_select(1, index) for dtype, values in self.stacked.items()}
+        parts = []
+        for key, values, group, dim, row in self.stored:
             if row is not None:
-                out = per_graph[row[0]][row[1]]
-            else:
-                out = stored.index_select(dim, positions[group])
+                parts.append((per_graph[row[0]][row[1]], Cut(chunk.starts.tolist(), 0)))
+                continue
+            _, batches = self._rows(spans[group], chunk)
+            shift = None
             if _increment(key):
-                shift = ptr[:-1]
+                shift = within_d
                 if counts[group] is not None:
-                    total = int(where.offsets[-1])
+                    total = int(spans[group].offsets[-1])
                     shift = torch.repeat_interleave(shift, counts[group], output_size=total)
-                shape = [1] * out.dim()
-                shape[dim] = -1
-                out = out + shift.view(shape)
-                inc_dict[key] = starts
+            lead = math.prod(values.shape[:dim])
+            if lead == 1:
+                out = values.index_select(dim, positions[group])
+                if shift is not None:
+                    shift = shift.view([-1 if d == dim else 1 for d in range(out.dim())])
+                cut: Any = Cut(batches.tolist(), dim)
             else:
-                inc_dict[key] = zeros
-            values[key] = out
-            slice_dict[key] = where.slices
-        if counts[self.nodes] is None:  # one node per graph
-            values["batch"] = arange[:k].clone()
+                entry, order = block_order(lead, batches, self.device)
+                rows = values.shape[dim]
+                source = entry * rows + positions[group][order]
+                out = values.reshape(lead * rows, -1).index_select(0, source)
+                if shift is not None:
+                    shift = shift[order][:, None]
+                cut = Block(batches.tolist(), tuple(values.shape), dim, lead)
+            parts.append((out if shift is None else out + shift, cut))
+        if spans[self.nodes] is None:  # one node per graph
+            batch_vector = place
         else:
-            values["batch"] = torch.repeat_interleave(
-                arange[:k], counts[self.nodes], output_size=int(nodes.offsets[-1])
+            batch_vector = torch.repeat_interleave(
+                place, node_counts_d, output_size=int(node_batches[-1])
             )
-        values["ptr"] = ptr
-        return _finish(self.template, values, slice_dict, inc_dict)
+        return parts, batch_vector, ptrs_d

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,9 @@ from .transfer import BatchLoader
 log = logging.getLogger(__name__)
 
 READ_AHEAD = 8  # batches assembled in a row, at most (measured in bench/data_path.py)
-READ_AHEAD_BYTES = 4 << 20  # and at most this much of them at once
+READ_AHEAD_BYTES = 4 << 20  # and at most this much of them at once (on disk)
+# Batches in memory are gathered an epoch at a time, in passes of at most this much.
+PASS_BYTES = 256 << 20
 
 
 def split_sizes(n: int, fractions: Sequence[float]) -> tuple[int, int, int]:
@@ -85,12 +87,21 @@ class IndexBatches(Subset):
         return self.batcher(self._index[positions])
 
     def read_ahead(self, batches: Iterator[list[int]]) -> Iterator[Batch]:
-        """The batches of the positions ``batches`` yields, in order, several assembled in a
-        row: up to :data:`READ_AHEAD` at a time, as long as they take at most
-        :data:`READ_AHEAD_BYTES` (judged by the last batch made). Between two training steps
-        the stored graphs and this code have left the processor's caches, and assembling a
-        batch there took 3x its time in a loop; in a row, the caches serve all but the first
-        (and on disk, their rows come in one query)."""
+        """The batches of the positions ``batches`` yields, in order, gathered several at once.
+
+        Batches in memory (an :class:`IndexBatcher`): the epoch's in one pass at its start
+        (the sampler's order is a function of the seed and the epoch), or in passes of at most
+        :data:`PASS_BYTES` when it is larger; each step gets views of them. Batches on disk:
+        up to :data:`READ_AHEAD` at a time (their rows in one query), as long as they take at
+        most :data:`READ_AHEAD_BYTES` (judged by the last batch made). Between two training
+        steps the stored graphs and this code have left the processor's caches, and
+        assembling a batch there took 3x its time in a loop."""
+        bytes_of = getattr(self.batcher, "bytes_of", None)
+        if bytes_of is not None:
+            plan = [self._index[p] for p in batches]
+            for chunk in passes(plan, bytes_of, PASS_BYTES):
+                yield from self.batcher.many(chunk)
+            return
         count = 1  # the first batch alone: it comes sooner, and tells the size of a batch
         while chunk := list(itertools.islice(batches, count)):
             made = collections.deque(self.batcher.many([self._index[p] for p in chunk]))
@@ -98,6 +109,21 @@ class IndexBatches(Subset):
             count = max(1, min(READ_AHEAD, READ_AHEAD_BYTES // max(size, 1)))
             while made:
                 yield made.popleft()
+
+
+def passes(plan: list[np.ndarray], bytes_of: Any, limit: int) -> Iterator[list[np.ndarray]]:
+    """``plan`` (batches of graph indices) in runs of whole batches of at most ``limit`` bytes
+    each (``bytes_of(index)``: each graph's bytes), a batch larger than that alone."""
+    if not plan:
+        return
+    sizes = np.fromiter((int(bytes_of(b).sum()) for b in plan), dtype=np.int64, count=len(plan))
+    ends = np.cumsum(sizes)
+    start, spent = 0, 0
+    while start < len(plan):
+        stop = int(np.searchsorted(ends, spent + limit, side="right"))
+        stop = max(stop, start + 1)
+        yield plan[start:stop]
+        spent, start = int(ends[stop - 1]), stop
 
 
 def _unwrap(dataset: Dataset | list[Data]) -> tuple[Any, list[int] | None]:
@@ -111,15 +137,17 @@ def _unwrap(dataset: Dataset | list[Data]) -> tuple[Any, list[int] | None]:
 
 
 def index_batches(
-    dataset: Dataset | list[Data], device: torch.device | None = None
+    dataset: Dataset | list[Data],
+    device: torch.device | None = None,
+    reads: Collection[str] | None = None,
 ) -> IndexBatches | None:
     """``dataset`` (an in-memory or on-disk dataset, or Subsets of one) as
-    :class:`IndexBatches`, assembled on ``device`` (None: the host); None when its graphs
-    cannot be assembled without a ``Data`` each."""
+    :class:`IndexBatches`, assembled on ``device`` (None: the host), of the attributes ``reads``
+    (None: all); None when its graphs cannot be assembled without a ``Data`` each."""
     dataset, indices = _unwrap(dataset)
     try:
         on_disk = isinstance(dataset, DiskDataset)
-        batcher = DiskBatcher(dataset) if on_disk else IndexBatcher(dataset, device)
+        batcher = DiskBatcher(dataset, reads) if on_disk else IndexBatcher(dataset, device, reads)
     except Unbatchable:
         return None
     return IndexBatches(dataset, range(len(dataset)) if indices is None else indices, batcher)
@@ -215,6 +243,7 @@ def make_loader(
     device: torch.device | None = None,
     micro: tuple[int, int] | None = None,
     batch_sampler: Any = None,
+    reads: Collection[str] | None = None,
 ) -> DataLoader:
     """A loader of batches of graphs; a shuffling loader draws its order from its own seeded
     generator, and its worker processes, if any, last from one epoch to the next. Batches of
@@ -223,7 +252,8 @@ def make_loader(
     (see :func:`batch_device`; None: the host). ``micro`` (micro-batches per batch, batches per
     epoch): the sampler's batches cut into micro-batches (:class:`MicroBatches`).
     ``batch_sampler``: one that makes the batches itself (``batch_size``, ``sampler`` and
-    ``drop_last`` then unused)."""
+    ``drop_last`` then unused). ``reads``: the attributes a batch assembled by index holds
+    (None: all)."""
     if shuffle and sampler is not None:
         raise ValueError("shuffle and sampler exclude each other: the sampler decides the order")
     options = {
@@ -242,7 +272,7 @@ def make_loader(
     if batch_sampler is not None:
         del options["batch_size"], options["drop_last"], options["sampler"]
         options["batch_sampler"] = batch_sampler  # torch: it excludes the three above
-    batches = index_batches(dataset, device)
+    batches = index_batches(dataset, device, reads)
     if batches is None:  # PyTorch Geometric's collation, graph by graph
         loader = BatchLoader(dataset, collate_fn=Collater(dataset), **options)
     else:
@@ -261,10 +291,12 @@ def make_train_loader(
     label: str = "y",
     device: torch.device | None = None,
     micro_batches: int | None = None,
+    reads: Collection[str] | None = None,
 ) -> DataLoader:
     """The training loader of ``rank`` of ``world_size``: augmented, sampled, in batches.
 
     ``label``: the graph attribute whose classes a class-balancing sampler balances.
+    ``reads``: the attributes the model and the tasks read, what the batches hold (None: all).
     ``micro_batches`` (the strategy's cut, if it cuts batches): this rank's micro-batches of each
     global batch, in a row (the strategy decides how many); an epoch is the whole global batches
     of the sequence one process would draw (the last, partial one left out).
@@ -296,6 +328,7 @@ def make_train_loader(
             batch_sampler=batches,
             num_workers=training.num_workers,
             device=device,
+            reads=reads,
         )
     micro = None
     if micro_batches is not None:
@@ -310,6 +343,7 @@ def make_train_loader(
         seed=training.seed,
         device=device,
         micro=micro,
+        reads=reads,
     )
 
 

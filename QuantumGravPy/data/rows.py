@@ -14,6 +14,7 @@ import itertools
 import json
 import math
 import struct
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -167,11 +168,14 @@ class DiskBatcher:
     size). A batch is a few dozen array operations whatever its number of graphs and
     attributes; no header is unpickled.
 
+    ``reads``: the attributes the batches hold (None: all; ``x`` always, whose rows count the
+    nodes); the others are not gathered.
+
     Raises :class:`~.batching.Unbatchable` for a per-graph transform, or graphs with
     attributes that are not tensors or without ``x``.
     """
 
-    def __init__(self, dataset: Any):
+    def __init__(self, dataset: Any, reads: Iterable[str] | None = None):
         if dataset.transform is not None:
             raise Unbatchable("a per-graph transform")
         first = dataset.db.get(0)
@@ -193,11 +197,14 @@ class DiskBatcher:
             width = per if last else math.prod(shape[1:]) * per
             self.layouts[key] = _Layout(key, column, dtype, unit, width, rows, shape or (1,))
             size_columns.append(_PER_TENSOR * column + (2 if last else 1))
+            if reads is not None and key not in reads and key != "x":
+                del self.layouts[key]  # neither the model nor a task reads it
         self.size_columns = np.array(size_columns)
         self.table = _FIXED + np.arange(_PER_TENSOR * len(specs))  # the words of the table
         # The order a graph read alone lists its attributes in (Data's constructor sets its
         # own named ones first), which the batch PyG makes of such graphs follows.
-        self.order = list(Data(**dict.fromkeys(keys, torch.empty(0))).to_dict())
+        kept = [key for key in keys if key in self.layouts]
+        self.order = list(Data(**dict.fromkeys(kept, torch.empty(0))).to_dict())
         # per unit size: the tensors joined along their first axis (their columns, the units
         # per step along it), those joined along their last, and all of them in that order
         self.by_unit: dict[int, tuple[np.ndarray, np.ndarray, list[_Layout], list[_Layout]]] = {}

@@ -220,6 +220,13 @@ class GNNModel(nn.Module):
             edge_channels=edge_channels,
         )
 
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The attributes of a batch that :meth:`forward` reads (besides ``batch`` and
+        ``ptr``): what the training loader gathers for it."""
+        names = ["x", "edge_index", *self.graph_features, *self.pairs.values()]
+        return tuple(names + (["edge_attr"] if self.edge_channels else []))
+
     def forward(self, batch: Batch | Data) -> Tensor | dict[str, Tensor]:
         x, edge_index = batch.x, batch.edge_index
         edges = None

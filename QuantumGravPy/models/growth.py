@@ -65,6 +65,8 @@ class CausalSetGrowth(nn.Module):
             parts += [nn.Linear(a, b), nn.SiLU()]
         self.decide = nn.Sequential(*parts, nn.Linear(widths[-1], 1))
 
+    reads = ("x", "edge_index")  # what the training loader gathers (with batch and ptr)
+
     def forward(self, batch: Any) -> dict[str, Tensor]:
         links, sizes = _dense_links(batch)
         relations = transitive_closure(links)

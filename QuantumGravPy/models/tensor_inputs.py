@@ -80,6 +80,12 @@ class TensorInputs(nn.Module):
             )
         self.module, self.inputs, self.returns = module, tuple(inputs), dict(returns)
 
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The attributes of a batch the module is called with: what the training loader
+        gathers for it (``batch`` and ``ptr`` are always there)."""
+        return tuple(name for name in self.inputs if name not in ("batch", "ptr"))
+
     def forward(self, batch: Any) -> dict[str, Tensor]:
         missing = [name for name in self.inputs if not hasattr(batch, name)]
         if missing:

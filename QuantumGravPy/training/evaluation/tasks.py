@@ -312,7 +312,12 @@ def make_criterion(dotted: str) -> Callable[[Tensor, Any], Tensor]:
     obj = resolve(dotted, key="criterion")
     if isinstance(obj, type):
         loss = obj()
-        return lambda outputs, batch: loss(outputs, batch.y)
+
+        def criterion(outputs: Tensor, batch: Any) -> Tensor:
+            return loss(outputs, batch.y)
+
+        criterion.reads = ("y",)  # type: ignore[attr-defined]  # what the batch gives it
+        return criterion
     return obj
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from torch import nn
 from torch.utils.data import Dataset
 
-from ...config import Config, resolve
+from ...config import Config, balanced_task, resolve
 from ...data import graph_feature_width, num_edge_features, num_node_features
 from ...data.checks import check_user_graphs, user_graphs_source
 from ...errors import ConfigError, DataError
@@ -79,6 +79,28 @@ def initial_model(
         return model, None
     section = config.model
     return model, load_starting_weights(model, section.init_from, strict=section.init_strict)
+
+
+def train_reads(config: Config, model: nn.Module, tasks: list[Task]) -> dict[str, Any]:
+    """What the training loader is told its batches are read for: the label a class-balancing
+    sampler balances, and the attributes the batches hold (``reads``): those the model reads
+    (``model.reads``, or the model's own ``reads``) and the tasks' targets and pairs. None:
+    every attribute, for a model that does not say, or a criterion function (given the whole
+    batch; a criterion class reads ``y``)."""
+    label = getattr(balanced_task(config), "target_name", "y")
+    said = config.model.reads if config.model.reads is not None else getattr(model, "reads", None)
+    given = [getattr(t.loss_fn, "reads", None) for t in tasks if t.loss_takes_batch]
+    if said is None or None in given:  # a criterion function: it may read anything
+        return {"label": label, "reads": None}
+    names = set(said).union(*given)
+    for task in tasks:
+        if task.loss_takes_batch:
+            continue
+        if task.kind.needs_target:
+            names.add(task.config.target_name)
+        if task.level == "edge":
+            names.add(task.config.pairs)
+    return {"label": label, "reads": frozenset(names)}
 
 
 def check_data(config: Config, dataset: Dataset | list, spec: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from ...config import Config, balanced_task, headline_columns, per_process
+from ...config import Config, headline_columns, per_process
 from ...data import (
     batch_device,
     check_file_targets,
@@ -48,7 +48,7 @@ from .compiling import Compiling
 from .devices import PRECISIONS, autocast, process_settings, select_device
 from .notices import log_start
 from .schedule import build_optimization, step_scheduler
-from .spec import check_data, initial_model, model_spec, run_tasks
+from .spec import check_data, initial_model, model_spec, run_tasks, train_reads
 from .step import TrainingPass
 
 T = TypeVar("T")
@@ -238,7 +238,7 @@ class Trainer:
         return make_train_loader(
             dataset, self.config.training, self.config.augmentation, rank=self.rank,
             world_size=self.world_size, device=self.batch_device, micro_batches=cut,
-            label=getattr(balanced_task(self.config), "target_name", "y"),
+            **train_reads(self.config, self.model, self.tasks),
         )  # fmt: skip
 
     def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:  # hook
