@@ -167,8 +167,17 @@ def build(args: argparse.Namespace, tmp: str, *, with_lightning: bool = True) ->
 
     work = gpu_loops.hand_same_work(*fresh(), device, "32", loader)
     fastest = gpu_loops.hand_written(*fresh(), device, "32", on_host=False)
+    # data.device's path (the GPU default), here on the CPU: the dataset's tensors gathered
+    # with torch operations, as on a GPU
+    trainer.batch_device = device
+    on_device = trainer.make_train_loader(loader.graphs)
     loops = [
         Loop("qg", steps, lambda p: plain(p, lambda: trainer.train_epoch(loader))),
+        Loop(
+            "qg, data.device's path",
+            steps,
+            lambda p: plain(p, lambda: trainer.train_epoch(on_device)),
+        ),
         Loop("hand, qg's work", steps, lambda p: plain(p, work)),
         Loop("hand, fastest", steps, lambda p: plain(p, lambda: fastest(batches))),
     ]

@@ -475,7 +475,9 @@ def test_batches_are_assembled_several_in_a_row_within_a_bound(tmp_path, monkeyp
     made = []
     batcher = type(batches.batcher)
     many = batcher.many
-    monkeypatch.setattr(batcher, "many", lambda self, c: made.append(len(c)) or many(self, c))
+    monkeypatch.setattr(
+        batcher, "many", lambda self, c, **k: made.append(len(c)) or many(self, c, **k)
+    )
     options = {"batch_size": 1, "shuffle": True, "collate_fn": loaders._as_is}
     ours = make_loader(batches, batch_size=1, shuffle=True, seed=3)
     theirs = DataLoader(batches, generator=torch.Generator().manual_seed(3), **options)

@@ -241,3 +241,106 @@ def test_on_a_gpu_batches_already_there_and_other_items_pass_through():
     assert [t.data_ptr() for t in attribute_tensors(batch)] == pointers
     assert items == [1, 2] and tensor.device == cuda()
     assert prefetcher.copies == 1 and prefetcher.bytes_copied == 3 * 8  # the tensor, with `to`
+
+
+# --- batches staged a pass at a time (the host path to a GPU) --------------------------------
+
+
+def _faces_batcher():
+    from test_batching import Faces
+
+    from QuantumGravPy.data.batching import IndexBatcher
+
+    return IndexBatcher(Faces())
+
+
+PASS = [[5], [11, 0, 3, 3, 7], list(range(12))[::-1]]
+
+
+def test_a_pass_gathered_on_the_host_lies_in_one_buffer_that_a_copy_of_it_can_stand_for():
+    """Every tensor a pass's batches hold (attributes, ``batch``, ``ptr``) views one buffer;
+    the batches rebased on a copy of that buffer hold the same values, viewing the copy (what
+    the prefetcher hands over after one copy of a pass to a GPU)."""
+    from QuantumGravPy.data.prefetch import rebased
+
+    made = _faces_batcher().many(PASS)
+    storages = {t.untyped_storage().data_ptr() for b in made for t in attribute_tensors(b)}
+    assert len(storages) == 1
+    base = torch.empty(0, dtype=torch.uint8).set_(attribute_tensors(made[0])[0].untyped_storage())
+    copy_ = base.clone()
+    for batch in made:
+        moved = rebased(batch, base, copy_)
+        for key, value in batch.to_dict().items():
+            assert torch.equal(moved[key], value) and moved[key].dtype == value.dtype, key
+            at = moved[key].data_ptr() - copy_.data_ptr()
+            assert 0 <= at < copy_.numel()
+
+
+def test_passes_made_ahead_by_a_thread_come_in_order_and_its_failure_is_raised_here():
+    import threading
+
+    from QuantumGravPy.data.prefetch import ahead
+
+    assert list(ahead(iter(range(50)))) == list(range(50))
+
+    def failing():
+        yield 1
+        raise ValueError("a pass that cannot be made")
+
+    with pytest.raises(ValueError, match="a pass that cannot be made"):
+        list(ahead(failing()))
+    made = ahead(iter(range(1000)))
+    assert next(made) == 0
+    made.close()  # a run that stops early: the thread ends with it
+    assert not [t for t in threading.enumerate() if t.name == "qg-gather"]
+
+
+def test_only_batches_made_on_the_host_for_a_gpu_are_staged():
+    from test_batching import Faces
+
+    from QuantumGravPy.data import loaders
+
+    graphs = Faces()
+    assert loaders.index_batches(graphs, stage=torch.device("cuda", 0)).staged
+    assert not loaders.index_batches(graphs, stage=CPU).staged
+    assert not loaders.index_batches(graphs).staged
+
+
+@pytest.mark.gpu
+@NEEDS_CUDA
+def test_on_a_gpu_a_staged_pass_is_pinned_copied_once_and_trains_as_batches_copied_alone(
+    make_config, tmp_path, monkeypatch
+):
+    """Host batches for a GPU: each pass gathered into pinned memory by a thread, copied in one
+    copy; the run's history is the one of batches packed and copied one at a time."""
+    from conftest import train
+
+    from QuantumGravPy.data import loaders
+    from QuantumGravPy.data.prefetch import DevicePrefetcher as Prefetcher
+
+    copies = []
+    issue = Prefetcher._issue
+    monkeypatch.setattr(
+        Prefetcher, "_issue", lambda self, item: copies.append(self.copies) or issue(self, item)
+    )
+    common = ("training.device=cuda", "data.device=cpu", "training.num_epochs=2")
+    _, staged, _ = train(make_config(*common, f"training.path={tmp_path / 'staged'}"))
+    staged_copies = len(set(copies))
+    copies.clear()
+    monkeypatch.setattr(loaders, "index_batches", _unstaged(loaders.index_batches))
+    _, alone, _ = train(make_config(*common, f"training.path={tmp_path / 'alone'}"))
+    drop = ("epoch_seconds", "samples_per_second")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in staged] == [
+        {k: v for k, v in r.items() if k not in drop} for r in alone
+    ]
+    assert staged_copies < len(set(copies))  # a copy a pass, not a copy a batch
+
+
+def _unstaged(index_batches):
+    def made(*args, **kwargs):
+        batches = index_batches(*args, **kwargs)
+        if batches is not None:
+            batches.staged = False
+        return batches
+
+    return made

@@ -31,7 +31,19 @@ from torch import Tensor
 from torch_geometric.data import Batch, Data
 
 from ..compat import pyg
-from .chunks import Block, Chunk, Cut, Rows, Span, block_order, first_nodes, pick
+from .chunks import (
+    Block,
+    Chunk,
+    Cut,
+    Rows,
+    Span,
+    block_counts,
+    block_order,
+    dtype_of,
+    first_nodes,
+    staging,
+    take_into,
+)
 
 
 class Unbatchable(ValueError):
@@ -122,12 +134,6 @@ class _Stored(NamedTuple):
     group: int
     dim: int
     row: tuple[torch.dtype, int] | None  # one value per graph: its row of the stacked values
-
-
-def _take(values: np.ndarray | Tensor, dim: int, positions: np.ndarray) -> Tensor:
-    if isinstance(values, Tensor):  # a dtype NumPy lacks (bfloat16)
-        return values.index_select(dim, torch.from_numpy(positions))
-    return torch.from_numpy(values.take(positions, axis=dim))
 
 
 _ON_DEVICE: dict[int, dict[torch.device, dict[str, Tensor]]] = {}  # by id(data), while it lives
@@ -221,6 +227,8 @@ class IndexBatcher:
             per_row = value.element_size() * value.numel() // max(value.shape[dim], 1)
             self.graph_bytes += rows * per_row
         self.stacked = {dtype: _numpy(torch.stack(values)) for dtype, values in columns.items()}
+        # each stored array's torch dtype (NumPy's arrays do not say it), by the array
+        self.dtypes = {id(stored.values): dtype_of(stored.values) for stored in self.stored}
         self.template = pyg.empty_batch(type(data))  # copied: its class is made once
         self.device = None if device is None else torch.device(device)
         if self.device is not None:
@@ -253,13 +261,18 @@ class IndexBatcher:
         """The batch of the dataset's graphs ``indices``, in that order."""
         return self.many([np.asarray(indices, dtype=np.int64)])[0]
 
-    def many(self, batches: Sequence[Sequence[int] | np.ndarray]) -> list[Batch]:
+    def many(
+        self, batches: Sequence[Sequence[int] | np.ndarray], *, pin: bool = False
+    ) -> list[Batch]:
         """The batches of several arrays of indices, gathered in one pass: one selection per
-        attribute for all of them, each batch's tensors contiguous views of it."""
+        attribute for all of them, each batch's tensors contiguous views of it. On the host
+        they lie in one buffer, pinned with ``pin`` (for one copy to a GPU)."""
         chunk = Chunk.of(batches)
         spans = [None if b is None else self._span(b, chunk) for b in self.bounds]
-        on_host = self.device is None
-        gathered = self._on_host(chunk, spans) if on_host else self._on_device(chunk, spans)
+        if self.device is None:
+            gathered = self._on_host(chunk, spans, pin)
+        else:
+            gathered = self._on_device(chunk, spans)
         parts, batch_vector, ptrs = gathered
         made, starts = [], chunk.starts.tolist()
         node_span = spans[self.nodes]
@@ -276,7 +289,7 @@ class IndexBatcher:
                 slice_dict[key] = rows[group].slices
                 inc_dict[key] = begins if _increment(key) else zeros
             values["batch"] = batch_vector[node_starts[j] : node_starts[j + 1]]
-            values["ptr"] = nodes.slices if ptrs is None else ptrs[g0 + j : g1 + j + 1]
+            values["ptr"] = ptrs[g0 + j : g1 + j + 1]
             made.append(_finish(self.template, values, slice_dict, inc_dict))
         return made
 
@@ -292,44 +305,66 @@ class IndexBatcher:
             return np.ones(len(chunk.index), dtype=np.int64), chunk.starts
         return span.counts, span.batches
 
-    def _on_host(self, chunk: Chunk, spans: list[Span | None]) -> tuple:
-        """The chunk's attributes gathered with NumPy: per attribute its values and how a
-        batch's part is cut from them; the ``batch`` vector; None (each ``ptr`` is made on
-        the host, with the bookkeeping)."""
-        positions = [
-            chunk.index if s is None else ranges(s.first, s.counts, s.offsets) for s in spans
-        ]
-        per_graph = {dtype: _take(values, 1, chunk.index) for dtype, values in self.stacked.items()}
-        node_counts, _ = self._rows(spans[self.nodes], chunk)
+    def _on_host(self, chunk: Chunk, spans: list[Span | None], pin: bool = False) -> tuple:
+        """The chunk's attributes gathered with NumPy, straight into one buffer (pinned with
+        ``pin``, for one copy to a GPU): per attribute its values and how a batch's part is
+        cut from them; the ``batch`` vector; each batch's ``ptr``, in a row."""
+        g, m = len(chunk.index), len(chunk.starts) - 1
+        node_counts, node_batches = self._rows(spans[self.nodes], chunk)
         within = first_nodes(node_counts, chunk)
-        parts = []
+        shapes = []  # of what the buffer holds: each attribute, the rows per graph, batch, ptr
+        for _, values, group, dim, row in self.stored:
+            if row is None:
+                total = int(self._rows(spans[group], chunk)[1][-1])
+                lead = math.prod(values.shape[:dim])
+                shape = (*values.shape[:dim], total, *values.shape[dim + 1 :])
+                block = (lead * total, math.prod(values.shape[dim + 1 :]))
+                shapes.append((self.dtypes[id(values)], shape if lead == 1 else block))
+        shapes += [(dtype, (v.shape[0], g)) for dtype, v in self.stacked.items()]
+        shapes += [(torch.int64, (int(node_batches[-1]),)), (torch.int64, (g + m,))]
+        views = staging(shapes, pin)
+        rows_of_graphs = views[len(views) - 2 - len(self.stacked) : -2]
+        for values, out in zip(self.stacked.values(), rows_of_graphs, strict=True):
+            take_into(out, values, 1, chunk.index)
+        per_graph = dict(zip(self.stacked, rows_of_graphs, strict=True))
+        batch_vector, ptrs = views[-2:]
+        batch_vector.numpy()[:] = np.repeat(chunk.place, node_counts)
+        ptrs_np = ptrs.numpy()
+        ptrs_np[np.arange(g) + chunk.owner] = within
+        ptrs_np[chunk.starts[1:] + np.arange(m)] = np.diff(node_batches)
+        parts, filled = [], iter(views)
         for key, values, group, dim, row in self.stored:
             if row is not None:
                 parts.append((per_graph[row[0]][row[1]], Cut(chunk.starts.tolist(), 0)))
                 continue
-            counts, batches = self._rows(spans[group], chunk)
+            out = next(filled)
+            span = spans[group]
+            counts, batches = self._rows(span, chunk)
+            positions = (
+                chunk.index if span is None else ranges(span.first, span.counts, span.offsets)
+            )
             shift = np.repeat(within, counts) if _increment(key) else None
             lead = math.prod(values.shape[:dim])
             if lead == 1:
-                out = _take(values, dim, positions[group])
+                take_into(out, values, dim, positions)
                 if shift is not None:
                     shift = shift.reshape([-1 if d == dim else 1 for d in range(out.dim())])
                 cut: Any = Cut(batches.tolist(), dim)
             else:
-                entry, order = block_order(lead, batches, None)
-                out = pick(
-                    values.reshape(lead, values.shape[dim], -1), entry, positions[group][order]
-                )
+                entry, order = block_order(lead, batches)
+                rows = values.shape[dim]
+                take_into(out, values.reshape(lead * rows, -1), 0, entry * rows + positions[order])
                 if shift is not None:
                     shift = shift[order][:, None]
                 cut = Block(batches.tolist(), tuple(values.shape), dim, lead)
             if shift is not None:
-                if out.dtype == torch.int64:  # NumPy's add: no torch operation for the host
-                    np.add(out.numpy(), shift, out=out.numpy())
+                if isinstance(values, np.ndarray):  # NumPy's add: no torch operation here
+                    array = out.numpy()
+                    np.add(array, shift, out=array, casting="unsafe")
                 else:
                     out += torch.from_numpy(shift)
             parts.append((out, cut))
-        return parts, torch.from_numpy(np.repeat(chunk.place, node_counts)), None
+        return parts, batch_vector, ptrs
 
     def _on_device(self, chunk: Chunk, spans: list[Span | None]) -> tuple:
         """The chunk gathered on ``self.device``: each graph's sizes and offsets are worked out
@@ -345,7 +380,15 @@ class IndexBatcher:
         for span in spans:
             if span is not None:
                 host += [span.first - span.offsets[:-1], span.counts]
-        small = torch.from_numpy(np.concatenate(host)).to(self.device, non_blocking=True)
+        for _, values, group, dim, row in self.stored:
+            if row is None and (lead := math.prod(values.shape[:dim])) > 1:
+                host += block_counts(lead, self._rows(spans[group], chunk)[1])
+        # the pass's few numbers per graph and per batch, in one copy (from pinned memory to
+        # a GPU, which then need not wait for the copy)
+        cuda = self.device.type == "cuda"
+        small = torch.empty(sum(map(len, host)), dtype=torch.int64, pin_memory=cuda)
+        np.concatenate(host, out=small.numpy())
+        small = small.to(self.device, non_blocking=True)
         pieces = iter(small.split([len(a) for a in host]))
         index, within_d, place, node_counts_d, ptrs_d = itertools.islice(pieces, 5)
         longest = max([g] + [int(span.offsets[-1]) for span in spans if span is not None])
@@ -382,7 +425,8 @@ class IndexBatcher:
                     shift = shift.view([-1 if d == dim else 1 for d in range(out.dim())])
                 cut: Any = Cut(batches.tolist(), dim)
             else:
-                entry, order = block_order(lead, batches, self.device)
+                on = (next(pieces), next(pieces), next(pieces))
+                entry, order = block_order(lead, batches, on)
                 rows = values.shape[dim]
                 source = entry * rows + positions[group][order]
                 out = values.reshape(lead * rows, -1).index_select(0, source)

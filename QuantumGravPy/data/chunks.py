@@ -9,6 +9,7 @@ so that each batch's ``[2, its edges]`` is contiguous too, as a batch gathered a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -71,24 +72,23 @@ class Span(NamedTuple):
         return Rows(self.counts[g0:g1], offsets, torch.from_numpy(offsets))
 
 
-def block_order(lead: int, batches: np.ndarray, device: torch.device | None) -> tuple:
+def block_order(lead: int, batches: np.ndarray, on: tuple[Tensor, ...] | None = None) -> tuple:
     """For an attribute concatenated along a dimension that is not its first (``edge_index``,
     ``[2, edges]``), with ``lead`` entries before it: the order in which a chunk's values are
     gathered so that each batch's part is contiguous, ``[*lead, its rows, ...]``. Per position
     of the result: the leading entry, and the row of the chunk. ``batches``: where each batch's
-    rows start in the chunk (the total last). Worked out with NumPy, or with torch on
-    ``device`` (the rows are the chunk's edges: they are not copied there)."""
+    rows start in the chunk (the total last). Worked out with NumPy, or with torch on the
+    device that ``on`` lies on: :func:`block_counts` of ``batches`` copied there (the rows
+    are the chunk's edges: they are not copied)."""
     counts = np.diff(batches)
     total = lead * int(batches[-1])
-    if device is None:
+    if on is None:
         which = np.repeat(np.arange(len(counts), dtype=np.int64), lead * counts)
         local = np.arange(total, dtype=np.int64)
         start, count = batches[:-1], counts
     else:
-        start, count, spread = (
-            torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)
-            for a in (batches[:-1], counts, lead * counts)
-        )
+        start, count, spread = on
+        device = start.device
         which = torch.repeat_interleave(
             torch.arange(len(counts), device=device), spread, output_size=total
         )
@@ -96,6 +96,13 @@ def block_order(lead: int, batches: np.ndarray, device: torch.device | None) -> 
     local = local - lead * start[which]
     entry = local // count[which]
     return entry, start[which] + local - entry * count[which]
+
+
+def block_counts(lead: int, batches: np.ndarray) -> list[np.ndarray]:
+    """What :func:`block_order` reads of ``batches`` on a device: where each batch's rows
+    start, how many, and those times ``lead``."""
+    counts = np.diff(batches)
+    return [batches[:-1], counts, lead * counts]
 
 
 class Cut(NamedTuple):
@@ -129,8 +136,39 @@ def first_nodes(node_counts: np.ndarray, chunk: Chunk) -> np.ndarray:
     return offsets[:-1] - offsets[chunk.starts[chunk.owner]]
 
 
-def pick(values: np.ndarray | Tensor, entry: np.ndarray, rows: np.ndarray) -> Tensor:
-    """``values[entry, rows]`` (values ``[lead, rows, rest]``) as a tensor."""
+def dtype_of(values: np.ndarray | Tensor) -> torch.dtype:
+    """The torch dtype of a NumPy array or a tensor."""
+    if isinstance(values, Tensor):
+        return values.dtype
+    return torch.from_numpy(np.empty(0, dtype=values.dtype)).dtype
+
+
+_ALIGN = 16  # where each tensor of a staging buffer starts: a multiple of it
+
+
+def staging(shapes: list[tuple[torch.dtype, tuple[int, ...]]], pin: bool) -> list[Tensor]:
+    """Empty tensors of the dtypes and shapes ``shapes``, views of one buffer (pinned with
+    ``pin``, so that a GPU copies all of them in one asynchronous copy)."""
+    places, size = [], 0
+    for dtype, shape in shapes:
+        places.append(size)
+        size += -(-math.prod(shape) * dtype.itemsize // _ALIGN) * _ALIGN
+    buffer = torch.empty(size, dtype=torch.uint8, pin_memory=pin)
+    return [
+        buffer[at : at + math.prod(shape) * dtype.itemsize].view(dtype).view(shape)
+        for at, (dtype, shape) in zip(places, shapes, strict=True)
+    ]
+
+
+def take(values: np.ndarray | Tensor, dim: int, positions: np.ndarray) -> Tensor:
+    if isinstance(values, Tensor):  # a dtype NumPy lacks (bfloat16)
+        return values.index_select(dim, torch.from_numpy(positions))
+    return torch.from_numpy(values.take(positions, axis=dim))
+
+
+def take_into(out: Tensor, values: np.ndarray | Tensor, dim: int, positions: np.ndarray) -> None:
+    """``out`` = ``values``' entries ``positions`` along ``dim``, written in place."""
     if isinstance(values, Tensor):  # a dtype NumPy lacks
-        return values[torch.from_numpy(entry), torch.from_numpy(rows)]
-    return torch.from_numpy(values[entry, rows])
+        torch.index_select(values, dim, torch.from_numpy(positions), out=out)
+    else:  # clip, not raise: raise would gather into a buffer of its own and copy it over
+        values.take(positions, axis=dim, out=out.numpy(), mode="clip")

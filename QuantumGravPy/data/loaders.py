@@ -31,6 +31,7 @@ from .batching import IndexBatcher, Unbatchable
 from .datasets import graph_sizes
 from .disk import DiskDataset
 from .node_batches import NodeBudgetBatches
+from .prefetch import ahead
 from .rows import DiskBatcher
 from .samplers import build_sampler
 from .transfer import BatchLoader
@@ -41,6 +42,9 @@ READ_AHEAD = 8  # batches assembled in a row, at most (measured in bench/data_pa
 READ_AHEAD_BYTES = 4 << 20  # and at most this much of them at once (on disk)
 # Batches in memory are gathered an epoch at a time, in passes of at most this much.
 PASS_BYTES = 256 << 20
+# Batches staged in pinned memory for a GPU, in passes of at most this much: two at a time
+# (one copied and trained on, the next being gathered), each copied in a few milliseconds.
+STAGED_BYTES = 32 << 20
 
 
 def split_sizes(n: int, fractions: Sequence[float]) -> tuple[int, int, int]:
@@ -76,11 +80,15 @@ class IndexBatches(Subset):
     """Graphs ``indices`` of ``dataset``, whose batches ``batcher`` (an :class:`IndexBatcher`
     or a :class:`DiskBatcher`) assembles: a loader fetches a whole batch in one call
     (``__getitems__``). One graph at a time (``dataset[i]``) they are the dataset's own, as
-    through a ``Subset``."""
+    through a ``Subset``. ``staged``: the batches go to a GPU from the host: each pass is
+    gathered into pinned memory, by a thread of its own a pass ahead (see :meth:`read_ahead`)."""
 
-    def __init__(self, dataset: Dataset, indices: Sequence[int], batcher: Any):
+    def __init__(
+        self, dataset: Dataset, indices: Sequence[int], batcher: Any, *, staged: bool = False
+    ):
         super().__init__(dataset, indices)
         self.batcher = batcher
+        self.staged = staged
         self._index = np.asarray(list(indices), dtype=np.int64)
 
     def __getitems__(self, positions: list[int]) -> Batch:  # type: ignore[override]
@@ -91,7 +99,10 @@ class IndexBatches(Subset):
 
         Batches in memory (an :class:`IndexBatcher`): the epoch's in one pass at its start
         (the sampler's order is a function of the seed and the epoch), or in passes of at most
-        :data:`PASS_BYTES` when it is larger; each step gets views of them. Batches on disk:
+        :data:`PASS_BYTES` when it is larger; each step gets views of them. Staged for a GPU,
+        in passes of at most :data:`STAGED_BYTES`, each in one pinned buffer, a pass made by a
+        thread while the steps use the one before (:func:`~.prefetch.ahead`), and copied to
+        the GPU in one copy (:class:`~.prefetch.DevicePrefetcher`). Batches on disk:
         up to :data:`READ_AHEAD` at a time (their rows in one query), as long as they take at
         most :data:`READ_AHEAD_BYTES` (judged by the last batch made). Between two training
         steps the stored graphs and this code have left the processor's caches, and
@@ -99,8 +110,10 @@ class IndexBatches(Subset):
         bytes_of = getattr(self.batcher, "bytes_of", None)
         if bytes_of is not None:
             plan = [self._index[p] for p in batches]
-            for chunk in passes(plan, bytes_of, PASS_BYTES):
-                yield from self.batcher.many(chunk)
+            limit, pin = (STAGED_BYTES, True) if self.staged else (PASS_BYTES, False)
+            made = (self.batcher.many(c, pin=pin) for c in passes(plan, bytes_of, limit))
+            for each in ahead(made) if self.staged else made:
+                yield from each
             return
         count = 1  # the first batch alone: it comes sooner, and tells the size of a batch
         while chunk := list(itertools.islice(batches, count)):
@@ -140,17 +153,23 @@ def index_batches(
     dataset: Dataset | list[Data],
     device: torch.device | None = None,
     reads: Collection[str] | None = None,
+    stage: torch.device | None = None,
 ) -> IndexBatches | None:
     """``dataset`` (an in-memory or on-disk dataset, or Subsets of one) as
     :class:`IndexBatches`, assembled on ``device`` (None: the host), of the attributes ``reads``
-    (None: all); None when its graphs cannot be assembled without a ``Data`` each."""
+    (None: all); None when its graphs cannot be assembled without a ``Data`` each. ``stage``:
+    the GPU that batches assembled on the host go to (staged in pinned memory)."""
     dataset, indices = _unwrap(dataset)
     try:
         on_disk = isinstance(dataset, DiskDataset)
         batcher = DiskBatcher(dataset, reads) if on_disk else IndexBatcher(dataset, device, reads)
     except Unbatchable:
         return None
-    return IndexBatches(dataset, range(len(dataset)) if indices is None else indices, batcher)
+    staged = (
+        stage is not None and stage.type == "cuda" and device is None and not on_disk
+    )  # fmt: skip
+    chosen = range(len(dataset)) if indices is None else indices
+    return IndexBatches(dataset, chosen, batcher, staged=staged)
 
 
 def batch_device(config: Config, device: torch.device, dataset: Dataset) -> torch.device | None:
@@ -244,6 +263,7 @@ def make_loader(
     micro: tuple[int, int] | None = None,
     batch_sampler: Any = None,
     reads: Collection[str] | None = None,
+    stage: torch.device | None = None,
 ) -> DataLoader:
     """A loader of batches of graphs; a shuffling loader draws its order from its own seeded
     generator, and its worker processes, if any, last from one epoch to the next. Batches of
@@ -253,7 +273,8 @@ def make_loader(
     epoch): the sampler's batches cut into micro-batches (:class:`MicroBatches`).
     ``batch_sampler``: one that makes the batches itself (``batch_size``, ``sampler`` and
     ``drop_last`` then unused). ``reads``: the attributes a batch assembled by index holds
-    (None: all)."""
+    (None: all). ``stage``: the device the batches train on (a GPU: those made on the host are
+    staged in pinned memory, a pass at a time)."""
     if shuffle and sampler is not None:
         raise ValueError("shuffle and sampler exclude each other: the sampler decides the order")
     options = {
@@ -272,7 +293,7 @@ def make_loader(
     if batch_sampler is not None:
         del options["batch_size"], options["drop_last"], options["sampler"]
         options["batch_sampler"] = batch_sampler  # torch: it excludes the three above
-    batches = index_batches(dataset, device, reads)
+    batches = index_batches(dataset, device, reads, stage if num_workers == 0 else None)
     if batches is None:  # PyTorch Geometric's collation, graph by graph
         loader = BatchLoader(dataset, collate_fn=Collater(dataset), **options)
     else:
@@ -292,11 +313,13 @@ def make_train_loader(
     device: torch.device | None = None,
     micro_batches: int | None = None,
     reads: Collection[str] | None = None,
+    stage: torch.device | None = None,
 ) -> DataLoader:
     """The training loader of ``rank`` of ``world_size``: augmented, sampled, in batches.
 
     ``label``: the graph attribute whose classes a class-balancing sampler balances.
     ``reads``: the attributes the model and the tasks read, what the batches hold (None: all).
+    ``stage``: the device the batches train on (see :func:`make_loader`).
     ``micro_batches`` (the strategy's cut, if it cuts batches): this rank's micro-batches of each
     global batch, in a row (the strategy decides how many); an epoch is the whole global batches
     of the sequence one process would draw (the last, partial one left out).
@@ -329,6 +352,7 @@ def make_train_loader(
             num_workers=training.num_workers,
             device=device,
             reads=reads,
+            stage=stage,
         )
     micro = None
     if micro_batches is not None:
@@ -344,6 +368,7 @@ def make_train_loader(
         device=device,
         micro=micro,
         reads=reads,
+        stage=stage,
     )
 
 

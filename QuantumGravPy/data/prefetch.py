@@ -7,19 +7,28 @@ on the training step's stream and in order with its kernels, and may hold the ho
 :class:`DevicePrefetcher` packs the tensors of each batch into one pinned buffer
 (:func:`~.transfer.pack_attributes`), copies that with one asynchronous copy on a stream of its
 own, and makes the batch on the GPU from views of the copy, a batch ahead of the training
-step, so that the copy runs while the GPU works on the step before. On a CPU the batches
-are only converted to the run's float type, if it is not float32.
+step, so that the copy runs while the GPU works on the step before. Batches gathered a pass
+at a time into one pinned buffer (:meth:`~.batching.IndexBatcher.many` with ``pin``) are
+copied a pass at a time: one copy for all the batches of the pass, each then views of it. On
+a CPU the batches are only converted to the run's float type, if it is not float32.
 """
 
 from __future__ import annotations
 
+import copy
+import queue
+import threading
 from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 from torch import Tensor
+from torch_geometric.data import Batch
 
+from ..compat import pyg
 from .transfer import pack_attributes, unpack_attributes
+
+T = TypeVar("T")
 
 
 class _Issued(NamedTuple):
@@ -57,6 +66,7 @@ class DevicePrefetcher:
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.copies = 0
         self.bytes_copied = 0
+        self._pass: tuple[Tensor, Tensor, Any] | None = None  # host buffer, its copy, event
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
@@ -84,6 +94,17 @@ class DevicePrefetcher:
             yield self._hand_over(issued)
 
     def _issue(self, item: Any) -> _Issued:
+        base = staged_buffer(item)
+        if base is not None:  # a pass in one pinned buffer: copied once for all its batches
+            if self._pass is None or self._pass[0].data_ptr() != base.data_ptr():
+                with torch.cuda.stream(self.stream):
+                    buffer = torch.empty(base.numel(), dtype=torch.uint8, device=self.device)
+                    buffer.copy_(base, non_blocking=True)
+                    self._pass = (base, buffer, self.stream.record_event())
+                self.copies += 1
+                self.bytes_copied += base.numel()
+            _, buffer, copied = self._pass
+            return _Issued(rebased(item, base, buffer), buffer, copied)
         # Packed straight into pinned memory (torch's caching host allocator serves it, and
         # keeps it from reuse until the copy out of it has run): one pass over the batch on
         # the host, as the driver's own staging of a pageable copy would make.
@@ -132,6 +153,83 @@ class DevicePrefetcher:
         if self.float_dtype == torch.float32 or not hasattr(item, "apply"):
             return item
         return item.apply(lambda t: t.to(self.float_dtype) if t.is_floating_point() else t)
+
+
+def staged_buffer(item: Any) -> Tensor | None:
+    """The pinned buffer (bytes) that every tensor attribute of ``item`` is a contiguous view
+    of (a batch of a pass gathered with ``pin``), or None."""
+    if not isinstance(item, Batch):
+        return None
+    storage = None
+    for value in pyg.attributes(item).values():
+        if not isinstance(value, Tensor):
+            continue
+        if not value.is_contiguous():
+            return None
+        mine = value.untyped_storage()
+        if storage is None:
+            storage = mine
+        elif mine.data_ptr() != storage.data_ptr():
+            return None
+    if storage is None or not storage.is_pinned():
+        return None
+    return torch.empty(0, dtype=torch.uint8).set_(storage)
+
+
+def rebased(item: Batch, base: Tensor, buffer: Tensor) -> Batch:
+    """``item``, whose tensor attributes view ``base``, with each viewing the same bytes of
+    ``buffer`` (a copy of ``base`` on a device) instead; the bookkeeping stays on the host,
+    as ``Batch.to`` leaves it."""
+    moved = copy.copy(item)
+    mapping = pyg.attributes(moved)
+    start = base.data_ptr()
+    for key, value in mapping.items():
+        if isinstance(value, Tensor):
+            at = value.data_ptr() - start
+            part = buffer[at : at + value.nbytes]
+            mapping[key] = part.view(value.dtype).view(value.shape)
+    return moved
+
+
+def ahead(items: Iterator[T], name: str = "qg-gather") -> Iterator[T]:
+    """``items``, made by a thread of their own one ahead of the one handed out: while the
+    training step uses one, the next is made. The thread's failure is raised here; closing
+    the iterator stops the thread."""
+    handed: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(entry: tuple[bool, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                handed.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in items:
+                if not put((True, item)):
+                    return
+        except BaseException as e:  # handed to the consumer, raised there
+            put((False, e))
+            return
+        put((False, None))
+
+    thread = threading.Thread(target=work, name=name, daemon=True)
+    thread.start()
+    try:
+        while True:
+            more, item = handed.get()
+            if not more:
+                if item is not None:
+                    raise item
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def fed(loader: Iterable[Any], device: torch.device, float_dtype: torch.dtype) -> Iterable[Any]:

@@ -238,7 +238,7 @@ class Trainer:
         return make_train_loader(
             dataset, self.config.training, self.config.augmentation, rank=self.rank,
             world_size=self.world_size, device=self.batch_device, micro_batches=cut,
-            **train_reads(self.config, self.model, self.tasks),
+            **train_reads(self.config, self.model, self.tasks), stage=self.device,
         )  # fmt: skip
 
     def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:  # hook
