@@ -85,6 +85,29 @@ def test_one_process_records_its_time_and_gradient_norms_and_can_be_quiet(
     assert all(math.isfinite(row["grad_norm_mean"]) for row in history)
 
 
+def test_one_step_in_eight_is_timed_and_the_parts_still_account_for_the_epoch(make_config):
+    """Each timed step marks its four parts (on a GPU, four events in the stream); the steps
+    between cost no mark, their time shared out over the parts as the timed steps spent it."""
+    from QuantumGravPy.training.monitoring.monitor import TIMED_EVERY
+
+    trainer = qg.Trainer(make_config("training.batch_size=2", "training.num_epochs=1"))
+    train, val, _ = trainer.prepare_dataloaders()
+    steps = len(train)
+    marks = []
+    mark = trainer.monitor.clock.mark
+    trainer.monitor.clock.mark = lambda: marks.append(1) or mark()
+    trainer.run_training(train, val)
+    trainer.close()
+    timed = -(-steps // TIMED_EVERY)
+    # four a timed step, one after each run of steps between, and the epoch's own few
+    assert steps >= 40 and len(marks) <= 4 * timed + timed + 1 + 8, (len(marks), steps)
+    row = trainer.history[-1]
+    _, rows = read_csv(trainer.run_dir / "ranks.csv")
+    parts = sum(rows[0][f"{p}_s"] for p in PARTS)
+    assert abs(parts - rows[0]["epoch_s"]) <= 0.1 * rows[0]["epoch_s"]
+    assert rows[0]["graphs_per_s"] > 0 and row["epoch"] == 1
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
     "model, monitor, expected",

@@ -105,10 +105,15 @@ class Task:
         target = self.kind.loss_target(self.target(batch), outputs)
         if target.shape[0] == 0:  # a batch of graphs without pairs: a loss of 0, not NaN
             return outputs.sum() * 0.0
-        if self.scaled:  # a standardised target: learnt in units of the training split's spread
-            mean, std = self._scaling_like(target)
-            target = (target - mean) / std
-        return self.loss_fn(outputs, target)
+        return self.loss_fn(outputs, self.standardised(target))
+
+    def standardised(self, target: Tensor) -> Tensor:
+        """``target`` as the loss takes it: in units of the training split's spread, if the
+        task standardises its targets."""
+        if not self.scaled:
+            return target
+        mean, std = self._scaling_like(target)
+        return (target - mean) / std
 
     def predictions(self, outputs: Tensor) -> Tensor:
         """Outputs in the target's units: as they are, or unscaled if standardised."""
@@ -317,6 +322,7 @@ def make_criterion(dotted: str) -> Callable[[Tensor, Any], Tensor]:
             return loss(outputs, batch.y)
 
         criterion.reads = ("y",)  # type: ignore[attr-defined]  # what the batch gives it
+        criterion.loss = loss  # type: ignore[attr-defined]  # what it takes y with
         return criterion
     return obj
 

@@ -7,9 +7,10 @@ PyTorch recommends, TorchDynamo splits the graph at DDP's bucket boundaries (its
 Compiled inside DDP instead, the model ran as one opaque graph and its exchange waited for it.
 
 Batches of changing sizes are compiled for dynamic shapes. Padded batches
-(``training.pad_batches``) have one shape: compiled for it, and on a GPU captured as CUDA graphs
-(``mode="reduce-overhead"``) and replayed, without the launch of each kernel (not when a step
-has several backward passes, whose gradients a replay would overwrite). Evaluation's
+(``training.pad_batches``) have one shape: compiled for it. On a GPU the whole step is then
+captured as one CUDA graph (:mod:`.captured`), the model compiled without graphs of its own;
+where the step cannot be captured, the model alone is (``mode="reduce-overhead"``), not when a
+step has several backward passes, whose gradients a replay would overwrite. Evaluation's
 batches are not padded: its module is compiled for dynamic shapes, once.
 """
 

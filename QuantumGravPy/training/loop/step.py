@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -27,8 +28,12 @@ from ..evaluation.tasks import Task, add_train_sums, total_loss, train_columns, 
 from ..monitoring.monitor import Monitor, check_loss
 from ..state.ema import EMA
 from ..state.run_state import RunState
+from .captured import CapturedStep, refusal
 from .compiling import Compiling
+from .devices import PRECISIONS
 from .optim import clip_gradients, optimizer_step, step_groups
+
+log = logging.getLogger(__name__)
 
 
 class TrainingPass:
@@ -60,6 +65,7 @@ class TrainingPass:
         self.training, self.model, self.strategy = training, model, strategy
         self.compiling = compiling
         self.schedule = schedule  # training.lr_scheduler: stepped here with interval: step
+        self._captured: CapturedStep | bool | None = None  # decided at the first epoch
         self._budgets: tuple[Any, Budgets] | None = None  # (the graphs, their padding budgets)
         self.optimizer, self.scaler, self.ema = optimizer, scaler, ema
         self.monitor, self.state = monitor, state
@@ -114,12 +120,16 @@ class TrainingPass:
         the rows of a batch, as PyTorch's losses are by default).
         """
         module.train()
-        if self.compiling is not None:
-            module = self.compiling.train(module)
         padding = self.budgets(loader)
         features = getattr(self.model, "graph_features", ())
+        captured = self.captured(module, tasks, padding, features)
+        if self.compiling is not None:
+            module = self.compiling.train(module)
         strategy, state, monitor = self.strategy, self.state, self.monitor
         epoch = state.epoch + 1
+        if captured:
+            captured.module = module
+            return self._run_captured(captured, loader, epoch)
         micro = strategy.micro_batches  # passes per batch (the invariant strategy's cut)
         # per micro-batch of a batch, per task: loss summed over rows, rows right (a kind that
         # counts them), rows; added up over ranks by the strategy (fold)
@@ -140,7 +150,9 @@ class TrainingPass:
         # training.batch_nodes: the ranks' batches hold different numbers of graphs; each
         # rank's losses are weighted against its share of the step's graphs on all ranks
         planned = getattr(getattr(loader, "batch_sampler", None), "global_graphs", None)
+        every = monitor.timed_every  # one step in every has its parts timed (0: none)
         for step, group in enumerate(step_groups(bar, k)):
+            timed = monitor.step_timed = bool(every) and step % every == 0
             graphs = sum(batch.num_graphs for batch in group)
             monitor.graphs += graphs
             if planned is not None:
@@ -151,7 +163,8 @@ class TrainingPass:
                 step_sums.zero_()  # added to the epoch's if the step is taken
             self.optimizer.zero_grad(set_to_none=True)
             for i, batch in enumerate(group):
-                monitor.lap("data")
+                if timed:
+                    monitor.lap("data")
                 last = i == len(group) - 1
                 strategy.before_forward(state.global_step, i)
                 # Gradients are exchanged once per step, on its last batch.
@@ -165,11 +178,13 @@ class TrainingPass:
                         losses = [task.loss(outputs[task.name], batch) for task in tasks]
                         loss = total_loss(tasks, losses)
                     add_train_sums(into[i % micro], tasks, losses, outputs, batch)
-                    monitor.lap("forward")
+                    if timed:
+                        monitor.lap("forward")
                     share = batch.num_graphs / graphs  # 1: one batch a step, one process
                     self.scaler.scale(loss if share == 1 else loss * share).backward()
                 strategy.after_backward(self.model)
-                monitor.lap("backward")
+                if timed:
+                    monitor.lap("backward")
             strategy.exchange(self.model)
             if scaled := self.scaler.is_enabled():
                 self.scaler.unscale_(self.optimizer)  # the gradient norm in its true units
@@ -186,9 +201,76 @@ class TrainingPass:
                 if not direct:
                     sums += step_sums if ok is True else torch.where(ok, step_sums, 0.0)
             state.global_step += 1
-            monitor.lap("optimizer")
+            if timed:
+                monitor.lap("optimizer")
             monitor.check_replicas(step=state.global_step)
             monitor.read(step=state.global_step, epoch=epoch)
+            if every and (step + 1) % every == 0:
+                monitor.lap("untimed")  # the steps since the last timed one
+        self._untimed(monitor)
         monitor.read(step=None, epoch=epoch)  # before the epoch's sums are trusted
         totals = strategy.fold(sums, self.reduce)
         return check_loss(train_columns(tasks, totals), epoch=epoch)
+
+    def captured(
+        self, module: nn.Module, tasks: list[Task], padding: Budgets | None, features: tuple
+    ) -> CapturedStep | None:
+        """The step replayed as one CUDA graph (:mod:`.captured`), with ``training.compile``
+        and padded batches; decided once, and why not is logged."""
+        if padding is None or self.compiling is None or not self.compiling.enabled:
+            return None
+        if self._captured is None:
+            gradients = self.monitor.gradients
+            why = refusal(
+                self.training, world_size=self.world_size, scaled=self.scaler.is_enabled(),
+                micro_batches=self.strategy.micro_batches, nonfinite=gradients.nonfinite,
+                averaged=self.ema is not None, optimizer=self.optimizer, tasks=tasks,
+                per_step=self.schedule is not None and self.schedule.per_step,
+            )  # fmt: skip
+            if why is not None:
+                log.info("training.compile: the step is not captured as one graph: %s", why)
+                self._captured = False
+                return None
+            self.compiling.training_options["mode"] = None  # the whole step is captured
+            self._captured = CapturedStep(
+                module=module, model=self.model, tasks=tasks, optimizer=self.optimizer,
+                gradients=gradients, budgets=padding, features=tuple(features),
+                device=self.device, autocast_dtype=PRECISIONS[self.training.precision][0],
+                clip=self.training.gradient_clip,
+                model_name=f"{type(self.model).__module__}.{type(self.model).__qualname__}",
+            )  # fmt: skip
+        return self._captured or None
+
+    def _run_captured(self, captured: CapturedStep, loader: Any, epoch: int) -> dict[str, float]:
+        """One pass over ``loader``, each step replayed (see :mod:`.captured`)."""
+        state, monitor, tasks = self.state, self.monitor, captured.tasks
+        captured.start_epoch()
+        batches = len(loader)  # one batch a step (captured only then)
+        bar = logs.progress(
+            itertools.islice(fed(loader, self.device, self.float_dtype), batches),
+            total=batches, desc=f"epoch {epoch}", unit="batch", enabled=self.show,
+        )  # fmt: skip
+        every = monitor.timed_every
+        for step, batch in enumerate(bar):
+            timed = monitor.step_timed = bool(every) and step % every == 0
+            if timed:
+                monitor.lap("data")
+            monitor.graphs += batch.num_graphs
+            captured(batch, state.global_step)
+            if timed:
+                monitor.lap("forward")  # a replay: the whole step
+            state.global_step += 1
+            monitor.read(step=state.global_step, epoch=epoch)
+            if every and (step + 1) % every == 0:
+                monitor.lap("untimed")
+        self._untimed(monitor)
+        monitor.read(step=None, epoch=epoch)
+        totals = self.strategy.fold(captured.sums.clone(), self.reduce)
+        return check_loss(train_columns(tasks, totals), epoch=epoch)
+
+    @staticmethod
+    def _untimed(monitor: Monitor) -> None:
+        """The training pass is over: the steps after the last timed one are charged."""
+        if monitor.timed_every:
+            monitor.lap("untimed")
+        monitor.step_timed = None

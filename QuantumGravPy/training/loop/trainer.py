@@ -346,7 +346,7 @@ class Trainer:
         state.restore_rng(rank=self.rank, device=self.device, seed=self.config.training.seed)
         while state.epoch < num_epochs and not state.ended:
             self.on_epoch_start(train_loader)
-            lr = self.optimizer.param_groups[0]["lr"]
+            lr = float(self.optimizer.param_groups[0]["lr"])  # a captured step's: a tensor
             start = time.perf_counter()
             self.monitor.start_epoch()
             train = self.train_epoch(train_loader)

@@ -136,30 +136,10 @@ class GradientChecks:
         exchanged, self._exchanged = self._exchanged, []
         flags, self._flags = self._flags, []
         views = None if self._flat is None or scaled else self._in_model_order(exchanged)
-        norms = None  # each parameter's, in the model's order
         if views is not None:
-            norm = torch.linalg.vector_norm(torch.cat(views, out=self._flat))
+            norms, norm = None, torch.linalg.vector_norm(torch.cat(views, out=self._flat))
         else:
-            # Per parameter, in the model's order, then over them: the same bits whatever the
-            # layout of the gradients in memory, and on a CPU 4x quicker than get_total_norm's
-            # grouping by device and dtype. One call for all of them (on a GPU one kernel
-            # launch, where a norm each would launch one per parameter).
-            # (a list, not a generator: resumed once per parameter, a call each, every step)
-            which = tuple([i for i, p in enumerate(self._params) if p.grad is not None])
-            if which:
-                grads = [self._params[i].grad for i in which]
-                if hasattr(grads[0], "full_tensor"):  # fsdp's shards: each norm over all ranks
-                    norms = torch.stack([torch.linalg.vector_norm(g) for g in grads])
-                    norms = norms.full_tensor()
-                else:
-                    norms = torch.stack(compat_torch.norms(grads))
-                norm = torch.linalg.vector_norm(norms)
-                if len(which) < len(self._params):  # zero for those without a gradient
-                    norms = torch.zeros_like(self._window[0, :-3]).index_copy_(
-                        0, self._positions(which, norms.device), norms.double()
-                    )
-            else:
-                norm = torch.zeros((), device=self.device)
+            norms, norm = self.norms()
         culprit = self._none
         if self.world_size > 1 and self.nonfinite == "error":
             culprit = self._first_in_buckets(flags)
@@ -178,10 +158,47 @@ class GradientChecks:
             return finite
         return bool(finite)  # the one read a step of an optimizer that cannot mask
 
-    def _record(self, step: int, norms, norm, loss, culprit) -> None:
-        """The step's row of the window, written in one operation."""
+    def norms(self) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Each parameter's gradient norm, in the model's order (zero without a gradient; None
+        for no parameter), and their global norm."""
+        norms = None
+        # Per parameter, in the model's order, then over them: the same bits whatever the
+        # layout of the gradients in memory, and on a CPU 4x quicker than get_total_norm's
+        # grouping by device and dtype. One call for all of them (on a GPU one kernel
+        # launch, where a norm each would launch one per parameter).
+        # (a list, not a generator: resumed once per parameter, a call each, every step)
+        which = tuple([i for i, p in enumerate(self._params) if p.grad is not None])
+        if which:
+            grads = [self._params[i].grad for i in which]
+            if hasattr(grads[0], "full_tensor"):  # fsdp's shards: each norm over all ranks
+                norms = torch.stack([torch.linalg.vector_norm(g) for g in grads])
+                norms = norms.full_tensor()
+            else:
+                norms = torch.stack(compat_torch.norms(grads))
+            norm = torch.linalg.vector_norm(norms)
+            if len(which) < len(self._params):  # zero for those without a gradient
+                norms = torch.zeros_like(self._window[0, :-3]).index_copy_(
+                    0, self._positions(which, norms.device), norms.double()
+                )
+        else:
+            norm = torch.zeros((), device=self.device)
+        return norms, norm
+
+    def record(self, step: int, row: torch.Tensor) -> None:
+        """Step ``step``'s row of the window, made elsewhere (a captured step's: each
+        parameter's norm, the global norm, the loss, no culprit)."""
+        self._grow()
+        self._window[len(self._rows)].copy_(row)
+        self._rows.append((step, True))
+        self.last_norm = row[-3]
+
+    def _grow(self) -> None:
         if len(self._rows) == len(self._window):  # read_every 0, or more steps than rows
             self._window = torch.cat([self._window, torch.zeros_like(self._window)])
+
+    def _record(self, step: int, norms, norm, loss, culprit) -> None:
+        """The step's row of the window, written in one operation."""
+        self._grow()
         row = self._window[len(self._rows)]
         tail = [norm.reshape(1), loss.reshape(1), culprit.reshape(1)]
         if norms is None:

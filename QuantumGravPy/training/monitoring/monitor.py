@@ -46,11 +46,18 @@ class ReplicaMismatchError(QGError):
     """The ranks' copies of the model are no longer the same."""
 
 
+# One training step in this many has its parts timed (the first of the epoch, and every
+# TIMED_EVERY-th after it); the others cost no mark.
+TIMED_EVERY = 8
+
+
 class Monitor:
     """One rank's timing and checks; the trainer calls it at a few fixed points.
 
     ``Monitor(config.monitor, device, rank, world_size, model)``, then per epoch:
-    ``start_epoch()``, ``lap(part)`` after each part of each step, ``phase(part)`` around
+    ``start_epoch()``, ``lap(part)`` after each part of each step timed (one in
+    :data:`TIMED_EVERY`, ``step_timed`` says whether the step now running is; ``lap("untimed")``
+    after the steps between), ``phase(part)`` around
     evaluation and waits, ``gradients_ok(step)`` before each optimizer step,
     ``check_replicas(step)`` and ``read(step)`` after it, ``read(step=None)`` at the end of
     the training pass, and ``end_epoch(epoch)``, which returns the history columns and this
@@ -83,6 +90,11 @@ class Monitor:
         self._replica_step = torch.full((), -1, dtype=torch.int64, device=device)
         self._replica_sums: torch.Tensor | None = None  # every rank's, when they first differed
         self.clock = CudaClock(device) if device.type == "cuda" else CpuClock()
+        # One step in TIMED_EVERY has its parts timed (on a GPU each mark is an event in the
+        # stream); the others' time is shared out over the parts as the timed steps spent it.
+        # (qg profile: every step, whose exchanges its trace labels)
+        self.timed_every = (1 if profiling else TIMED_EVERY) if config.timing else 0
+        self.step_timed: bool | None = None  # in the training pass: whether this step is
         self.current = "data"
         self.profiling = profiling  # qg profile: label the exchange in the trace
         self._start_epoch_state()
@@ -108,6 +120,8 @@ class Monitor:
         """Charge the time since the previous mark to ``part``."""
         if not self.config.timing:
             return
+        if part == "data" and self.step_timed is False:  # a wait inside a step not timed
+            part = "untimed"
         self._laps.append((part, self.clock.mark()))
         if part == "backward" and self._buckets:
             self._steps.append((self._buckets, len(self._laps) - 1))
@@ -143,7 +157,7 @@ class Monitor:
             # This rank's own gradients, checked before the exchange averages them (on the
             # device), so that the rank that produced non-finite ones can be named.
             self.gradients.bucket(buffer, bucket)
-            if not self.config.timing:
+            if not self.config.timing or self.step_timed is False:
                 future = hook(state, bucket)
             else:
                 start = self.clock.mark()
@@ -172,7 +186,7 @@ class Monitor:
         """Around an exchange of ``nbytes`` that no DDP hook sees: inside the backward pass
         (fsdp's reduce-scatter of a unit: timed as a bucket is), or after it (the invariant
         strategy's exact sum: all of it exposed, between the backward pass and the step)."""
-        if not self.config.timing:
+        if not self.config.timing or self.step_timed is False:
             yield
             return
         label = (
@@ -204,9 +218,10 @@ class Monitor:
         bucket_marks = [m for bs, _ in steps for b in bs for m in b[:3]]
         resolved = self.clock.seconds([m for _, m in self._laps] + bucket_marks)
         at, exchange_at = resolved[: len(self._laps)], iter(resolved[len(self._laps) :])
-        parts = dict.fromkeys(PARTS, 0.0)
+        parts = dict.fromkeys((*PARTS, "untimed"), 0.0)
         for i, (part, _) in enumerate(self._laps[1:], start=1):
             parts[part] += at[i] - at[i - 1]
+        untimed = parts.pop("untimed")
         # exchanged after the backward pass (the invariant strategy's): all of it exposed
         exchange = after = parts["exchange_exposed"]
         exposed = 0.0
@@ -220,6 +235,14 @@ class Monitor:
         within = min(exposed, parts["backward"])
         parts["backward"] -= within
         parts["exchange_exposed"] = after + within
+        timed = sum(parts[p] for p in TRAINING_PARTS)
+        if untimed and timed > 0:  # the steps not timed, shared out as the timed ones spent
+            scale = 1 + untimed / timed
+            for p in TRAINING_PARTS:
+                parts[p] *= scale
+            exchange *= scale
+        elif untimed:
+            parts["data"] += untimed
         training = sum(parts[p] for p in TRAINING_PARTS)
         row = {
             "epoch": epoch,

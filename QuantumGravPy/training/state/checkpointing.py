@@ -66,7 +66,7 @@ class Checkpoints:
         s, ema = self.strategy, self.ema
         return {
             "model": s.model_state(self.model),
-            "optimizer": s.optimizer_state(self.model, self.optimizer),
+            "optimizer": _plain_state(s.optimizer_state(self.model, self.optimizer)),
             "ema": ema.state_dict(s.model_state(ema.module)) if ema is not None else None,
         }
 
@@ -135,6 +135,7 @@ class Checkpoints:
         resettled = retuned or stretched or trained.get("lr_scheduler") != now.get("lr_scheduler")
         try:
             s.load_optimizer_state(self.model, self.optimizer, contents["optimizer"])
+            _plain_groups(self.optimizer)
             rate = _rate(trained, self.optimizer)  # what a plateau schedule cut it from
             ratio = self.optimizer.param_groups[0]["lr"] / rate if rate else 1.0
             if retuned:
@@ -197,3 +198,25 @@ def _apply_settings(optimizer: torch.optim.Optimizer, kwargs: dict[str, Any]) ->
                 group[key] = tuple(value) if isinstance(group[key], tuple) else value
         if "lr" in kwargs:
             group["lr"] = group["initial_lr"] = kwargs["lr"]
+
+
+def _plain_state(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An optimizer's state dict with its learning rates as numbers (a captured step keeps
+    them as tensors on its GPU) and ``capturable`` off: what any run can load (None: this
+    process holds none)."""
+    for group in (state or {}).get("param_groups", ()):
+        if isinstance(group.get("lr"), torch.Tensor):
+            group["lr"] = float(group["lr"])
+        if group.get("capturable"):
+            group["capturable"] = False
+    return state
+
+
+def _plain_groups(optimizer: torch.optim.Optimizer) -> None:
+    """The learning rates numbers and ``capturable`` as built, as a run that is not captured
+    steps with (a captured step makes them its own again)."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"] = float(group["lr"])
+        if "capturable" in group:
+            group["capturable"] = optimizer.defaults.get("capturable", False)
