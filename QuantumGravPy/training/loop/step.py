@@ -24,6 +24,7 @@ from ...data import fed
 from ...data.padding import Budgets, budgets, pad_batch
 from ...errors import RunError
 from ...parallel.strategies import Strategy
+from ...tasks.base import TaskKind
 from ..evaluation.tasks import Task, add_train_sums, total_loss, train_columns, unpadded
 from ..monitoring.monitor import Monitor, check_loss
 from ..state.ema import EMA
@@ -34,6 +35,13 @@ from .devices import PRECISIONS
 from .optim import clip_gradients, optimizer_step, step_groups
 
 log = logging.getLogger(__name__)
+_NOTHING = contextlib.nullcontext()  # a context that is off (reusable: it keeps no state)
+
+
+def _picked_by_name(task: Task) -> bool:
+    """Whether ``task``'s output is the model's output of its name, as it is (not a kind that
+    reads the outputs its own way)."""
+    return type(task.kind).model_output is TaskKind.model_output
 
 
 class TrainingPass:
@@ -151,9 +159,19 @@ class TrainingPass:
         # rank's losses are weighted against its share of the step's graphs on all ranks
         planned = getattr(getattr(loader, "batch_sampler", None), "global_graphs", None)
         every = monitor.timed_every  # one step in every has its parts timed (0: none)
+        # What is fixed for the epoch, decided once: the contexts that are off, the outputs'
+        # structure (checked on the first step; later steps pick each task's by name), and
+        # the parts of a step this run has (scaler, clipping, a schedule stepped each step).
+        scaled = self.scaler.is_enabled()
+        autocasting = PRECISIONS[self.training.precision][0] is not None
+        by_name = padding is None and all(_picked_by_name(task) for task in tasks)
+        clip, reads = self.training.gradient_clip, monitor.config.read_every
+        per_step = self.schedule is not None and self.schedule.per_step
+        checked = False
         for step, group in enumerate(step_groups(bar, k)):
             timed = monitor.step_timed = bool(every) and step % every == 0
-            graphs = sum(batch.num_graphs for batch in group)
+            counts = [batch.num_graphs for batch in group]
+            graphs = counts[0] if k == 1 else sum(counts)
             monitor.graphs += graphs
             if planned is not None:
                 graphs = sum(planned[step * k : (step + 1) * k]) / self.world_size
@@ -165,13 +183,17 @@ class TrainingPass:
             for i, batch in enumerate(group):
                 if timed:
                     monitor.lap("data")
-                last = i == len(group) - 1
+                last = k == 1 or i == len(group) - 1
                 strategy.before_forward(state.global_step, i)
                 # Gradients are exchanged once per step, on its last batch.
-                with contextlib.nullcontext() if last else self.no_sync():
-                    with self.autocast():
-                        if padding is None:
+                with _NOTHING if last else self.no_sync():
+                    with self.autocast() if autocasting else _NOTHING:
+                        if checked and by_name:  # as the first step's were: by task name
+                            raw = module(batch)
+                            outputs = raw if isinstance(raw, dict) else {tasks[0].name: raw}
+                        elif padding is None:
                             outputs = select(module(batch), batch)
+                            checked = True
                         else:  # the real graphs' and nodes' rows of the padded batch's
                             raw = module(pad_batch(batch, padding, features))
                             outputs = select(unpadded(raw, tasks, batch), batch)
@@ -180,31 +202,38 @@ class TrainingPass:
                     add_train_sums(into[i % micro], tasks, losses, outputs, batch)
                     if timed:
                         monitor.lap("forward")
-                    share = batch.num_graphs / graphs  # 1: one batch a step, one process
-                    self.scaler.scale(loss if share == 1 else loss * share).backward()
+                    share = counts[i] / graphs  # 1: one batch a step, one process
+                    loss_share = loss if share == 1 else loss * share
+                    (self.scaler.scale(loss_share) if scaled else loss_share).backward()
                 strategy.after_backward(self.model)
                 if timed:
                     monitor.lap("backward")
             strategy.exchange(self.model)
-            if scaled := self.scaler.is_enabled():
+            if scaled:
                 self.scaler.unscale_(self.optimizer)  # the gradient norm in its true units
             # True, or a flag on the device that leaves the step out without being read
             step_loss = loss.detach() if direct else step_sums[..., 0].sum()
             ok = monitor.gradients_ok(step_loss, state.global_step, epoch, scaled)
             if ok is not False:
-                clip_gradients(self.model.parameters(), self.training.gradient_clip)
-                optimizer_step(self.optimizer, self.scaler, ok)
+                if clip is not None:
+                    clip_gradients(self.model.parameters(), clip)
+                if ok is True and not scaled:
+                    self.optimizer.step()
+                else:
+                    optimizer_step(self.optimizer, self.scaler, ok)
                 if self.ema is not None:
                     self.ema.update(self.model, ok)
-                if self.schedule is not None:
+                if per_step:
                     self.schedule.after_step()
                 if not direct:
                     sums += step_sums if ok is True else torch.where(ok, step_sums, 0.0)
             state.global_step += 1
             if timed:
                 monitor.lap("optimizer")
-            monitor.check_replicas(step=state.global_step)
-            monitor.read(step=state.global_step, epoch=epoch)
+            if self.world_size > 1:
+                monitor.check_replicas(step=state.global_step)
+            if reads and state.global_step % reads == 0:
+                monitor.read(step=state.global_step, epoch=epoch)
             if every and (step + 1) % every == 0:
                 monitor.lap("untimed")  # the steps since the last timed one
         self._untimed(monitor)
