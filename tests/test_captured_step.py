@@ -48,17 +48,21 @@ def test_on_a_cpu_the_captured_step_runs_uncaptured_and_trains_as_the_usual_step
 
 
 REGRESSION = "tasks=[{name: h, type: regression, level: graph, target: h}]"
+# a binary task on a 0/1 target: the padding rows' target made valid for the loss, and never
+# counted right
+BINARY = "tasks=[{name: flat, type: binary, level: graph, target: manifold_like}]"
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("task", [REGRESSION, BINARY], ids=["regression", "binary"])
 def test_a_loss_without_its_own_ignoring_is_masked_and_trains_as_the_usual_step(
-    make_config, tmp_path, monkeypatch, not_compiled
+    make_config, tmp_path, monkeypatch, not_compiled, task
 ):
-    config = make_config(*PADDED, REGRESSION, "training.num_epochs=2")
+    config = make_config(*PADDED, task, "training.num_epochs=2")
     trainer, history, _ = train(config)
     assert isinstance(trainer.training_pass._captured, CapturedStep)
     monkeypatch.setattr(step_module, "refusal", lambda *a, **k: "the usual step, to compare")
-    usual = make_config(*PADDED, REGRESSION, "training.num_epochs=2", f"training.path={tmp_path}")
+    usual = make_config(*PADDED, task, "training.num_epochs=2", f"training.path={tmp_path}")
     _, expected, _ = train(usual)
     # The masked loss sums every padded row, the padding's times zero, and divides by the real
     # rows; torch's mean sums the real rows alone. The two differ by float32 rounding (a few
@@ -67,6 +71,8 @@ def test_a_loss_without_its_own_ignoring_is_masked_and_trains_as_the_usual_step(
     for ours, theirs in zip(_rows(history), _rows(expected), strict=True):
         assert ours["train_loss"] == pytest.approx(theirs["train_loss"], rel=1e-5)
         assert ours["val_loss"] == pytest.approx(theirs["val_loss"], rel=1e-5)
+        if "train_accuracy" in theirs:  # the padding rows are never right
+            assert ours["train_accuracy"] == theirs["train_accuracy"]
 
 
 @pytest.mark.parametrize(

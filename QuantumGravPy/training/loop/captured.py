@@ -57,6 +57,7 @@ def refusal(
     nonfinite: str,
     averaged: bool,
     per_step: bool,
+    momentum: bool,
     optimizer: torch.optim.Optimizer,
     tasks: list[Task],
 ) -> str | None:
@@ -73,6 +74,8 @@ def refusal(
         return "training.ema_decay (the moving average is not captured)"
     if per_step:
         return "training.lr_scheduler.interval: step (the learning rate changes every step)"
+    if momentum:
+        return "a schedule that cycles the momentum (the update holds it as a number)"
     if "capturable" not in optimizer.defaults:
         return f"{type(optimizer).__name__} has no capturable option"
     for task in tasks:
@@ -138,15 +141,23 @@ class CapturedStep:
         self.counts = torch.zeros(len(tasks), dtype=torch.float64, device=device)
         self.row: Tensor | None = None  # the step's row of the gradient window
         self.none = torch.full((1,), float(NONE), dtype=torch.float64, device=device)
-        if self.capture:
-            # The update reads its step count and learning rate on the device, so a replay
-            # takes the schedule's rate (which fills the tensor) and counts its steps.
-            for group in optimizer.param_groups:
-                group["capturable"] = True
-                group["lr"] = torch.tensor(float(group["lr"]), device=device)
-            for state in optimizer.state.values():
-                if isinstance(state.get("step"), Tensor):
-                    state["step"] = state["step"].to(device)
+        # the warm-up steps' and the capture's own streams, on the run's GPU (the current
+        # device may be another)
+        self.side = torch.cuda.Stream(device) if self.capture else None
+        self.capturing = torch.cuda.Stream(device) if self.capture else None
+
+    def _adopt(self) -> None:
+        """The optimizer made capturable: its update reads its step count and learning rate on
+        the device, so a replay takes the schedule's rate (which fills the tensor) and counts
+        its steps. Again after a checkpoint was loaded into it, whose state is new: the graph
+        is captured anew."""
+        for group in self.optimizer.param_groups:
+            group["capturable"] = True
+            group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
+        for state in self.optimizer.state.values():
+            if isinstance(state.get("step"), Tensor):
+                state["step"] = state["step"].to(self.device)
+        self.graph, self.steps = None, 0
 
     def start_epoch(self) -> None:
         self.sums.zero_()
@@ -154,18 +165,23 @@ class CapturedStep:
     def __call__(self, batch: Any, step: int) -> None:
         """Train on ``batch`` (optimizer step ``step``)."""
         self._feed(batch)
+        if self.capture and not isinstance(self.optimizer.param_groups[0]["lr"], Tensor):
+            self._adopt()  # the first step, or a checkpoint loaded since the last
         if not self.capture:
             self._step()
         elif self.steps < WARMUP:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
+            current = torch.cuda.current_stream(self.device)
+            self.side.wait_stream(current)
+            with torch.cuda.device(self.device), torch.cuda.stream(self.side):
                 self._step()
-            torch.cuda.current_stream(self.device).wait_stream(side)
+            current.wait_stream(self.side)
         else:
             if self.graph is None:
                 self._capture()
-            self.graph.replay()
+            if self.graph is not None:
+                self.graph.replay()
+            else:  # the capture failed: the same step, uncaptured
+                self._step()
         self.steps += 1
         self.gradients.record(step, self.row)
 
@@ -175,6 +191,8 @@ class CapturedStep:
         targets = []
         for i, task in enumerate(self.tasks):
             real = task.target(batch)
+            if not (real.is_floating_point() or real.dtype.is_signed):  # bool, uint8: -100
+                real = real.long()
             rows = self._rows(task, padded)
             full = real.new_full((rows, *real.shape[1:]), PAD_TARGET)
             full[: real.shape[0]] = real
@@ -207,21 +225,23 @@ class CapturedStep:
             for i, (task, rows_loss) in enumerate(zip(self.tasks, self.losses, strict=True)):
                 out = outputs[task.name]
                 target = task.standardised(task.kind.loss_target(self.targets[i], out))
-                each = rows_loss(out, target)
                 if rows_loss.reduction == "mean":  # the padding rows ignored by the loss
-                    losses.append(each)
+                    losses.append(rows_loss(out, target))
                     continue
-                real = (torch.arange(each.shape[0], device=self.device) < self.counts[i]).to(
-                    each.dtype
-                )
-                per_row = each.reshape(each.shape[0], -1)
+                # The padding rows' targets made valid for any loss (0), their losses masked
+                # out with where (a multiply by zero would keep a NaN).
+                real = torch.arange(out.shape[0], device=self.device) < self.counts[i]
+                shape = (-1, *[1] * (target.dim() - 1))
+                each = rows_loss(out, torch.where(real.view(shape), target, 0))
+                per_row = torch.where(real[:, None], each.reshape(each.shape[0], -1), 0)
                 width = per_row.shape[1]
-                losses.append((per_row * real[:, None]).sum() / (self.counts[i] * width))
+                losses.append(per_row.sum() / (self.counts[i] * width))
             loss = total_loss(self.tasks, losses)
         loss.backward()
         norms, norm = self.gradients.norms()
         if norms is None:  # no parameter has a gradient
-            norms = self.row[:-3] if self.row is not None else torch.zeros(0, device=self.device)
+            width = 0 if self.row is None else len(self.row) - 3
+            norms = torch.zeros(width, dtype=torch.float64, device=self.device)
         if self.row is None:
             self.row = torch.empty(len(norms) + 3, dtype=torch.float64, device=self.device)
         torch.cat([norms, norm.reshape(1), loss.detach().reshape(1), self.none], out=self.row)
@@ -234,9 +254,23 @@ class CapturedStep:
             row[2].add_(self.counts[i])
 
     def _capture(self) -> None:
-        """Record a step as a CUDA graph, and keep it (it runs at its first replay)."""
+        """Record a step as a CUDA graph, and keep it (it runs at its first replay). On the
+        run's GPU, on a stream of its own; ``thread_local``: the thread gathering the next pass
+        of batches (pinned allocations) does not break it. A capture that fails anyway is
+        logged, and the steps run uncaptured from then on."""
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._step()
+        try:
+            with (
+                torch.cuda.device(self.device),
+                torch.cuda.graph(graph, stream=self.capturing, capture_error_mode="thread_local"),
+            ):
+                self._step()
+        except RuntimeError as e:
+            log.warning(
+                "training.compile: the step could not be captured (%s); it runs as it is", e
+            )
+            self.capture = False
+            self.optimizer.zero_grad(set_to_none=True)
+            return
         self.graph = graph
         log.info("training.compile: the step is captured as one CUDA graph and replayed")

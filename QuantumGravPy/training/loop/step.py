@@ -250,11 +250,13 @@ class TrainingPass:
             return None
         if self._captured is None:
             gradients = self.monitor.gradients
+            scheduler = getattr(self.schedule, "scheduler", None)
             why = refusal(
                 self.training, world_size=self.world_size, scaled=self.scaler.is_enabled(),
                 micro_batches=self.strategy.micro_batches, nonfinite=gradients.nonfinite,
                 averaged=self.ema is not None, optimizer=self.optimizer, tasks=tasks,
                 per_step=self.schedule is not None and self.schedule.per_step,
+                momentum=getattr(scheduler, "cycle_momentum", False),
             )  # fmt: skip
             if why is not None:
                 log.info("training.compile: the step is not captured as one graph: %s", why)

@@ -66,7 +66,9 @@ class Checkpoints:
         s, ema = self.strategy, self.ema
         return {
             "model": s.model_state(self.model),
-            "optimizer": _plain_state(s.optimizer_state(self.model, self.optimizer)),
+            "optimizer": _plain_state(
+                s.optimizer_state(self.model, self.optimizer), self.optimizer
+            ),
             "ema": ema.state_dict(s.model_state(ema.module)) if ema is not None else None,
         }
 
@@ -200,15 +202,17 @@ def _apply_settings(optimizer: torch.optim.Optimizer, kwargs: dict[str, Any]) ->
             group["lr"] = group["initial_lr"] = kwargs["lr"]
 
 
-def _plain_state(state: dict[str, Any] | None) -> dict[str, Any] | None:
+def _plain_state(
+    state: dict[str, Any] | None, optimizer: torch.optim.Optimizer
+) -> dict[str, Any] | None:
     """An optimizer's state dict with its learning rates as numbers (a captured step keeps
-    them as tensors on its GPU) and ``capturable`` off: what any run can load (None: this
-    process holds none)."""
+    them as tensors on its GPU) and ``capturable`` as the optimizer was built: what any run
+    can load (None: this process holds none)."""
     for group in (state or {}).get("param_groups", ()):
         if isinstance(group.get("lr"), torch.Tensor):
             group["lr"] = float(group["lr"])
-        if group.get("capturable"):
-            group["capturable"] = False
+        if "capturable" in group:
+            group["capturable"] = optimizer.defaults.get("capturable", False)
     return state
 
 
