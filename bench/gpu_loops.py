@@ -100,6 +100,27 @@ def hand_written(model, optimizer, device, precision: str, on_host: bool):
     return train
 
 
+def _work_epoch(model, optimizer, params, device, precision: str, batches, n) -> torch.Tensor:
+    """The first ``n`` steps of ``batches`` (all: None) with qg's work per step: the loss and
+    the right answers summed on the device in float64, and the global gradient norm."""
+    model.train()
+    sums = torch.zeros(4, dtype=torch.float64, device=device)
+    for batch in itertools.islice(batches, n):
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(device, precision):
+            out = model(batch)
+            loss = torch.nn.functional.cross_entropy(out, batch.y)
+        loss.backward()
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm([p.grad for p in params])))
+        optimizer.step()
+        graphs = batch.num_graphs
+        sums[0].add_(loss.detach(), alpha=graphs)
+        sums[1].add_((out.detach().argmax(dim=-1) == batch.y).sum())
+        sums[2].add_(graphs)
+        sums[3].add_(norm)
+    return sums
+
+
 def hand_same_work(model, optimizer, device, precision: str, loader):
     """The hand-written loop doing the work of qg's step: its batches made each step by the
     trainer's own loader (shuffled; gathered on the GPU with data on the device, else copied in
@@ -111,24 +132,9 @@ def hand_same_work(model, optimizer, device, precision: str, loader):
     float_dtype = torch.float32
 
     def train(n: int | None = None) -> torch.Tensor:
-        model.train()
-        sums = torch.zeros(4, dtype=torch.float64, device=device)
-        for batch in itertools.islice(qg.data.fed(loader, device, float_dtype), n):
-            optimizer.zero_grad(set_to_none=True)
-            with autocast(device, precision):
-                out = model(batch)
-                loss = torch.nn.functional.cross_entropy(out, batch.y)
-            loss.backward()
-            norm = torch.linalg.vector_norm(
-                torch.stack(torch._foreach_norm([p.grad for p in params]))
-            )
-            optimizer.step()
-            graphs = batch.num_graphs
-            sums[0].add_(loss.detach(), alpha=graphs)
-            sums[1].add_((out.detach().argmax(dim=-1) == batch.y).sum())
-            sums[2].add_(graphs)
-            sums[3].add_(norm)
-        return sums
+        return _work_epoch(
+            model, optimizer, params, device, precision, qg.data.fed(loader, device, float_dtype), n
+        )
 
     return train
 
@@ -211,24 +217,7 @@ def hand_own_data(model, optimizer, device, precision: str, batches: OwnBatches)
     params = list(model.parameters())
 
     def train(n: int | None = None) -> torch.Tensor:
-        model.train()
-        sums = torch.zeros(4, dtype=torch.float64, device=device)
-        for batch in itertools.islice(batches, n):
-            optimizer.zero_grad(set_to_none=True)
-            with autocast(device, precision):
-                out = model(batch)
-                loss = torch.nn.functional.cross_entropy(out, batch.y)
-            loss.backward()
-            norm = torch.linalg.vector_norm(
-                torch.stack(torch._foreach_norm([p.grad for p in params]))
-            )
-            optimizer.step()
-            graphs = batch.num_graphs
-            sums[0].add_(loss.detach(), alpha=graphs)
-            sums[1].add_((out.detach().argmax(dim=-1) == batch.y).sum())
-            sums[2].add_(graphs)
-            sums[3].add_(norm)
-        return sums
+        return _work_epoch(model, optimizer, params, device, precision, batches, n)
 
     return train
 
