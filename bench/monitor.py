@@ -1,8 +1,8 @@
 """The cost of looking inside: training steps with the monitor's defaults against none of it.
 
-The defaults are `monitor.timing: true` (a clock read at each part of each step, the gradient
-exchange timed through DDP's communication hook, each rank's row carried by the gather the
-trainer makes at every epoch's end anyway), the global gradient norm and the non-finite check
+The defaults are `monitor.timing: true` (a clock read at each part of one step in eight, the
+gradient exchange timed through DDP's communication hook, each rank's row carried by the gather
+the trainer makes at every epoch's end anyway), the global gradient norm and the non-finite check
 of every step, and the replica checksums every 200 steps. The baseline is the same trainer with
 a monitor that does nothing (and, under DDP, the unwrapped communication hook). One trainer
 switches its monitor on and off every 4 steps, so that both sides train the same model on the
@@ -86,10 +86,12 @@ class Switchable(monitor.Monitor):
 
     def lap(self, part: str) -> None:
         self._lap(part)
-        if part != "optimizer":
-            return
+
+    def _count_step(self) -> None:
+        """A step reached its gradient check (every step does, before its update): a block
+        ends with its last step's check."""
         self._steps_done += 1
-        if self._steps_done % BLOCK == 0:  # a block ends with its last step's optimizer
+        if self._steps_done % BLOCK == 0:
             now = time.perf_counter()
             block = (self.on, now - self._block_start, self.spent - self._block_spent)
             self.blocks.append((self._epoch, self._steps_done // BLOCK - 1, *block))
@@ -124,8 +126,11 @@ class Switchable(monitor.Monitor):
 
     def gradients_ok(self, sums, step, epoch, scaled) -> bool:
         if not self.on:
+            self._count_step()
             return True
-        return _timed(monitor.Monitor.gradients_ok)(self, sums, step, epoch, scaled)
+        ok = _timed(monitor.Monitor.gradients_ok)(self, sums, step, epoch, scaled)
+        self._count_step()
+        return ok
 
     def end_epoch(self, *, epoch: int):
         return _timed(monitor.Monitor.end_epoch)(self, epoch=epoch)

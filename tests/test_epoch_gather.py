@@ -134,6 +134,20 @@ def test_what_each_model_reads_is_what_its_training_batches_hold(make_config, tm
     assert {"pos", "ricci"} <= held["own, silent"]
 
 
+def test_batches_made_for_another_trainer_are_refused_naming_the_missing_target(
+    make_config, tmp_path
+):
+    one = qg.Trainer(make_config(f"training.path={tmp_path / 'one'}"))
+    batches = list(one.prepare_dataloaders()[0])
+    one.close()
+    task = "tasks=[{name: h, type: regression, level: graph, target: h}]"
+    other = qg.Trainer(make_config(task, f"training.path={tmp_path / 'other'}"))
+    other.prepare_dataloaders()
+    with pytest.raises(qg.DataError, match="task 'h': the batch has no target 'h'"):
+        other.train_epoch(batches)
+    other.close()
+
+
 def test_model_reads_is_for_a_model_of_ones_own(make_config):
     with pytest.raises(qg.ConfigError, match="model.reads: only for your own model.type"):
         make_config("model.reads=[x]")

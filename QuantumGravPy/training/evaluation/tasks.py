@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 
 from ...config import Config, TaskConfig, check_kwargs, resolve, task_list
 from ...data import check_target, target_statistics, task_num_outputs
-from ...errors import ConfigError
+from ...errors import ConfigError, DataError
 from ...models import edge_pairs, task_output
 from ...tasks import TaskKind
 
@@ -93,7 +93,15 @@ class Task:
     def target(self, batch: Any) -> Tensor:
         """The batch's targets, in their own units, one row per graph or node (class indices,
         0/1 or values ``[N, k]``, as the kind says)."""
-        value = batch[self.config.target_name]
+        try:
+            value = batch[self.config.target_name]
+        except KeyError:
+            raise DataError(
+                f"task {self.name!r}: the batch has no target {self.config.target_name!r} (it "
+                f"holds {', '.join(sorted(batch.keys()))}); a trainer's training batches hold "
+                "only what its model and tasks read: train on batches of this trainer's own "
+                "loaders (prepare_dataloaders)"
+            ) from None
         return self.kind.target(value, self.rows(batch), self.num_outputs, self.config)
 
     def loss(self, outputs: Tensor, batch: Any) -> Tensor:
