@@ -38,9 +38,9 @@ from gpu_loops import (  # noqa: E402
     training_graphs,
     training_indices,
 )
+from host_reads import HostReads  # noqa: E402
 
 import QuantumGravPy as qg  # noqa: E402
-from QuantumGravPy.training.monitoring.host_reads import HostReads  # noqa: E402
 
 # What a compile of the default model's forward and backward is assumed to cost until this run
 # has timed a compile cell: a guess, used only to decide whether the first one fits in the time
