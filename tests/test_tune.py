@@ -30,6 +30,7 @@ from test_tracking import wandb_records
 
 import QuantumGravPy as qg
 from QuantumGravPy.tune import load_space
+from QuantumGravPy.tune.results import SURPLUS
 from QuantumGravPy.tune.storage import filesystem_type, open_storage, redact, warn_if_shared
 
 optuna = pytest.importorskip("optuna")
@@ -584,16 +585,22 @@ def test_workers_started_at_once_share_a_study_to_exactly_n_distinct_trials(
         assert job.returncode == 0, err
         assert "\r" not in err  # output to a file (a SLURM log): no progress bar, plain lines
     if storage == "journal":
-        trials = stored_trials_in(url, "dimension")
+        everything = stored_trials_in(url, "dimension")
     else:
-        trials = optuna.load_study(study_name="dimension", storage=url).get_trials()
+        everything = optuna.load_study(study_name="dimension", storage=url).get_trials()
+    # A trial asked for past N by two workers at the same moment is failed at once as surplus
+    # and counts nowhere (see test_a_trial_asked_for_past_n_by_a_second_job_at_once_is_surplus);
+    # which race produces one depends on timing, so one may be there or not.
+    trials = [t for t in everything if not t.user_attrs.get(SURPLUS)]
+    surplus = [t for t in everything if t.user_attrs.get(SURPLUS)]
+    assert all(t.state.name == "FAIL" for t in surplus) and len(surplus) <= workers - 1
     assert [t.state.name for t in trials] == ["COMPLETE"] * 4, [t.state.name for t in trials]
     owners = {t.system_attrs["qg_owner"] for t in trials}
     assert len(owners) >= 2  # the workers shared the trials
     values = [t.params["training.optimizer.kwargs.lr"] for t in trials]
     assert len(set(values)) == 4  # no worker repeated another's suggestion
     assert not (study / "study.journal").exists()
-    assert {int(r["number"]) for r in read_trials(study)} == set(range(4))
+    assert {int(r["number"]) for r in read_trials(study)} == {t.number for t in trials}
 
 
 def test_jobs_opening_a_new_database_at_once_all_open_it(postgres):
