@@ -205,22 +205,18 @@ def _apply_settings(optimizer: torch.optim.Optimizer, kwargs: dict[str, Any]) ->
 def _plain_state(
     state: dict[str, Any] | None, optimizer: torch.optim.Optimizer
 ) -> dict[str, Any] | None:
-    """An optimizer's state dict with its learning rates as numbers (a captured step keeps
-    them as tensors on its GPU) and ``capturable`` as the optimizer was built: what any run
-    can load (None: this process holds none)."""
-    for group in (state or {}).get("param_groups", ()):
-        if isinstance(group.get("lr"), torch.Tensor):
-            group["lr"] = float(group["lr"])
-        if "capturable" in group:
-            group["capturable"] = optimizer.defaults.get("capturable", False)
+    """An optimizer's state dict as any run can load it (see :func:`_plain_groups`); None:
+    this process holds none."""
+    _plain_groups(optimizer, (state or {}).get("param_groups", ()))
     return state
 
 
-def _plain_groups(optimizer: torch.optim.Optimizer) -> None:
-    """The learning rates numbers and ``capturable`` as built, as a run that is not captured
-    steps with (a captured step makes them its own again)."""
-    for group in optimizer.param_groups:
-        if isinstance(group["lr"], torch.Tensor):
+def _plain_groups(optimizer: torch.optim.Optimizer, groups: Any = None) -> None:
+    """``groups`` (by default the optimizer's own) with their learning rates as numbers (a
+    captured step keeps them as tensors on its GPU, and makes them its own again) and
+    ``capturable`` as the optimizer was built."""
+    for group in optimizer.param_groups if groups is None else groups:
+        if isinstance(group.get("lr"), torch.Tensor):
             group["lr"] = float(group["lr"])
         if "capturable" in group:
             group["capturable"] = optimizer.defaults.get("capturable", False)
