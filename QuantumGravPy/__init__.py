@@ -92,6 +92,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "training": (
         "EMA",
         "EarlyStopping",
+        "Listener",
         "NonFiniteGradientError",
         "ReplicaMismatchError",
         "Tester",
@@ -201,6 +202,7 @@ if TYPE_CHECKING:  # the names of __all__ for type checkers and the API docs, wh
     from .runs import load_checkpoint
     from .training import (
         EarlyStopping,
+        Listener,
         Tester,
         Trainer,
         TrainerDDP,
@@ -229,6 +231,7 @@ __all__ = [  # the API the documentation describes (docs/api.md)
     "DistributedWeightedRandomSampler",
     "EarlyStopping",
     "GNNModel",
+    "Listener",
     "LoadedModel",
     "OutageError",
     "PortInUseError",

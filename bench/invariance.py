@@ -45,19 +45,22 @@ from QuantumGravPy.parallel import spawn  # noqa: E402
 def train_weights(rank: int, world_size: int, config: qg.Config) -> list[dict]:
     """The weights after every epoch."""
     trainer = qg.TrainerDDP(rank, config)
-    snapshots = []
-    end_epoch = trainer.end_epoch
-
-    def end_epoch_and_keep(row, improved, timing=None):
-        end_epoch(row, improved, timing)
-        snapshots.append(
-            {k: v.detach().double().clone() for k, v in trainer.model.state_dict().items()}
-        )
-
-    trainer.end_epoch = end_epoch_and_keep
+    snapshots = Snapshots()
+    trainer.listeners.items.append(snapshots)
     trainer.run_training(*trainer.prepare_dataloaders()[:2])
     trainer.close()
-    return snapshots
+    return snapshots.weights
+
+
+class Snapshots(qg.Listener):
+    """The model's weights at the end of every epoch, in double precision."""
+
+    def __init__(self):
+        self.weights: list[dict] = []
+
+    def on_epoch_end(self, trainer, row):
+        state = trainer.model.state_dict()
+        self.weights.append({k: v.detach().double().clone() for k, v in state.items()})
 
 
 def max_difference(a: dict, b: dict) -> float:

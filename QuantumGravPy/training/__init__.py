@@ -30,10 +30,12 @@ from .monitoring.monitor import (
 )
 from .state.early_stopping import EarlyStopping
 from .state.ema import EMA
+from .state.listeners import Listener
 
 __all__ = [
     "EMA",
     "EarlyStopping",
+    "Listener",
     "Monitor",
     "NonFiniteGradientError",
     "ReplicaMismatchError",

@@ -68,9 +68,15 @@ def launch(
         )
     try:
         return run_distributed(
-            train_worker, config, config, overwrite, resume, force, world_size=world_size,
+            train_worker,
+            config,
+            config,
+            overwrite,
+            resume,
+            force,
+            world_size=world_size,
             log=config.run_dir / LOG,  # where c10d's stack dumps go, not the terminal
-        )  # fmt: skip
+        )
     except WorkerError as e:
         if env is None and e.rank != 0:  # rank 0 was stopped from outside: say why in its log
             append_to_log(config.run_dir / LOG, f"the job stopped: {e}")

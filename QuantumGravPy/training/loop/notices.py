@@ -127,9 +127,13 @@ def log_start(
     if not main:
         return
     for notice in start_notices(
-        config, dataset, train_graphs=train_graphs, processes=processes,
-        local_processes=local_processes, device=device,
-    ):  # fmt: skip
+        config,
+        dataset,
+        train_graphs=train_graphs,
+        processes=processes,
+        local_processes=local_processes,
+        device=device,
+    ):
         logger.warning("%s", notice)
     if note := invariance_note(config, processes):
         logger.info("%s", note)

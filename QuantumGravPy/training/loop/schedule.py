@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
-from ...config import SchedulerConfig, resolve
+from ...config import EarlyStoppingConfig, SchedulerConfig, TrainingConfig, resolve
 from ...errors import ConfigError
+from ...parallel.strategies import Strategy
 from .optim import build_optimizer, build_scheduler, length_key, step_scheduler
 
 
@@ -58,9 +59,11 @@ class Schedule:
             key is not None and key not in section.kwargs and "epochs" not in section.kwargs
         )
         self.deferred = (
-            self.per_step and key is not None and key not in section.kwargs
+            self.per_step
+            and key is not None
+            and key not in section.kwargs
             and "epochs" not in section.kwargs
-        )  # fmt: skip
+        )
         if not self.deferred:
             self.scheduler = build_scheduler(section, optimizer, **self.options)
 
@@ -106,6 +109,11 @@ class Schedule:
         if not self.per_step:
             step_scheduler(self.scheduler, metric)
 
+    def on_epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
+        """A listener of the run: stepped after each epoch on its row's metric (a plateau
+        schedule follows it), the same on every process."""
+        self.after_epoch(row[self.options["metric"]])
+
     def state_dict(self) -> dict | None:
         return self._pending if self.scheduler is None else self.scheduler.state_dict()
 
@@ -145,11 +153,14 @@ class Schedule:
 
 
 def build_optimization(
-    config: Any, parameters: Iterable[torch.nn.Parameter], strategy: Any
-) -> tuple[torch.optim.Optimizer, Any, torch.amp.GradScaler]:
-    """The optimizer over ``parameters`` (made by the parallel ``strategy``), its schedule and
-    the gradient scaler, from ``config`` (a Config: its training and early-stopping sections)."""
-    t, es = config.training, config.early_stopping
+    t: TrainingConfig,
+    es: EarlyStoppingConfig,
+    parameters: Iterable[torch.nn.Parameter],
+    strategy: Strategy,
+) -> tuple[torch.optim.Optimizer, Schedule | None, torch.amp.GradScaler]:
+    """The optimizer over ``parameters`` (made by the parallel ``strategy``), its schedule
+    (``training.lr_scheduler``, a plateau one on the first early-stopping metric) and the
+    gradient scaler."""
     optimizer = build_optimizer(t.optimizer, parameters, strategy.optimizer)
     scheduler = None
     if t.lr_scheduler is not None:

@@ -152,9 +152,11 @@ class TrainingPass:
         batches = len(loader) - len(loader) % k if self.training.drop_last else len(loader)
         bar = logs.progress(
             itertools.islice(fed(loader, self.device, self.float_dtype), batches),
-            total=batches, desc=f"epoch {epoch}",
-            unit="batch", enabled=self.show,
-        )  # fmt: skip
+            total=batches,
+            desc=f"epoch {epoch}",
+            unit="batch",
+            enabled=self.show,
+        )
         # training.batch_nodes: the ranks' batches hold different numbers of graphs; each
         # rank's losses are weighted against its share of the step's graphs on all ranks
         planned = getattr(getattr(loader, "batch_sampler", None), "global_graphs", None)
@@ -252,24 +254,35 @@ class TrainingPass:
             gradients = self.monitor.gradients
             scheduler = getattr(self.schedule, "scheduler", None)
             why = refusal(
-                self.training, world_size=self.world_size, scaled=self.scaler.is_enabled(),
-                micro_batches=self.strategy.micro_batches, nonfinite=gradients.nonfinite,
-                averaged=self.ema is not None, optimizer=self.optimizer, tasks=tasks,
+                self.training,
+                world_size=self.world_size,
+                scaled=self.scaler.is_enabled(),
+                micro_batches=self.strategy.micro_batches,
+                nonfinite=gradients.nonfinite,
+                averaged=self.ema is not None,
+                optimizer=self.optimizer,
+                tasks=tasks,
                 per_step=self.schedule is not None and self.schedule.per_step,
                 momentum=getattr(scheduler, "cycle_momentum", False),
-            )  # fmt: skip
+            )
             if why is not None:
                 log.info("training.compile: the step is not captured as one graph: %s", why)
                 self._captured = False
                 return None
             self.compiling.training_options["mode"] = None  # the whole step is captured
             self._captured = CapturedStep(
-                module=module, model=self.model, tasks=tasks, optimizer=self.optimizer,
-                gradients=gradients, budgets=padding, features=tuple(features),
-                device=self.device, autocast_dtype=PRECISIONS[self.training.precision][0],
+                module=module,
+                model=self.model,
+                tasks=tasks,
+                optimizer=self.optimizer,
+                gradients=gradients,
+                budgets=padding,
+                features=tuple(features),
+                device=self.device,
+                autocast_dtype=PRECISIONS[self.training.precision][0],
                 clip=self.training.gradient_clip,
                 model_name=f"{type(self.model).__module__}.{type(self.model).__qualname__}",
-            )  # fmt: skip
+            )
         return self._captured or None
 
     def _run_captured(self, captured: CapturedStep, loader: Any, epoch: int) -> dict[str, float]:
@@ -279,8 +292,11 @@ class TrainingPass:
         batches = len(loader)  # one batch a step (captured only then)
         bar = logs.progress(
             itertools.islice(fed(loader, self.device, self.float_dtype), batches),
-            total=batches, desc=f"epoch {epoch}", unit="batch", enabled=self.show,
-        )  # fmt: skip
+            total=batches,
+            desc=f"epoch {epoch}",
+            unit="batch",
+            enabled=self.show,
+        )
         every = monitor.timed_every
         for step, batch in enumerate(bar):
             timed = monitor.step_timed = bool(every) and step % every == 0

@@ -1,9 +1,11 @@
-"""Trainer: the epoch loop, validation, early stopping and testing, written once.
+"""Trainer: the epoch loop, written once.
 
-Subclasses (TrainerDDP) change behaviour through the small hooks marked "hook" below; the loop in
-:meth:`Trainer.run_training` is the only epoch loop in the project. The trainer holds what it is
-made of, each built once and handed what it needs: the run's state (:mod:`.run_state`), its
-training pass (:mod:`.step`), checkpoints (:mod:`.checkpointing`), records (:mod:`.records`)."""
+The constructor lists the parts a run is made of, each built once from its own section and the
+parts before it (:mod:`.parts`). The loop in :meth:`Trainer.run_training` says what happens and
+when; the listeners (:mod:`..state.listeners`) do each point's work: early stopping, pruning,
+the monitor's columns, the records and checkpoints, then the user's callbacks. What the
+processes do together is the parallel layer's (:mod:`~QuantumGravPy.parallel.processes`).
+TrainerDDP changes the few hooks marked "hook" below."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,28 +32,20 @@ from ...data import (
     split_dataset,
 )
 from ...logs import configure_logging, set_terminal_level
+from ...parallel.processes import OneProcess
 from ...parallel.strategies import Strategy, strategy_class
 from ...runs import layout as rd
 from ...runs import reproducibility as rs
 from ...runs.resume import read_resume_state
-from ...runs.run_directory import RunDirectory
-from ..evaluation.evaluator import Evaluation, Tester, Validator, check_forward
+from ..evaluation.evaluator import check_forward
 from ..evaluation.tasks import Task, fit_scaling, select_outputs
-from ..monitoring.gradients import masks_on_device
-from ..monitoring.monitor import Monitor
-from ..state.checkpointing import Checkpoints
 from ..state.early_stopping import MetricStopping
-from ..state.ema import EMA
-from ..state.records import RunRecords
+from ..state.listeners import Listeners
 from ..state.run_state import RunState
-from .compiling import Compiling
-from .devices import PRECISIONS, autocast, process_settings, select_device
+from . import parts
+from .devices import PRECISIONS, autocast, select_device
 from .notices import log_start
-from .schedule import build_optimization, step_scheduler
-from .spec import check_data, initial_model, model_spec, run_tasks, train_reads
-from .step import TrainingPass
-
-T = TypeVar("T")
+from .spec import check_data, model_spec, run_tasks, train_reads
 
 
 def _state(name: str, doc: str) -> property:
@@ -75,9 +69,7 @@ class Trainer:
     the gradient exchange gets a label of its own in a profiler's trace (``qg profile``).
     """
 
-    world_size = 1
-    rank = 0
-    local_processes = 1  # of this job on this machine
+    processes_class: type[OneProcess] = OneProcess  # what the processes do together
 
     def __init__(
         self,
@@ -93,80 +85,29 @@ class Trainer:
         profiling: bool = False,
     ):
         rd.check_flags(overwrite=overwrite, resume=resume)
-        # what the strategy refuses, before anything is written
-        self.strategy_class = strategy_class(config, self.world_size)
+        self.processes = self.processes_class()
+        self.strategy_class = strategy_class(config, self.world_size)  # its refusals, first
         self.config = config = per_process(config, self.world_size)  # its batch
-        self.state = RunState()
-        self._resuming = resume  # the run in the directory is continued, not replaced
-        self.judge = judge
-        self.run_dir = config.run_dir
-        self.logger = self.setup_logging()
-        if quiet:
-            set_terminal_level("WARNING")
+        self.state, self.judge, self._resuming = RunState(), judge, resume
+        self.run_dir, self.logger = config.run_dir, self.setup_logging(quiet)
         self.device = self.select_device()
         rs.seed_everything(config.training.seed)
-        if dataset is None:
-            check_file_targets(config)  # before minutes are spent reading files
-        self.dataset = dataset if dataset is not None else self.load_dataset()
+        self.dataset = self.load_dataset() if dataset is None else dataset
         self.tasks: list[Task] = run_tasks(config, self.dataset, given=dataset is not None)
         self.model_spec = model_spec(config, self.dataset, self.tasks)  # in every checkpoint
-        self.in_channels = self.model_spec["in_channels"]
         self.autocast_dtype, self.float_dtype = PRECISIONS[config.training.precision]
-        spec, tasks = self.model_spec, self.tasks  # resumed: last.pt's weights, not init_from's
-        self.model, self.init_note = initial_model(config, spec, tasks, resuming=resume)
-        self.model = self.model.to(self.device, self.float_dtype)
-        t = config.training
-        # The average follows the trained weights; it is not wrapped in DDP (fsdp shards it).
-        self.ema = EMA(self.model, t.ema_decay) if t.ema_decay is not None else None
+        self.model, self.ema, self.init_note = parts.model(self, resume)
         self.strategy = self.make_strategy()
-        # Restored by close(): one CPU thread where bits must not depend on the number of
-        # processes, and TF32 matrix products on a GPU except where they would change them.
-        tf32 = t.tf32 and not self.strategy_class.invariant
-        self._pinned = process_settings(self.device, one_thread=self.strategy.one_thread, tf32=tf32)
-        environment = rs.environment(self.device, self.world_size)  # with its threads
-        held = self.strategy.prepare(self.model, *([self.ema.module] if self.ema else []))
-        self.optimizer, self.lr_scheduler, self.scaler = build_optimization(
-            config, held, self.strategy
-        )
-        self.compiling = Compiling(t, self.device, micro_batches=self.strategy.micro_batches)
-        es = config.early_stopping
-        evaluating = (self.tasks, self.device, self.autocast_dtype, self.float_dtype)
-        self.validator = Validator(*evaluating, select=self.select, shard=self.eval_shard)
-        self.tester = Tester(*evaluating, select=self.select, shard=self.eval_shard)
-        self.evaluation = Evaluation(
-            self.validator, self.tester, sharded=self.eval_shard[1] > 1, show=self.is_main,
-            on_main=self.on_main, reduce=self.reduce_sums,
-        )  # fmt: skip
-        self.early_stopping = MetricStopping.from_section(es)
-        self.monitor = Monitor(
-            config.monitor, self.device, self.rank, self.world_size, self.model,
-            replicated=self.strategy.replicated, profiling=profiling,
-            masks=masks_on_device(self.optimizer),
-        )  # fmt: skip
-        self.training_pass = TrainingPass(
-            training=t, model=self.model, strategy=self.strategy, optimizer=self.optimizer,
-            scaler=self.scaler, ema=self.ema, monitor=self.monitor, state=self.state,
-            device=self.device, float_dtype=self.float_dtype, world_size=self.world_size,
-            show=self.is_main, autocast=self.autocast, no_sync=self.no_sync,
-            reduce=self.reduce_sums, compiling=self.compiling, schedule=self.lr_scheduler,
-        )  # fmt: skip
-        self._environment = environment  # of this process: in checkpoints and environment.json
-        self.checkpoints = Checkpoints(
-            config=config, directory=config.run_dir, main=self.is_main, strategy=self.strategy,
-            model=self.model, optimizer=self.optimizer, lr_scheduler=self.lr_scheduler,
-            scaler=self.scaler, ema=self.ema, early_stopping=self.early_stopping,
-            state=self.state, model_spec=self.model_spec, environment=environment,
-            world_size=self.world_size,
-        )  # fmt: skip
-        directory = RunDirectory(
-            config.run_dir, config, main=self.is_main, logger=self.logger,
-            log_prefix=self.log_prefix, overwrite=overwrite, tags=tags,
-        )  # fmt: skip
-        self.records = RunRecords(
-            config=config, directory=directory, checkpoints=self.checkpoints, trainer=self,
-            state=self.state, early_stopping=self.early_stopping, logger=self.logger,
-            world_size=self.world_size, judged=judge is not None, share=self.on_main,
-        )  # fmt: skip
+        self._pinned, self._environment = parts.settings(self)
+        self.optimizer, self.lr_scheduler, self.scaler = parts.optimization(self)
+        self.compiling = parts.compiling(self)
+        self.early_stopping = MetricStopping.from_section(config.early_stopping)
+        self.monitor = parts.monitor(self, profiling)
+        self.validator, self.tester, self.evaluation = parts.evaluation(self)
+        self.training_pass = parts.training_pass(self)
+        self.checkpoints = parts.checkpoints(self)
+        self.records = parts.records(self, overwrite=overwrite, tags=tags)
+        self.listeners = Listeners(parts.listeners(self))
         if resume:
             self.resume(force=force)
 
@@ -179,12 +120,22 @@ class Trainer:
     pruned = _state("pruned", "Whether the judge (a tuning trial's pruner) ended the run.")
     resumed_from = _state("resumed_from", "The checkpoint the run continued from, or None.")
 
+    @property
+    def in_channels(self) -> int:
+        """The node features the model reads."""
+        return self.model_spec["in_channels"]
+
     # --- hooks: what a distributed subclass changes ------------------------------------------
 
-    @property
-    def is_main(self) -> bool:
-        """Whether this process writes files and shows progress bars (hook)."""
-        return True
+    rank = property(lambda self: self.processes.rank, doc="This process's rank.")
+    world_size = property(lambda self: self.processes.world_size, doc="The job's processes.")
+    local_processes = property(
+        lambda self: self.processes.local_processes, doc="The job's processes on this machine."
+    )
+    is_main = property(
+        lambda self: self.processes.is_main,
+        doc="Whether this process writes files and shows progress.",
+    )
 
     @property
     def train_module(self) -> nn.Module:
@@ -200,17 +151,18 @@ class Trainer:
         """Around a micro-batch that does not step; DDP skips its gradient exchange (hook)."""
         return contextlib.nullcontext()
 
-    def on_main(self, fn: Callable[[], T]) -> T:
-        """``fn()`` on the main process; DDP hands its result, or its failure, to every rank
-        (hook)."""
-        return fn()
-
     log_prefix = ""  # DDP: "[RANK r] " on every line, on the terminal and in train.log
     batch_device: torch.device | None = None  # batches assembled on the GPU (data.device)
     eval_shard = (0, 1)  # (rank, W) of the graphs evaluated here; DDP, sharded: every W-th
 
-    def setup_logging(self) -> logging.Logger:  # hook
-        return configure_logging(self.config.log_level, prefix=self.log_prefix)
+    def setup_logging(self, quiet: bool) -> logging.Logger:
+        """The run's log: warnings only on the terminal when ``quiet``, and on every process
+        but the first."""
+        level = self.config.log_level if self.is_main else "WARNING"
+        logger = configure_logging(level, prefix=self.log_prefix)
+        if quiet:
+            set_terminal_level("WARNING")
+        return logger
 
     def select_device(self) -> torch.device:  # hook
         return select_device(self.config.training.device)
@@ -231,15 +183,22 @@ class Trainer:
         self._pinned.close()  # the threads as they were before this run
 
     def load_dataset(self) -> Dataset | list:  # hook
+        check_file_targets(self.config)  # before minutes are spent reading files
         return dataset_from_config(self.config.data)
 
     def make_train_loader(self, dataset: Dataset) -> DataLoader:  # hook
         cut = self.strategy.micro_batches if self.strategy.cuts_batches else None
         return make_train_loader(
-            dataset, self.config.training, self.config.augmentation, rank=self.rank,
-            world_size=self.world_size, device=self.batch_device, micro_batches=cut,
-            **train_reads(self.config, self.model, self.tasks), stage=self.device,
-        )  # fmt: skip
+            dataset,
+            self.config.training,
+            self.config.augmentation,
+            rank=self.rank,
+            world_size=self.world_size,
+            device=self.batch_device,
+            micro_batches=cut,
+            **train_reads(self.config, self.model, self.tasks),
+            stage=self.device,
+        )
 
     def make_eval_loader(self, dataset: Dataset, batch_size: int) -> DataLoader:  # hook
         workers = self.config.training.num_workers
@@ -249,10 +208,16 @@ class Trainer:
 
     def on_train_start(self, train_loader: DataLoader) -> None:  # hook
         log_start(
-            self.logger, self.config, self.dataset, self.device,
-            train_graphs=len(train_loader.dataset), processes=self.world_size,
-            local_processes=self.local_processes, main=self.is_main, init=self.init_note,
-        )  # fmt: skip
+            self.logger,
+            self.config,
+            self.dataset,
+            self.device,
+            train_graphs=len(train_loader.dataset),
+            processes=self.world_size,
+            local_processes=self.local_processes,
+            main=self.is_main,
+            init=self.init_note,
+        )
 
     def on_epoch_start(self, train_loader: DataLoader) -> None:  # hook
         for part in (epoch_sampler(train_loader), train_loader.dataset):
@@ -262,26 +227,8 @@ class Trainer:
     def on_train_end(self) -> None:  # hook
         pass
 
-    def reduce_sums(self, sums: torch.Tensor) -> torch.Tensor:
-        """Combine per-process sums; one process has nothing to combine (hook)."""
-        return sums
-
     def validate(self, val_loader: DataLoader) -> dict[str, float]:
         return self.evaluation.validate(self.compiling.evaluate(self.eval_model), val_loader)
-
-    def decide(self, row: dict[str, Any]) -> tuple[bool, str | None]:
-        """(improved, why the run stops: "pruned", "early stopping" or None) after an epoch.
-
-        DDP decides on rank 0 and broadcasts (hook); the ``judge``, if any, is asked here.
-        """
-        improved = self.early_stopping.step(row, row["epoch"])
-        if self.early_stopping.broken_tie:
-            self.logger.info("%s", self.early_stopping.broken_tie)
-        if self.judge is not None and self.judge(row):
-            return improved, "pruned"
-        if self.config.early_stopping.enabled and self.early_stopping.should_stop:
-            return improved, "early stopping"
-        return improved, None
 
     def select(self, outputs: Any, batch: Any) -> dict[str, torch.Tensor]:
         """Each task's output of a forward pass, checked: [graphs or nodes, outputs]."""
@@ -336,41 +283,46 @@ class Trainer:
         """Fit the targets' scaling on ``train`` and run the model once on two of its graphs:
         a model that cannot run on this data fails in one line naming the config key."""
         self.fit_scaling(train)
-        check_forward(self.model, train, self.tasks, self.config.model, self.select,
-                      self.autocast, device=self.device, float_dtype=self.float_dtype)  # fmt: skip
+        check_forward(
+            self.model,
+            train,
+            self.tasks,
+            self.config.model,
+            self.select,
+            self.autocast,
+            device=self.device,
+            float_dtype=self.float_dtype,
+        )
 
     def _train_epochs(self, train_loader: DataLoader, val_loader: DataLoader) -> list[dict]:
-        num_epochs, state = self.config.training.num_epochs, self.state
-        self.on_train_start(train_loader)
-        self.training_pass.start(train_loader)  # a step schedule learns an epoch's steps
-        state.restore_rng(rank=self.rank, device=self.device, seed=self.config.training.seed)
-        while state.epoch < num_epochs and not state.ended:
-            self.on_epoch_start(train_loader)
-            lr = float(self.optimizer.param_groups[0]["lr"])  # a captured step's: a tensor
-            start = time.perf_counter()
-            self.monitor.start_epoch()
-            train = self.train_epoch(train_loader)
-            seconds = time.perf_counter() - start
-            with self.monitor.phase("eval"):
-                row = {"epoch": state.epoch + 1, **train, **self.validate(val_loader)}
-            row.update(lr=lr, epoch_seconds=seconds)
-            with self.monitor.phase("wait"):
-                improved, stop = self.decide(row)
-            columns, timing = self.monitor.end_epoch(epoch=state.epoch + 1)
-            row.update(columns)
-            state.epoch += 1
-            state.history.append(row)
-            state.stopped_early, state.pruned = stop == "early stopping", stop == "pruned"
-            step_scheduler(self.lr_scheduler, row[self.early_stopping.columns[0]])
-            self.end_epoch(row, improved, timing)
-        self.monitor.check_replicas(step=None)
-        if state.stopped_early:
-            self.logger.info("%s", self.early_stopping.stop_message(state.epoch))
-        if state.pruned:
-            self.logger.info("pruned by the study after epoch %d", state.epoch)
-        self.records.write_summary()
+        self.start_training(train_loader)
+        self.listeners.tell("on_train_start", self)
+        while self.state.epoch < self.config.training.num_epochs and not self.state.ended:
+            self.on_epoch_start(train_loader)  # the epoch's draws
+            self.listeners.tell("on_epoch_start", self)
+            row = self.run_epoch(train_loader, val_loader)
+            self.listeners.tell("on_epoch_end", self, row)  # decisions, records, checkpoints
         self.on_train_end()
-        return state.history
+        self.listeners.tell("on_train_end", self, self.state.history)
+        return self.state.history
+
+    def start_training(self, train_loader: DataLoader) -> None:
+        """Said in the log; a step schedule learns an epoch's steps; a resumed run's random
+        states put back, where its next epoch starts from."""
+        self.on_train_start(train_loader)
+        self.training_pass.start(train_loader)
+        seed = self.config.training.seed
+        self.state.restore_rng(rank=self.rank, device=self.device, seed=seed)
+
+    def run_epoch(self, train_loader: DataLoader, val_loader: DataLoader) -> dict[str, Any]:
+        """One epoch trained and validated: its history row, before the listeners add to it."""
+        lr = float(self.optimizer.param_groups[0]["lr"])  # a captured step's: a tensor
+        start = time.perf_counter()
+        train = self.train_epoch(train_loader)
+        seconds = time.perf_counter() - start
+        with self.monitor.phase("eval"):
+            row = {"epoch": self.state.epoch + 1, **train, **self.validate(val_loader)}
+        return {**row, "lr": lr, "epoch_seconds": seconds}
 
     def train_epoch(self, loader: DataLoader) -> dict[str, float]:
         """One pass over ``loader``: see :meth:`~.step.TrainingPass.run`."""
@@ -379,24 +331,6 @@ class Trainer:
     def autocast(self) -> contextlib.AbstractContextManager:
         """``training.precision``: float32, or autocast to bfloat16 / float16."""
         return autocast(self.device, self.autocast_dtype)
-
-    def end_epoch(self, row: dict[str, Any], improved: bool, timing: dict | None = None) -> None:
-        state = self.state
-        if improved:
-            state.best_state = {
-                k: v.detach().to("cpu", copy=True) for k, v in self.eval_model.state_dict().items()
-            }
-        # Each rank's random state, where the next epoch starts from, and its time: one gather.
-        records = self.gather_records({"rng": rs.rng_state(self.device), "timing": timing})
-        state.rng_states = [r["rng"] for r in records]
-        rank_rows = [r["timing"] for r in records if r["timing"] is not None]
-        # gathered by every process (zero and fsdp hold shares), written by the main one
-        contents = self.checkpoints.contents(self.tasks)
-        self.records.write_epoch(row, improved, contents, rank_rows)
-
-    def gather_records(self, record: dict[str, Any]) -> list[dict[str, Any]]:  # hook
-        """Every process's ``record`` of the epoch's end, in rank order (DDP gathers them)."""
-        return [record]
 
     def run_test(
         self, test_loader: DataLoader, checkpoint: str | Path | None = None
@@ -414,6 +348,7 @@ class Trainer:
         if self.records.opened:
             graphs = self.evaluation.evaluated_set(test_loader)
             self.records.write_summary(metrics, predictions, graphs)
+            self.listeners.tell("on_test_end", self, metrics)
         return metrics
 
     # --- checkpoints and resuming ---------------------------------------------------------------
@@ -440,7 +375,7 @@ class Trainer:
         # Read and checked on the main process; every process gets the same state (and any
         # refusal), so the run directory need not be on a filesystem the others see.
         self._resuming = True
-        state = self.on_main(
+        state = self.processes.on_main(
             lambda: read_resume_state(self.config, world_size=self.world_size, force=force)
         )
         if state is None:

@@ -1,6 +1,8 @@
 """TrainerDDP: the base Trainer's loop, run by every process of a DistributedDataParallel job.
 
-It overrides small hooks of :class:`~QuantumGravPy.training.loop.trainer.Trainer` and nothing else:
+Its cross-process acts are the parallel layer's
+(:class:`~QuantumGravPy.parallel.processes.ProcessGroup`: rank-0 work, barriers, broadcasts,
+gathers and sums); what is its own is what a DDP job does differently:
 
 - the model is wrapped in DDP with integer ``device_ids`` (``cuda:LOCAL_RANK``) or none on CPU,
   and the optimizer built, by the ``parallel.strategy`` (:mod:`~QuantumGravPy.parallel.strategies`);
@@ -8,8 +10,9 @@ It overrides small hooks of :class:`~QuantumGravPy.training.loop.trainer.Trainer
 - micro-batches that do not step skip the gradient exchange (``no_sync``);
 - training losses are all-reduced as sums; validation and test are exact for any world size,
   either on rank 0 alone (``validation.mode: rank0``) or on disjoint shards (``sharded``);
-- rank 0 decides (early stopping, best checkpoint) after a barrier and broadcasts the decision,
-  so every rank stops at the same epoch and returns the same history;
+- rank 0 decides (early stopping, best checkpoint, a study's pruning) after a barrier and
+  broadcasts the decision (``on_main``), so every rank stops at the same epoch and returns the
+  same history;
 - anything that runs on rank 0 alone is guarded: if it fails, the other ranks are told and fail
   too, instead of waiting at the next collective.
 """
@@ -18,25 +21,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from torch.utils.data import Dataset, Subset
 from torch_geometric.loader import DataLoader
 
 from ...config import Config
-from ...data import SHARED_BUILD_MIN, dataset_from_config, epoch_sampler
+from ...data import SHARED_BUILD_MIN, check_file_targets, dataset_from_config, epoch_sampler
 from ...data.digest import check_same_on_every_rank, digest
-from ...errors import ConfigError, QGError, RunError
-from ...logs import LOGGER_NAME, configure_logging, waiting
+from ...errors import ConfigError
+from ...logs import LOGGER_NAME, waiting
 from ...parallel import distributed, sharing, shm_comm
-from ...parallel.distributed import DistributedError, RankFailedError
+from ...parallel.distributed import DistributedError
+from ...parallel.processes import ProcessGroup
 from ...parallel.strategies import Strategy
 from ...runs.reproducibility import seed_everything
 from .trainer import Trainer
-
-T = TypeVar("T")
 
 
 class TrainerDDP(Trainer):
@@ -47,6 +48,8 @@ class TrainerDDP(Trainer):
     split between the processes). Only rank 0 writes files and shows
     progress bars; ``run_training`` returns the same history on every rank.
     """
+
+    processes_class = ProcessGroup  # rank-0 work, barriers, broadcasts and gathers
 
     def __init__(
         self,
@@ -71,15 +74,12 @@ class TrainerDDP(Trainer):
                 f"TrainerDDP was given rank {rank}, but this process is rank "
                 f"{distributed.get_rank()} of its process group"
             )
-        self.rank = rank
         self.log_prefix = f"[RANK {rank}] "
-        self.local_rank = distributed.get_local_rank()
-        self.local_processes = distributed.get_local_world_size()
-        self.world_size = distributed.get_world_size()
         self.rank_logger = logging.getLogger(f"{LOGGER_NAME}.ranks")
         self.rank_logger.setLevel(logging.INFO)  # start and end lines show on every rank
-        super().__init__(config, dataset, overwrite=overwrite, resume=resume, force=force,
-                         **options)  # fmt: skip
+        super().__init__(
+            config, dataset, overwrite=overwrite, resume=resume, force=force, **options
+        )
         # Every rank has built the same initial model from training.seed, the one a single
         # process builds; DDP broadcasts rank 0's copy anyway. From here on, each rank draws its
         # own dropout masks.
@@ -105,9 +105,7 @@ class TrainerDDP(Trainer):
 
     # --- who does what -------------------------------------------------------------------------
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+    local_rank = property(lambda self: self.processes.local_rank, doc="Rank on this machine.")
 
     @property
     def train_module(self) -> torch.nn.Module:
@@ -135,13 +133,6 @@ class TrainerDDP(Trainer):
         # fsdp: a plain copy gathered from the shards (every rank gets here at the same point)
         return self.strategy.evaluation_module(super().eval_model, step=self.global_step)
 
-    def gather_records(self, record: dict[str, Any]) -> list[dict[str, Any]]:
-        return distributed.all_gather_object(record)
-
-    def setup_logging(self) -> logging.Logger:
-        level = self.config.log_level if self.rank == 0 else "WARNING"
-        return configure_logging(level, prefix=self.log_prefix)
-
     def select_device(self) -> torch.device:
         spec = self.config.training.device
         if spec.startswith("cuda:") and self.world_size > 1:
@@ -163,60 +154,15 @@ class TrainerDDP(Trainer):
             raise ConfigError(f"training.device: {spec!r} requested but CUDA is not available")
         return torch.device("cpu")
 
-    # --- guarded work on rank 0 ----------------------------------------------------------------
-
-    def on_main(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` on rank 0, then give its result (or its failure) to every rank.
-
-        The others wait at a barrier meanwhile. A failure on rank 0 is caught and broadcast, so
-        the other ranks raise too rather than wait for a rank that will never arrive.
-        """
-        result, error = None, None
-        if self.is_main:
-            try:
-                result = fn()
-            except Exception as e:
-                error = e
-        failure = None if error is None else f"{type(error).__name__}: {error}"
-        with self.monitor.phase("wait"):
-            distributed.barrier()
-            result, failure = distributed.broadcast_object((result, failure))
-        if error is not None:
-            raise error
-        if failure is not None:
-            raise RankFailedError(f"rank 0 failed: {failure}")
-        return result
-
-    def _everywhere(
-        self, fn: Callable[[], T], *, run_here: bool = True, patient: bool = False
-    ) -> T | None:
-        """Run ``fn`` on the ranks with ``run_here``; any failure is raised on every rank.
-        ``patient``: the ranks wait for each other as long as ``fn`` takes (preparing data),
-        not ``parallel.timeout_s``."""
-        result, error = None, None
-        if run_here:
-            try:
-                result = fn()
-            except Exception as e:
-                error = e
-        failures = distributed.all_gather_object(
-            None if error is None else _described(error), patient=patient
-        )
-        if error is not None:
-            raise error
-        for rank, failure in enumerate(failures):
-            if failure is not None:
-                raise RankFailedError(f"rank {rank} failed: {failure}")
-        return result
-
     # --- data ----------------------------------------------------------------------------------
 
     def load_dataset(self) -> Dataset | list:
+        check_file_targets(self.config)  # before minutes are spent reading files
         if self.config.data.dataset is not None:
             # the user's function runs in every rank (a failure in one reaches every rank),
             # and its graphs must be the same in each
-            dataset = self._everywhere(super().load_dataset, patient=True)
-            mine = self._everywhere(lambda: digest(dataset))
+            dataset = self.processes.everywhere(super().load_dataset, patient=True)
+            mine = self.processes.everywhere(lambda: digest(dataset))
             source = f"data.dataset ({self.config.data.dataset})"
             check_same_on_every_rank(
                 dataset, mine, source=source, gather=distributed.all_gather_object
@@ -235,7 +181,7 @@ class TrainerDDP(Trainer):
             if builds
             else waiting(self.rank_logger, f"{builder} to prepare the data")
         ):
-            dataset = self._everywhere(
+            dataset = self.processes.everywhere(
                 lambda: dataset_from_config(
                     self.config.data,
                     progress=self.is_main,
@@ -298,24 +244,6 @@ class TrainerDDP(Trainer):
             ", stopped early" if self.stopped_early else ", pruned" if self.pruned else "",
         )
 
-    def reduce_sums(self, sums: torch.Tensor) -> torch.Tensor:
-        with self.monitor.phase("wait"):
-            return distributed.all_reduce_sum(sums)
-
-    def decide(self, row: dict[str, Any]) -> tuple[bool, str | None]:
-        """Rank 0 decides after a barrier (early stopping, and the judge: a tuning trial's
-        pruner); every rank gets its row, decision and stopper state, so all stop together."""
-
-        def decide_on_main():
-            improved, stop = Trainer.decide(self, row)
-            return dict(row), improved, stop, self.early_stopping.state_dict()
-
-        distributed.barrier()
-        shared_row, improved, stop, stopper = self.on_main(decide_on_main)
-        row.update(shared_row)  # epoch_seconds of rank 0: the history is the same everywhere
-        self.early_stopping.load_state_dict(stopper)
-        return improved, stop
-
     def close(self) -> None:
         """Detach the log file and release the DDP wrapper and its gradient exchange.
 
@@ -327,11 +255,3 @@ class TrainerDDP(Trainer):
         if self._shm is not None:
             self._shm.close()
             self._shm = None
-
-
-def _described(error: Exception) -> str:
-    """An error as another rank reports it: the library's own errors by their message (which
-    says what happened, and in whose code), others with their type."""
-    if isinstance(error, (QGError, RunError)):
-        return str(error)
-    return f"{type(error).__name__}: {error}"

@@ -1,4 +1,4 @@
-"""``training.callbacks``: the user's objects, called at points of a run.
+"""``training.callbacks``: the user's listeners, told of a run's points after the library's.
 
 A callback is a class named by its dotted path in ``training.callbacks`` (with its ``kwargs``),
 built once per process, with any of these methods (each left out is not called)::
@@ -7,6 +7,7 @@ built once per process, with any of these methods (each left out is not called):
         every_rank = False                      # True: called in every process, not only the first
 
         def on_train_start(self, trainer): ...
+        def on_epoch_start(self, trainer): ...
         def on_epoch_end(self, trainer, row): ...   # row: the epoch's history.csv row (a dict)
         def on_checkpoint(self, trainer, path): ... # a checkpoint just written (first process only)
         def on_train_end(self, trainer, history): ...
@@ -21,32 +22,38 @@ the user's code does: one line naming the callback, the method and the line.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from ...config import check_kwargs, resolve
 from ...config.hooks import CallbackConfig
 from ...errors import ConfigError, QGError, RunError, cause, in_user_code
 from ...parallel.deadline import deadline
+from .listeners import POINTS, Listener
 
-POINTS = ("on_train_start", "on_epoch_end", "on_checkpoint", "on_train_end", "on_test_end")
+T = TypeVar("T")
 
 
-class Callbacks:
-    """The callbacks of ``sections`` (``training.callbacks``) for ``trainer``, in this process
-    (``main``: the first process, where callbacks run unless they say ``every_rank``). In a
-    process of its own, a call that does not return within ``timeout_s`` (parallel.timeout_s)
-    ends the run (:func:`~QuantumGravPy.parallel.deadline.deadline`)."""
+def _call(fn: Callable[[], T]) -> T:
+    return fn()
+
+
+class Callbacks(Listener):
+    """The callbacks of ``sections`` (``training.callbacks``), in this process (``main``: the
+    first process, where callbacks run unless they say ``every_rank``). ``share(fn)`` runs
+    ``fn`` on the first process and hands its failure to every process (the trainer's
+    ``on_main``). In a process of its own, a call that does not return within ``timeout_s``
+    (parallel.timeout_s) ends the run (:func:`~QuantumGravPy.parallel.deadline.deadline`)."""
 
     def __init__(
         self,
         sections: Sequence[CallbackConfig],
-        trainer: Any,
         *,
         main: bool,
+        share: Callable[[Callable[[], Any]], Any] = _call,
         timeout_s: float = math.inf,
     ):
-        self.trainer, self.main = trainer, main
+        self.main, self.share = main, share
         self.timeout_s = timeout_s
         self.items: list[tuple[str, Any]] = []
         for i, section in enumerate(sections):
@@ -68,8 +75,35 @@ class Callbacks:
                 )
             self.items.append((section.type, obj))
 
-    def __call__(self, point: str, *args: Any, every_rank: bool = False) -> None:
-        """Call ``point`` with the trainer and ``args`` on the callbacks that run here: with
+    def on_train_start(self, trainer: Any) -> None:
+        self.tell("on_train_start", trainer)
+
+    def on_epoch_start(self, trainer: Any) -> None:
+        self.tell("on_epoch_start", trainer)
+
+    def on_epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
+        self.tell("on_epoch_end", trainer, row)
+
+    def on_checkpoint(self, trainer: Any, path: Any) -> None:
+        # told on the process that wrote the file, inside its writing (which shares failures)
+        self("on_checkpoint", trainer, path)
+        self("on_checkpoint", trainer, path, every_rank=True)
+
+    def on_train_end(self, trainer: Any, history: list[dict[str, Any]]) -> None:
+        self.tell("on_train_end", trainer, history)
+
+    def on_test_end(self, trainer: Any, metrics: dict[str, float]) -> None:
+        self.tell("on_test_end", trainer, metrics)
+
+    def tell(self, point: str, trainer: Any, *args: Any) -> None:
+        """``point`` to the first process's callbacks through ``share`` (a failure there ends
+        every process rather than leaving them waiting), then to every process's own."""
+        if self.items:
+            self.share(lambda: self(point, trainer, *args))
+            self(point, trainer, *args, every_rank=True)
+
+    def __call__(self, point: str, trainer: Any, *args: Any, every_rank: bool = False) -> None:
+        """Call ``point`` with ``trainer`` and ``args`` on the callbacks that run here: with
         ``every_rank`` those that say so, in every process; else the others, on the first."""
         if not every_rank and not self.main:
             return
@@ -80,7 +114,7 @@ class Callbacks:
             doing = f"training.callbacks {name}.{point}"
             try:
                 with deadline(doing, self.timeout_s):
-                    method(self.trainer, *args)
+                    method(trainer, *args)
             except (QGError, RunError):
                 raise
             except Exception as e:

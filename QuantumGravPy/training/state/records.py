@@ -1,11 +1,11 @@
 """What a run writes as it goes: its directory opened, each epoch's checkpoints, records and log
 line, and the summary with the test results.
 
-:class:`RunRecords` is built by the trainer with the objects it writes through (the run
-directory, the checkpoints) and what it reports (the run's state, the early stopping). Writing
-happens on the main process; ``share(fn)`` runs ``fn`` there and hands a failure to every
-process (the trainer's ``on_main``: under DDP, rank 0 writes while the others wait, and all of
-them raise if it fails, instead of waiting at the next collective).
+:class:`RunRecords` is a listener of the run (:mod:`.listeners`), built by the trainer with the
+objects it writes through (the run directory, the checkpoints) and what it reports (the run's
+state, the early stopping). Writing happens on the main process; ``share(fn)`` runs ``fn`` there
+and hands a failure to every process (the trainer's ``on_main``: under DDP, rank 0 writes while
+the others wait, and all of them raise if it fails, instead of waiting at the next collective).
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from ...config import Config, shown_columns
 from ...data.provenance import provenance, with_sources
 from ...errors import DiskFullError
 from ...runs import layout as rd
+from ...runs import reproducibility as rs
 from ...runs.run_directory import RunDirectory
 from ..monitoring.timing import stragglers
-from .callbacks import Callbacks
 from .checkpointing import Checkpoints
 from .early_stopping import MetricStopping
+from .listeners import Listener
 from .run_state import RunState
 
 T = TypeVar("T")
@@ -34,7 +35,7 @@ def _call(fn: Callable[[], T]) -> T:
     return fn()
 
 
-class RunRecords:
+class RunRecords(Listener):
     """The records of one run, in its ``directory``; ``judged``: whether a judge may prune it
     (the summary then says whether it did)."""
 
@@ -50,18 +51,12 @@ class RunRecords:
         world_size: int,
         judged: bool = False,
         share: Callable[[Callable[[], Any]], Any] = _call,
-        trainer: Any = None,
     ):
         self.config, self.directory, self.checkpoints = config, directory, checkpoints
         self.state, self.early_stopping, self.logger = state, early_stopping, logger
         self.world_size, self.judged, self.share = world_size, judged, share
         self.opened = False  # on every process, once open() has run
         self.nan_said = False  # NaN validation is said once: every later epoch would repeat it
-        # training.callbacks, told of the records as they are written
-        main = getattr(trainer, "is_main", True)
-        self.callbacks = Callbacks(
-            config.training.callbacks, trainer, main=main, timeout_s=config.parallel.timeout_s
-        )
 
     def open(self, environment: dict[str, Any], *, resuming: bool) -> None:
         """Open the run directory (config.yaml, train.log; ``resuming``, the directory's run
@@ -79,13 +74,45 @@ class RunRecords:
             )
         )
         self.opened = True
-        self.tell("on_train_start")
+
+    def on_epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
+        """The best weights kept (in memory, for testing), every process's random state and
+        timing gathered in one collective, the checkpoints gathered and the epoch written."""
+        state = self.state
+        if state.improved:
+            weights = trainer.eval_model.state_dict()
+            state.best_state = {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}
+        # Each rank's random state, where the next epoch starts from, and its time: one gather.
+        records = trainer.processes.gather(
+            {"rng": rs.rng_state(trainer.device), "timing": state.timing}
+        )
+        state.rng_states = [r["rng"] for r in records]
+        rank_rows = [r["timing"] for r in records if r["timing"] is not None]
+        # gathered by every process (zero and fsdp hold shares), written by the main one
+        contents = self.checkpoints.contents(trainer.tasks)
+        told = trainer.listeners.tell
+        self.write_epoch(
+            row,
+            state.improved,
+            contents,
+            rank_rows,
+            saved=lambda path: told("on_checkpoint", trainer, path),
+        )
+
+    def on_train_end(self, trainer: Any, history: list[dict[str, Any]]) -> None:
+        self.write_summary()
 
     def write_epoch(
-        self, row: dict[str, Any], improved: bool, contents: dict, rank_rows: list[dict]
+        self,
+        row: dict[str, Any],
+        improved: bool,
+        contents: dict,
+        rank_rows: list[dict],
+        saved: Callable[[Any], None] = lambda path: None,
     ) -> None:
         """Checkpoints (``contents``, gathered by every process), history.csv, ranks.csv,
-        stragglers and the epoch's log line.
+        stragglers and the epoch's log line; ``saved(path)`` after each checkpoint is written
+        (on the process that wrote it).
 
         ``last.pt`` comes after the epoch's other checkpoints: it is what a resumed run
         continues from (history.csv and ranks.csv are rewritten from it when resuming).
@@ -93,27 +120,30 @@ class RunRecords:
 
         def write() -> None:
             epoch, every = self.state.epoch, self.config.training.checkpoint_every
-            saved = []
+            paths = []
             if every and epoch % every == 0:
-                saved.append(self.checkpoints.save(f"epoch_{epoch:04d}.pt", contents))
+                paths.append(self.checkpoints.save(f"epoch_{epoch:04d}.pt", contents))
             if improved:
-                saved.append(self.checkpoints.save("best.pt", contents))
+                paths.append(self.checkpoints.save("best.pt", contents))
             if self.config.training.keep_best > 1:
-                saved += self.keep_best(contents)
+                paths += self.keep_best(contents)
             self.directory.track(row, rank_rows)
-            saved.append(self.checkpoints.save(rd.LAST, contents))
-            for path in saved:  # on the process that wrote them
-                self.callbacks("on_checkpoint", path)
-                self.callbacks("on_checkpoint", path, every_rank=True)
+            paths.append(self.checkpoints.save(rd.LAST, contents))
+            for path in paths:  # on the process that wrote them
+                saved(path)
             self.directory.write_records(self.state.history, rank_rows)
             for line in stragglers(rank_rows, self.config.monitor.straggler_ratio):
                 self.logger.warning("straggler: %s", line)
             shown = ("train_loss", "val_loss", *shown_columns(self.config))  # decide *best
             self.logger.info(
-                "epoch %d/%d  %s  lr %.2e  %.1fs%s", row["epoch"],
-                self.config.training.num_epochs, "  ".join(f"{c} {row[c]:.4f}" for c in shown),
-                row["lr"], row["epoch_seconds"], "  *best" if improved else "",
-            )  # fmt: skip
+                "epoch %d/%d  %s  lr %.2e  %.1fs%s",
+                row["epoch"],
+                self.config.training.num_epochs,
+                "  ".join(f"{c} {row[c]:.4f}" for c in shown),
+                row["lr"],
+                row["epoch_seconds"],
+                "  *best" if improved else "",
+            )
             nan = None if self.nan_said else nan_notice(row, self.config.early_stopping.metrics)
             if nan:
                 self.nan_said = True
@@ -128,7 +158,6 @@ class RunRecords:
                 raise DiskFullError(str(e), kept=self.checkpoints.kept()) from e.__cause__
 
         self.share(written)
-        self.tell("on_epoch_end", row)
 
     def keep_best(self, contents: dict) -> list:
         """training.keep_best k: the k best epochs so far, by the first early-stopping column
@@ -179,17 +208,6 @@ class RunRecords:
             self.directory.write_summary(summary, test_metrics, rows)
 
         self.share(write)
-        if test_metrics is None:
-            self.tell("on_train_end", state.history)
-        else:
-            self.tell("on_test_end", test_metrics)
-
-    def tell(self, point: str, *args: Any) -> None:
-        """training.callbacks' ``point``: the first process's through ``share`` (a failure
-        there ends every process rather than leaving them waiting), then every process's own."""
-        if self.callbacks.items:
-            self.share(lambda: self.callbacks(point, *args))
-            self.callbacks(point, *args, every_rank=True)
 
     def close(self, *, complete: bool) -> None:
         """Close the trackers (``complete``: the run trained to its end), detach the log."""

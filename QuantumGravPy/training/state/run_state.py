@@ -30,12 +30,19 @@ class RunState:
     # last epoch's end: where the next epoch's random numbers come from
     resumed_from: Path | None = None  # the checkpoint this run continued from
     resume_notices: list[tuple[int, str]] = field(default_factory=list)  # (level, line)
+    improved: bool = False  # the last epoch was the best so far (early stopping's decision)
+    timing: dict[str, Any] | None = None  # this process's timing row of the last epoch
     _rng_to_restore: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def ended(self) -> bool:
         """Whether the run stopped before its epochs were done (early stopping, pruning)."""
         return self.stopped_early or self.pruned
+
+    def on_epoch_end(self, trainer: Any, row: dict[str, Any]) -> None:
+        """An epoch is done (a listener's point: after the decisions, before the records)."""
+        self.epoch += 1
+        self.history.append(row)
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint records of the run's state: numbers, rows and tensors only."""

@@ -1,0 +1,177 @@
+"""How a trainer's parts are built: each from its own section of the config and the parts built
+before it, in the order :class:`~.trainer.Trainer`'s constructor lists them."""
+
+from __future__ import annotations
+
+import contextlib
+from functools import partial
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...runs import reproducibility as rs
+from ...runs.run_directory import RunDirectory
+from ..evaluation.evaluator import Evaluation, Tester, Validator
+from ..monitoring.gradients import masks_on_device
+from ..monitoring.monitor import Monitor
+from ..state.callbacks import Callbacks
+from ..state.checkpointing import Checkpoints
+from ..state.ema import EMA
+from ..state.listeners import EpochColumns, Pruning, Stopping
+from ..state.records import RunRecords
+from .compiling import Compiling
+from .devices import process_settings
+from .schedule import Schedule, build_optimization
+from .spec import initial_model
+from .step import TrainingPass
+
+Trainer = Any  # the trainer being built, with the parts listed before this one
+
+
+def model(t: Trainer, resuming: bool) -> tuple[nn.Module, EMA | None, str | None]:
+    """The model (resuming: last.pt's weights come later, not init_from's) on the device, its
+    moving average (not wrapped in DDP; fsdp shards it), and the log's line on its start."""
+    model, note = initial_model(t.config, t.model_spec, t.tasks, resuming=resuming)
+    model = model.to(t.device, t.float_dtype)
+    decay = t.config.training.ema_decay
+    return model, EMA(model, decay) if decay is not None else None, note
+
+
+def settings(t: Trainer) -> tuple[contextlib.AbstractContextManager, dict[str, Any]]:
+    """This process's threads and matmul precision (restored by close()): one CPU thread
+    where bits must not depend on the number of processes, and TF32 on a GPU except where
+    it would change them; and the environment they make (checkpoints, environment.json)."""
+    tf32 = t.config.training.tf32 and not t.strategy_class.invariant
+    one_thread = t.strategy.one_thread
+    pinned = process_settings(t.device, one_thread=one_thread, tf32=tf32)
+    return pinned, rs.environment(t.device, t.world_size)
+
+
+def optimization(t: Trainer) -> tuple[torch.optim.Optimizer, Schedule | None, Any]:
+    """The optimizer over what the strategy holds (the model and its average), its schedule
+    and the gradient scaler."""
+    held = t.strategy.prepare(t.model, *([t.ema.module] if t.ema else []))
+    return build_optimization(t.config.training, t.config.early_stopping, held, t.strategy)
+
+
+def compiling(t: Trainer) -> Compiling:
+    return Compiling(t.config.training, t.device, micro_batches=t.strategy.micro_batches)
+
+
+def monitor(t: Trainer, profiling: bool) -> Monitor:
+    """The monitor; from now on, what the processes wait for each other is its "wait" time."""
+    built = Monitor(
+        t.config.monitor,
+        t.device,
+        t.rank,
+        t.world_size,
+        t.model,
+        replicated=t.strategy.replicated,
+        profiling=profiling,
+        masks=masks_on_device(t.optimizer),
+    )
+    t.processes.wait = partial(built.phase, "wait")
+    return built
+
+
+def evaluation(t: Trainer) -> tuple[Validator, Tester, Evaluation]:
+    evaluating = (t.tasks, t.device, t.autocast_dtype, t.float_dtype)
+    validator = Validator(*evaluating, select=t.select, shard=t.eval_shard)
+    tester = Tester(*evaluating, select=t.select, shard=t.eval_shard)
+    sharded = t.eval_shard[1] > 1
+    evaluation = Evaluation(
+        validator,
+        tester,
+        sharded=sharded,
+        show=t.is_main,
+        on_main=t.processes.on_main,
+        reduce=t.processes.reduce_sums,
+    )
+    return validator, tester, evaluation
+
+
+def training_pass(t: Trainer) -> TrainingPass:
+    return TrainingPass(
+        training=t.config.training,
+        model=t.model,
+        strategy=t.strategy,
+        optimizer=t.optimizer,
+        scaler=t.scaler,
+        ema=t.ema,
+        monitor=t.monitor,
+        state=t.state,
+        device=t.device,
+        float_dtype=t.float_dtype,
+        world_size=t.world_size,
+        show=t.is_main,
+        autocast=t.autocast,
+        no_sync=t.no_sync,
+        reduce=t.processes.reduce_sums,
+        compiling=t.compiling,
+        schedule=t.lr_scheduler,
+    )
+
+
+def checkpoints(t: Trainer) -> Checkpoints:
+    return Checkpoints(
+        config=t.config,
+        directory=t.run_dir,
+        main=t.is_main,
+        strategy=t.strategy,
+        model=t.model,
+        optimizer=t.optimizer,
+        lr_scheduler=t.lr_scheduler,
+        scaler=t.scaler,
+        ema=t.ema,
+        early_stopping=t.early_stopping,
+        state=t.state,
+        model_spec=t.model_spec,
+        environment=t._environment,
+        world_size=t.world_size,
+    )
+
+
+def records(t: Trainer, *, overwrite: bool, tags: dict[str, str] | None) -> RunRecords:
+    directory = RunDirectory(
+        t.run_dir,
+        t.config,
+        main=t.is_main,
+        logger=t.logger,
+        log_prefix=t.log_prefix,
+        overwrite=overwrite,
+        tags=tags,
+    )
+    return RunRecords(
+        config=t.config,
+        directory=directory,
+        checkpoints=t.checkpoints,
+        state=t.state,
+        early_stopping=t.early_stopping,
+        logger=t.logger,
+        world_size=t.world_size,
+        judged=t.judge is not None,
+        share=t.processes.on_main,
+    )
+
+
+def listeners(t: Trainer) -> list[Any]:
+    """The library's listeners, in the order they are told (:mod:`.listeners`), then the
+    user's ``training.callbacks``."""
+    told = dict(decide=t.processes.on_main, monitor=t.monitor, logger=t.logger)
+    enabled = t.config.early_stopping.enabled
+    callbacks = Callbacks(
+        t.config.training.callbacks,
+        main=t.is_main,
+        share=t.processes.on_main,
+        timeout_s=t.config.parallel.timeout_s,
+    )
+    return [
+        Stopping(t.early_stopping, enabled=enabled, **told),
+        *([Pruning(t.judge, **told)] if t.judge is not None or t.world_size > 1 else []),
+        EpochColumns(t.monitor),
+        t.state,
+        *([t.lr_scheduler] if t.lr_scheduler is not None else []),
+        t.records,
+        callbacks,
+    ]
