@@ -49,11 +49,12 @@ def test_a_requeued_job_resumes_even_when_its_script_says_overwrite(make_config,
     assert [row["epoch"] for row in rd.read_history(cfg.run_dir)] == [1, 2]
 
 
+# --- killed jobs ---------------------------------------------------------------------------------
+
+
 # The one-process job trains a model class of the user's (user_models.py): a checkpoint holds
 # no code, so resuming must rebuild that class from the config.
 CUSTOM_MODEL = {"type": "user_models.SmallGCN", "kwargs": {"hidden": 12}}
-
-
 MODEL_OF = {1: CUSTOM_MODEL, 2: {}}
 
 
