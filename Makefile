@@ -20,8 +20,9 @@ demo: $(STAMP)
 # Three workers on two cores: the tests that wait (for a timeout, a kill, a job's processes to
 # start) leave a core idle that a third worker fills (337 s against 371 s, back to back).
 # make test: the library in its own process and in the ranks it spawns, the command line, the
-# examples; make test-jobs: whole jobs started, stopped or spread as users do it (marked jobs).
-# CI runs both (.ci/run).
+# examples; make test-jobs: whole jobs started, stopped or spread as users do it, the tests in
+# tests/jobs/. Both select by the jobs mark, which tests/jobs/conftest.py gives every test there
+# and tests/test_jobs_folder.py allows nowhere else. CI runs both (.ci/run).
 test: $(STAMP)
 	$(PY) -m pytest -q -n 3 --dist loadgroup -m "not jobs"
 

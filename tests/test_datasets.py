@@ -1,8 +1,5 @@
 """The causal-set dataset, its cache, user datasets and the seeded split."""
 
-import json
-import os
-
 import pytest
 import torch
 import yaml
@@ -149,47 +146,6 @@ def test_a_dataset_function_that_differs_between_ranks_is_refused(config_file, c
     )
     assert failing.returncode != 0
     assert "rank 1 cannot read its graphs" in failing.stderr.strip().splitlines()[-1]
-
-
-@pytest.mark.jobs
-@pytest.mark.timeout(240)
-def test_a_data_function_beside_the_config_or_in_the_working_folder_is_found(tmp_path):
-    """``qg train`` (the installed command, whose Python path holds neither folder) finds a
-    module beside its config and one in the folder it runs in; a module in neither is one
-    line naming the folders looked in and what to put on PYTHONPATH."""
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    qg_command = Path(sys.executable).with_name("qg")
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(Path(__file__).with_name("user_data.py"), project / "mydata.py")
-    raw = {
-        "name": "mine",
-        "log_level": "WARNING",
-        "data": {"dataset": "mydata.ring_graphs", "root": "data"},
-        "model": {"hidden_channels": 8, "num_layers": 1, "head_channels": [8]},
-        "training": {"path": "run", "device": "cpu", "num_epochs": 1, "plots": False},
-    }
-    (project / "config.yaml").write_text(json.dumps(raw))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-
-    def qg(*args, cwd):
-        return subprocess.run(
-            [str(qg_command), *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True
-        )
-
-    here = qg("train", "config.yaml", cwd=project)  # in the folder, beside the config
-    assert here.returncode == 0, here.stderr
-    above = qg("train", "project/config.yaml", "training.path=run2", cwd=tmp_path)
-    assert above.returncode == 0, above.stderr  # beside the config only
-    missing = qg("train", "project/config.yaml", "data.dataset=theirdata.graphs", cwd=tmp_path)
-    assert missing.returncode == 2 and "Traceback" not in missing.stderr
-    line = missing.stderr.strip().splitlines()[-1]
-    assert "no module named 'theirdata'" in line and str(project) in line, line
-    assert "put the folder holding theirdata.py on PYTHONPATH" in line
 
 
 def test_the_digest_of_the_same_graphs_is_the_same_whatever_objects_they_carry():

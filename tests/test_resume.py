@@ -5,25 +5,15 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 
 import pytest
 import torch
 import yaml
-from conftest import (
-    ROOT,
-    TESTS,
-    assert_refused,
-    run_cli,
-    run_main,
-    small_raw_config,
-    start_forked,
-    train,
-)
+from conftest import TESTS, assert_refused, run_cli, run_main, small_raw_config, start_forked, train
+from resuming import assert_same_weights, final_state, kill_config, without_times
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import apply_overrides, config_from_dict
-from QuantumGravPy.parallel.strategies import STRATEGIES
 from QuantumGravPy.runs import check_resumable
 from QuantumGravPy.runs import layout as rd
 from QuantumGravPy.runs.checkpoint import save_checkpoint
@@ -38,20 +28,6 @@ STATEFUL = (
     "training.num_epochs=6",
     "training.checkpoint_every=1",
 )
-
-
-def without_times(history):
-    return [{k: v for k, v in row.items() if k != "epoch_seconds"} for row in history]
-
-
-def final_state(run):
-    return qg.load_checkpoint(run / rd.CHECKPOINTS / rd.LAST)
-
-
-def assert_same_weights(a, b, tol=0.0):
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.allclose(a[key].double(), b[key].double(), rtol=0, atol=tol), key
 
 
 BEFORE_LAYOUT = TESTS / "fixtures" / "run_before_layout"
@@ -233,188 +209,7 @@ def test_a_different_config_is_refused_naming_the_keys_unless_forced(make_config
     assert_refused(misuse, "--force only applies to --resume")
 
 
-@pytest.mark.jobs
-def test_a_requeued_job_resumes_even_when_its_script_says_overwrite(make_config, tmp_path):
-    cfg = make_config("training.num_epochs=1", "log_level=INFO")
-    train(cfg)
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(qg.config.config_to_dict(cfg)))
-    requeued = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "QuantumGravPy",
-            "train",
-            str(path),
-            "--overwrite",
-            "training.num_epochs=2",
-        ],
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), SLURM_RESTART_COUNT="1"),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert requeued.returncode == 0, requeued.stderr
-    assert "resumed from" in (cfg.run_dir / "train.log").read_text()
-    assert [row["epoch"] for row in rd.read_history(cfg.run_dir)] == [1, 2]
-
-
-# --- killed jobs ---------------------------------------------------------------------------------
-
-
-def kill_config(tmp_path, data_root, name, world_size, **model):
-    raw = small_raw_config(tmp_path, data_root)
-    raw["log_level"] = "INFO"
-    raw["training"].update(path=str(tmp_path / name), batch_size=16 // world_size, num_epochs=6)
-    raw["model"]["dropout"] = 0.2
-    if "type" in model:  # your own model: the built-in model's keys would be refused
-        raw["model"] = {}
-    raw["model"].update(model)
-    raw["augmentation"] = {"preset": "mild"}
-    raw["training"]["ema_decay"] = 0.8
-    raw["parallel"] = {"world_size": world_size}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
-
-def start_job(config, *args, **env):
-    """``qg train`` in a new process group, as a batch system starts a job (forked from this
-    worker's server: see conftest.ForkedJob), with the kill hooks in reach."""
-    hooks = os.pathsep.join([str(TESTS / "kill_hooks"), str(ROOT), str(TESTS)])
-    return start_forked("train", config, *args, env=dict(os.environ, PYTHONPATH=hooks, **env))
-
-
-def train_here(config, *args):
-    """``qg train CONFIG ARGS`` of a 2-process job that is not killed, in this process: the
-    command's own code, its ranks forked from this worker's server instead of a fresh
-    interpreter importing everything again (seconds per job). One-process jobs stay
-    subprocesses: their training would run in this process, with this worker's threads."""
-    from QuantumGravPy.cli import main
-
-    assert yaml.safe_load(config.read_text())["parallel"]["world_size"] == 2
-    assert main(["train", str(config), *args]) == 0
-
-
-def killed(config, at, *, expect_epoch, **env):
-    """``qg train CONFIG --resume`` killed at ``at`` (a kill hook's setting); fails unless the
-    kill landed and left ``last.pt`` of ``expect_epoch``."""
-    job = start_job(config, "--resume", **env, **at)
-    _, err = job.communicate(timeout=240)
-    assert job.returncode == -signal.SIGKILL, f"not killed at {at}: exit {job.returncode}\n{err}"
-    assert final_state(config.parent / config.stem)["epoch"] == expect_epoch, at
-
-
-# The one-process job trains a model class of the user's (user_models.py): a checkpoint holds
-# no code, so resuming must rebuild that class from the config.
-CUSTOM_MODEL = {"type": "user_models.SmallGCN", "kwargs": {"hidden": 12}}
-MODEL_OF = {1: CUSTOM_MODEL, 2: {}}
-
-
-@pytest.fixture(scope="session")
-def uninterrupted(tmp_path_factory, data_root):
-    """``uninterrupted(W)``: the run directory of kill_config's job, never killed, on W processes.
-
-    Trained once per world size and shared by the tests that kill and resume that job.
-    """
-    runs = {}
-
-    def run_dir(world_size):
-        if world_size not in runs:
-            where = tmp_path_factory.mktemp(f"uninterrupted{world_size}")
-            config = kill_config(where, data_root, "whole", world_size, **MODEL_OF[world_size])
-            if world_size == 2:
-                train_here(config)
-            else:
-                job = start_job(config)
-                _, err = job.communicate(timeout=240)
-                assert job.returncode == 0, err
-            runs[world_size] = where / "whole"
-        return runs[world_size]
-
-    return run_dir
-
-
-# Tests that share the uninterrupted runs run on one worker (pytest -n: --dist loadgroup).
-SHARES_UNINTERRUPTED = pytest.mark.xdist_group("uninterrupted")
-
-
-KILL_IN_EPOCH = {1: "train:4:2", 2: "validate:4:1"}  # batch 2 of epoch 4; its validation
-
-
-@pytest.mark.jobs
-@SHARES_UNINTERRUPTED
-@pytest.mark.timeout(400)
-@pytest.mark.parametrize("world_size", [1, 2])
-def test_a_job_killed_anywhere_resumes_to_the_uninterrupted_result(
-    tmp_path, data_root, world_size, uninterrupted
-):
-    whole = uninterrupted(world_size)
-    cut = kill_config(tmp_path, data_root, "cut", world_size, **MODEL_OF[world_size])
-    run = tmp_path / "cut"
-    # In the middle of writing last.pt after epoch 3: epoch 2's must survive the cut write.
-    killed(cut, {"QG_TEST_KILL_IN_WRITE": "3"}, expect_epoch=2)
-    # Then in the middle of an epoch's training pass (one process), or of its validation (two:
-    # rank 0 validates while rank 1 waits): the epoch in progress is lost, and the history
-    # rows written after last.pt are dropped on resuming.
-    killed(cut, {"QG_TEST_KILL_AT": KILL_IN_EPOCH[world_size]}, expect_epoch=3)
-    if world_size == 2:
-        train_here(cut, "--resume")
-    else:
-        job = start_job(cut, "--resume")
-        _, err = job.communicate(timeout=240)
-        assert job.returncode == 0, err
-    assert not list((run / "checkpoints").glob(".*tmp*"))  # the cut write was cleaned up
-    assert (run / "train.log").read_text().count("resumed from") == 2
-
-    # The same number of processes: exact, to the last bit.
-    assert without_times(rd.read_history(run)) == without_times(rd.read_history(whole))
-    a, b = final_state(run), final_state(whole)
-    assert_same_weights(a["model"], b["model"])
-    assert_same_weights(a["ema"]["model"], b["ema"]["model"])
-    assert_same_weights(a["optimizer"]["state"][0], b["optimizer"]["state"][0])
-    assert (run / "summary.json").read_text() == (whole / "summary.json").read_text()
-
-
-@pytest.mark.jobs
-@SHARES_UNINTERRUPTED
-@pytest.mark.timeout(400)
-@pytest.mark.parametrize("strategy", [name for name in STRATEGIES.names() if name != "ddp"])
-def test_a_job_of_every_strategy_killed_in_an_epoch_resumes_to_the_uninterrupted_result(
-    tmp_path, data_root, uninterrupted, strategy
-):
-    """Every strategy of the registry (ddp's own test is above), killed in a validation and
-    resumed: the uninterrupted run's bits. For zero that run is ddp's: zero shards the optimizer
-    state, not the arithmetic; the others add gradients in another order (fsdp) or cut batches
-    their own way (invariant), so their own uninterrupted run is the measure."""
-    cls = STRATEGIES.get(strategy)
-    epochs = 6 if strategy == "zero" else 4  # (the others' uninterrupted run is this test's own)
-
-    def config(name):
-        path = kill_config(tmp_path, data_root, name, 2)
-        raw = yaml.safe_load(path.read_text())
-        raw["parallel"]["strategy"] = strategy
-        raw["training"]["num_epochs"] = epochs
-        if cls.cuts_batches:  # a global batch the strategy cuts: 24, a multiple of its default
-            raw["training"]["global_batch_size"] = 24
-        path.write_text(yaml.safe_dump(raw))
-        return path
-
-    whole = uninterrupted(2)
-    if strategy != "zero":
-        train_here(config("whole"))
-        whole = tmp_path / "whole"
-    cut = config("cut")
-    killed(cut, {"QG_TEST_KILL_AT": f"validate:{epochs - 2}:1"}, expect_epoch=epochs - 3)
-    train_here(cut, "--resume")
-    run = tmp_path / "cut"
-    assert without_times(rd.read_history(run)) == without_times(rd.read_history(whole))
-    a, b = final_state(run), final_state(whole)
-    assert_same_weights(a["model"], b["model"])
-    assert_same_weights(a["ema"]["model"], b["ema"]["model"])
-    for i in b["optimizer"]["state"]:
-        assert_same_weights(a["optimizer"]["state"][i], b["optimizer"]["state"][i])
+# --- resumed on fewer processes ------------------------------------------------------------------
 
 
 # The world-size conditions of docs/reproducibility.md, in float64 so that rounding stays far below the tolerance.
@@ -460,50 +255,6 @@ def test_a_two_process_run_continues_in_one_process_as_it_would_have_gone_on(
     assert a["global_step"] == b["global_step"]
     assert_same_weights(a["model"], b["model"], tol=1e-8)
     assert_same_weights(a["ema"]["model"], b["ema"]["model"], tol=1e-8)
-
-
-@pytest.mark.jobs
-@SHARES_UNINTERRUPTED
-@pytest.mark.timeout(300)
-def test_torchrun_restarts_a_killed_worker_and_the_run_resumes(tmp_path, data_root, uninterrupted):
-    from QuantumGravPy.parallel.distributed import free_port
-
-    whole = uninterrupted(2)
-
-    config = kill_config(tmp_path, data_root, "elastic", 2)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))}
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(TESTS / "kill_hooks"), str(ROOT), str(TESTS)]),
-        QG_TEST_KILL_IN_WRITE="3",
-        QG_TEST_KILL_SCOPE="process",
-    )
-    elastic = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            "--max-restarts=1",
-            "--master_port",
-            str(free_port()),
-            "-m",
-            "QuantumGravPy",
-            "train",
-            str(config),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert elastic.returncode == 0, elastic.stderr
-    log = (tmp_path / "elastic" / "train.log").read_text()
-    assert "resumed from" in log and "after epoch 2" in log
-    assert without_times(rd.read_history(tmp_path / "elastic")) == without_times(
-        rd.read_history(whole)
-    )
-    assert_same_weights(final_state(tmp_path / "elastic")["model"], final_state(whole)["model"])
 
 
 class Paused:

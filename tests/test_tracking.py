@@ -3,14 +3,12 @@ Biases runs hold every epoch's columns once, also after a job killed mid-run is 
 the hyperparameters, test metrics (and for MLflow and W&B the run's files) at the end."""
 
 import json
-import signal
 
 import numpy as np
 import pytest
 import yaml
 from conftest import run_ranks, train
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from test_resume import kill_config, start_job
 
 import QuantumGravPy as qg
 from QuantumGravPy.compat.wandb import _records, offline_history
@@ -104,40 +102,6 @@ def test_a_bad_mlflow_uri_or_a_missing_extra_is_one_clear_error(make_config, tmp
     cfg = make_config(f"tracking.mlflow=sqlite:///{tmp_path}/m.db", f"training.path={tmp_path}/r2")
     with pytest.raises(qg.ConfigError, match=r"the 'mlflow' extra: pip install"):
         train(cfg)
-
-
-@pytest.mark.jobs
-def test_a_killed_and_resumed_job_has_each_epoch_once(tmp_path, data_root):
-    path = kill_config(tmp_path, data_root, "cut", 1)
-    raw = yaml.safe_load(path.read_text())
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    raw["tracking"] = {"tensorboard": True, "mlflow": uri, "wandb": "qg-tests"}
-    raw["tracking"]["wandb_mode"] = "offline"
-    path.write_text(yaml.safe_dump(raw))
-    run = tmp_path / "cut"
-    # killed while writing the third last.pt: epoch 3's events are written, its checkpoint not
-    job = start_job(path, QG_TEST_KILL_IN_WRITE="3")
-    _, err = job.communicate(timeout=120)
-    assert job.returncode == -signal.SIGKILL, err
-    assert [s for s, _ in steps(events(run), "val_loss")] == [1, 2, 3]
-    job = start_job(path, "--resume")
-    _, err = job.communicate(timeout=120)
-    assert job.returncode == 0, err
-    history = rd.read_history(run)
-    assert steps(events(run), "val_loss") == [(r["epoch"], logged(r["val_loss"])) for r in history]
-    assert [s for s, _ in steps(events(run), "val_loss")] == [1, 2, 3, 4, 5, 6]
-    client, runs = mlflow_runs(uri, raw["name"])
-    (mlrun,) = runs  # the resumed job went on with the killed job's MLflow run
-    assert mlflow_steps(client, mlrun.info.run_id, "val_loss") == [
-        (r["epoch"], round(r["val_loss"], 6)) for r in history
-    ]
-    assert mlrun.info.status == "FINISHED"
-    # W&B: one run id over both jobs (a folder of records each); every epoch once, as trained
-    run_id = json.loads((run / "wandb.json").read_text())["run_id"]
-    assert len(list((run / "wandb").glob(f"offline-run-*-{run_id}"))) == 2
-    epochs = [r for r in offline_history(run / WANDB_FILES, run_id) if "epoch" in r]
-    assert [r["epoch"] for r in epochs] == [1, 2, 3, 4, 5, 6]
-    assert [r["val_loss"] for r in epochs] == [r["val_loss"] for r in history]
 
 
 def test_without_tensorboard_the_error_names_the_extra(make_config, tmp_path, monkeypatch):

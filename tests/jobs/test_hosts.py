@@ -1,4 +1,4 @@
-"""Jobs on two hosts (network namespaces, tests/hosts.py), started as users start them: one
+"""Jobs on two hosts (network namespaces, tests/jobs/hosts.py), started as users start them: one
 torchrun command on each host (static or c10d rendezvous), or the one command srun starts on
 each node of a two-node job, with SLURM's variables; they meet over the hosts' own addresses. What is checked: such a
 job learns what one host's two processes learn; a rank that fails on one host ends the other
@@ -18,13 +18,14 @@ import pytest
 import torch
 import yaml
 from conftest import run_forked, save_graphs, small_raw_config
-from hosts import ADDRESSES, INTERFACE, two_hosts
 
 from QuantumGravPy.config import load_config
 from QuantumGravPy.data import dataset_from_config
 
+from .hosts import ADDRESSES, INTERFACE, two_hosts
+
 # Each test makes hosts of its own (namespaces and veth names of their own): they run in parallel.
-pytestmark = [pytest.mark.timeout(240), pytest.mark.jobs]
+pytestmark = pytest.mark.timeout(240)
 
 PORT = 29512
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))

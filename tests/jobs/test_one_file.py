@@ -147,7 +147,6 @@ def qg(env, cwd, *args, timeout=240):
     )  # fmt: skip
 
 
-@pytest.mark.jobs
 @pytest.mark.timeout(400)
 def test_one_new_file_each_trains_from_the_command_line_and_is_in_the_tables(copied, data_root):
     where, env = copied

@@ -6,14 +6,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
-@pytest.mark.jobs
 def test_the_gpu_benchmark_runs_quickly_and_writes_its_rows(tmp_path):
     rows_file = tmp_path / "rows.jsonl"
     command = [

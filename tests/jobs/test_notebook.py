@@ -10,7 +10,6 @@ from nbclient import NotebookClient
 NOTEBOOK = ROOT / "examples" / "train_ddp_tutorial.ipynb"
 
 
-@pytest.mark.jobs
 @pytest.mark.timeout(600)
 def test_the_tutorial_runs_in_a_fresh_kernel(tmp_path, monkeypatch):
     monkeypatch.setenv("QG_TUTORIAL_DIR", str(tmp_path))
