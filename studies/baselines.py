@@ -208,7 +208,7 @@ EXTRA_GRAPHS = {
     ("curvature", 2048): 300,
 }
 # and for as many epochs where given: at 1,024 elements the GNN is short of data, and twice the
-# sets for half the config's epochs costs the same and gains about 2 points (docs/physics.md);
+# sets for half the config's epochs costs the same and gains about 2 points (STUDIES.md);
 # at 512, 10,000 sets and 20 epochs: 20,000 sets gave the same accuracy on 11,880 fresh sets
 EXTRA_EPOCHS = {("curvature", 512): 20, ("curvature", 1024): 20}
 # ricci: the curve, at these sizes instead of the config's, with as many graphs (the test split

@@ -10,7 +10,7 @@ models that see more than the observables:
 - a network that passes messages along every relation, not only the links, to the past and to
   the future separately (dense [N, N] products, the sets padded to one size).
 
-Not part of `make studies` (several minutes); the documentation's Physics page quotes what it
+Not part of `make studies` (several minutes); the findings of STUDIES.md quote what it
 printed. If these stop where the baselines stop, the classes overlap at that size, whatever the
 model.
 """

@@ -40,3 +40,22 @@ def test_a_table_of_another_shape_is_an_error_naming_the_study(tmp_path):
     text = STUDIES.read_text(encoding="utf-8").replace("`python studies/ricci_bound.py`", "")
     with pytest.raises(physics_page.BenchmarksError, match="studies/ricci_bound.py"):
         physics_page.ricci_block(text)
+
+
+def test_a_new_report_keeps_the_findings_where_they_are(tmp_path):
+    """STUDIES.md's write-up lives under its header: a full rerun (studies/run.py) writes it
+    there again, and a rerun of some studies (--only) keeps it with the header."""
+    import run
+    from report import previous_header, write_report
+
+    report = tmp_path / "STUDIES.md"
+    report.write_text(STUDIES.read_text(encoding="utf-8"), encoding="utf-8")
+    kept = run.findings(report)
+    assert "### What a GNN learns that classical estimators do not" in kept
+    assert kept in previous_header(report)  # what --only keeps
+    write_report(
+        (), run.HERE, report, None, "Physics studies", "make studies", note=run.note(report)
+    )
+    rewritten = report.read_text(encoding="utf-8")
+    assert run.findings(report) == kept and rewritten.startswith("# Physics studies\n")
+    assert not any(title.startswith("How the") for title in physics_page.sections(rewritten))
