@@ -31,6 +31,7 @@ LAYERS = [
 # A layer of sub-packages has floors of its own, bottom first: a sub-package imports only from
 # its floor and those below (the layer's __init__, its public face, from any).
 FLOORS = {
+    "data": [{"storage"}, {"sources"}, {"batches"}],
     "training": [{"evaluation", "monitoring"}, {"state"}, {"loop"}, {"launching"}],
 }
 # Only the parallel layer talks to other processes through torch itself (and the adapter of
@@ -198,18 +199,19 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
     [
         (  # an upward import inside a function still counts
             {
-                "data/loaders.py": "def f():\n    from ..training.trainer import Trainer\n",
+                "data/batches/loaders.py": "def f():\n    from ...training.trainer import Trainer\n",
                 "training/trainer.py": "",
             },
-            "QuantumGravPy/data/loaders.py:2: QuantumGravPy.data.loaders imports "
+            "QuantumGravPy/data/batches/loaders.py:2: QuantumGravPy.data.batches.loaders imports "
             "QuantumGravPy.training.trainer, which is above it",
         ),
         (
             {
-                "config/schema.py": "from QuantumGravPy.data import samplers\n",
-                "data/samplers.py": "",
+                "config/schema.py": "from QuantumGravPy.data.batches import samplers\n",
+                "data/batches/samplers.py": "",
             },
-            "QuantumGravPy.config.schema imports QuantumGravPy.data.samplers, which is above it",
+            "QuantumGravPy.config.schema imports QuantumGravPy.data.batches.samplers, which is "
+            "above it",
         ),
         (
             {"training/a.py": "from . import b\n", "training/b.py": "from .a import x\n"},
@@ -227,6 +229,15 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
             "training/evaluation|monitoring)",
         ),
         ({"training/extra.py": ""}, "QuantumGravPy.training.extra is on no floor of its layer"),
+        (  # inside the data layer: storage keeps what sources read, never the other way round
+            {
+                "data/storage/cache.py": "from ..sources.files import FileSource\n",
+                "data/sources/files.py": "",
+            },
+            "QuantumGravPy.data.storage.cache imports QuantumGravPy.data.sources.files, which is "
+            "above it (data/storage may import only from data/storage)",
+        ),
+        ({"data/loaders.py": ""}, "QuantumGravPy.data.loaders is on no floor of its layer"),
         (
             {"training/trainer.py": "import torch.distributed as dist\n"},
             "QuantumGravPy.training.trainer imports torch.distributed; only the parallel layer",
@@ -243,13 +254,19 @@ def test_the_check_allows_imports_downwards_and_within_a_layer(tmp_path):
         "__init__.py": "from .training import Trainer\n",
         "training/__init__.py": "from .loop.trainer import Trainer\n",
         "training/loop/trainer.py": (
-            "from ...data import loaders\nfrom ..state.ema import EMA\nfrom .step import x\n"
+            "from ...data.batches import loaders\nfrom ..state.ema import EMA\nfrom .step import x\n"
             "import torch\n"
         ),
         "training/loop/step.py": "",
         "training/state/ema.py": "",
-        "data/__init__.py": "",
-        "data/loaders.py": "from ..errors import DataError\nfrom ..parallel import spawn\n",
+        "data/__init__.py": "from .batches.loaders import make_loader\n",
+        "data/batches/loaders.py": (
+            "from ...errors import DataError\nfrom ...parallel import spawn\n"
+            "from ..sources.datasets import dataset_from_config\nfrom ..storage.disk import D\n"
+        ),
+        "data/sources/datasets.py": "from ..storage.cache import GraphSource\n",
+        "data/storage/cache.py": "",
+        "data/storage/disk.py": "from .cache import GraphSource\n",
         "parallel/spawn.py": "import torch.multiprocessing as mp\n",
         "errors.py": "",
     }

@@ -185,7 +185,7 @@ def _generate(args: argparse.Namespace) -> int:
     if args.world_size < 1:
         raise ConfigError(f"--world-size: expected a positive number, found {args.world_size}")
     if args.output is not None:
-        from ..data.writing import write_embedded
+        from ..data.sources.writing import write_embedded
 
         path = write_embedded(config.data, args.output, file_format=args.format)
         print(f"{config.data.num_graphs} causal sets written to {path}")

@@ -375,7 +375,8 @@ class ParallelConfig:
     settings: dict[str, dict] = field(default_factory=dict, metadata={"sections": "strategy"})
 
 
-# training.sampler's named samplers (built in data/samplers.py); anything else is a dotted path.
+# training.sampler's named samplers (built in data/batches/samplers.py); anything else is a
+# dotted path.
 SAMPLER_NAMES = ("class_balanced", "progressive", "weighted")
 
 

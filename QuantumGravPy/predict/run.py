@@ -22,8 +22,8 @@ from torch.utils.data import Subset
 from .. import logs
 from ..config import Config, load_config
 from ..data import SHARED_BUILD_MIN, dataset_from_config, make_loader
-from ..data.checks import check_user_graphs, user_graphs_source
-from ..data.provenance import dataset_positions, provenance
+from ..data.sources.checks import check_user_graphs, user_graphs_source
+from ..data.sources.provenance import dataset_positions, provenance
 from ..errors import ConfigError
 from ..parallel import distributed, run_distributed
 from ..training.evaluation.evaluator import Accumulated, Tester

@@ -27,7 +27,7 @@ from torch_geometric.loader import DataLoader
 
 from ...config import Config
 from ...data import SHARED_BUILD_MIN, dataset_from_config, epoch_sampler
-from ...data.digest import check_same_on_every_rank, digest
+from ...data.sources.digest import check_same_on_every_rank, digest
 from ...errors import ConfigError, QGError, RunError
 from ...logs import LOGGER_NAME, configure_logging, waiting
 from ...parallel import distributed, sharing, shm_comm
