@@ -12,7 +12,8 @@ from torch_geometric.data import Batch, Data, InMemoryDataset
 from QuantumGravPy.data import CausalSetDataset
 from QuantumGravPy.data.batches import loaders
 from QuantumGravPy.data.batches import row_batches as rows_module
-from QuantumGravPy.data.batches.batching import IndexBatcher, Unbatchable
+from QuantumGravPy.data.batches.assembly import Unbatchable
+from QuantumGravPy.data.batches.batching import IndexBatcher
 from QuantumGravPy.data.batches.loaders import (
     batch_device,
     make_loader,

@@ -18,7 +18,6 @@ the batch's store in one update.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import weakref
@@ -31,6 +30,7 @@ from torch import Tensor
 from torch_geometric.data import Batch, Data
 
 from ...compat import pyg
+from .assembly import Unbatchable, batch_constants, finish_batch, ranges, shifted
 from .chunks import (
     Block,
     Chunk,
@@ -44,85 +44,6 @@ from .chunks import (
     staging,
     take_into,
 )
-
-
-class Unbatchable(ValueError):
-    """A dataset whose graphs this batcher cannot assemble (the per-graph path serves it)."""
-
-
-def _increment(key: str) -> bool:
-    """Whether ``Data`` shifts the attribute by the node count when batching (its
-    ``__inc__``: ``edge_index``, ``face`` and any other ``*index*`` attribute)."""
-    return "index" in key or key == "face"
-
-
-def assemble_batch(
-    template: Batch, nodes: Rows, parts: Iterable[tuple[str, Tensor, int, Rows]]
-) -> Batch:
-    """The batch of graphs whose nodes ``nodes`` counts, from ``parts``: (attribute, the
-    graphs' values concatenated along ``dim``, ``dim``, how the graphs divide it), in order.
-    As ``Batch.from_data_list`` makes it: ``*index*`` attributes shifted by the nodes of the
-    graphs before (in place), ``batch``, ``ptr`` and the bookkeeping ``to_data_list`` reads.
-    ``template``: an empty batch of the right class, copied (PyG makes the class anew, slowly,
-    for every empty batch, :func:`~QuantumGravPy.compat.pyg.empty_batch`)."""
-    k = len(nodes.counts)
-    ptr = nodes.slices
-    starts, zeros = ptr[:-1], _constant(k).zeros
-    values, slice_dict, inc_dict = {}, {}, {}
-    shifts: dict[int, Tensor] = {}  # by the Rows they follow: one repeat for all that share it
-    for key, out, dim, where in parts:
-        if _increment(key):
-            shift = shifts.get(id(where))
-            if shift is None:
-                shift = torch.from_numpy(np.repeat(nodes.offsets[:-1], where.counts))
-                shifts[id(where)] = shift
-            if out.dim() > 1:
-                shape = [1] * out.dim()
-                shape[dim] = -1  # along the dimension the graphs are concatenated in
-                shift = shift.view(shape)
-            out += shift
-            inc_dict[key] = starts
-        else:
-            inc_dict[key] = zeros
-        values[key] = out
-        slice_dict[key] = where.slices
-    values["batch"] = torch.from_numpy(np.repeat(_constant(k).arange, nodes.counts))
-    values["ptr"] = ptr
-    return _finish(template, values, slice_dict, inc_dict)
-
-
-class _Constants(NamedTuple):
-    """What every batch of k graphs has alike (read, never written, by the batches)."""
-
-    arange: np.ndarray
-    zeros: Tensor  # the increments of attributes that are not shifted
-    one: Rows  # one row per graph
-
-
-@functools.lru_cache(maxsize=16)
-def _constant(k: int) -> _Constants:
-    return _Constants(
-        np.arange(k, dtype=np.int64),
-        torch.zeros(k, dtype=torch.long),
-        Rows.of(np.ones(k, dtype=np.int64)),
-    )
-
-
-def _finish(template: Batch, values: dict, slice_dict: dict, inc_dict: dict) -> Batch:
-    # The store's own dictionary, in one update: its item assignment clears caches an empty
-    # batch does not have, at a few microseconds an attribute.
-    return pyg.fill(template, values, slice_dict, inc_dict, len(values["ptr"]) - 1)
-
-
-def ranges(first: np.ndarray, counts: np.ndarray, offsets: np.ndarray | None = None) -> np.ndarray:
-    """The positions ``first[i]``, ..., ``first[i] + counts[i] - 1`` of every ``i``, in order
-    (``offsets``: the exclusive cumulative sum of ``counts`` with the total last, if known)."""
-    if offsets is None:
-        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-    positions = np.repeat(first - offsets[:-1], counts)
-    positions += np.arange(offsets[-1], dtype=np.int64)
-    return positions
 
 
 class _Stored(NamedTuple):
@@ -217,7 +138,7 @@ class IndexBatcher:
             )
             group = self._group(None if per_graph else bounds)
             row = None
-            if per_graph and value.dim() == 1 and not _increment(key):
+            if per_graph and value.dim() == 1 and not shifted(key):
                 row = (value.dtype, len(columns.setdefault(value.dtype, [])))
                 columns[value.dtype].append(value)
             dim = cat_dim % value.dim()
@@ -279,7 +200,7 @@ class IndexBatcher:
         node_starts = starts if node_span is None else node_span.batches.tolist()
         for j in range(len(starts) - 1):
             g0, g1 = starts[j], starts[j + 1]
-            constants = _constant(g1 - g0)
+            constants = batch_constants(g1 - g0)
             rows = [constants.one if s is None else s.rows(g0, g1) for s in spans]
             nodes = rows[self.nodes]
             begins, zeros = nodes.slices[:-1], constants.zeros
@@ -287,10 +208,10 @@ class IndexBatcher:
             for (key, _, group, _, _), (out, cut) in zip(self.stored, parts, strict=True):
                 values[key] = cut(out, j)
                 slice_dict[key] = rows[group].slices
-                inc_dict[key] = begins if _increment(key) else zeros
+                inc_dict[key] = begins if shifted(key) else zeros
             values["batch"] = batch_vector[node_starts[j] : node_starts[j + 1]]
             values["ptr"] = ptrs[g0 + j : g1 + j + 1]
-            made.append(_finish(self.template, values, slice_dict, inc_dict))
+            made.append(finish_batch(self.template, values, slice_dict, inc_dict))
         return made
 
     def _span(self, bounds: np.ndarray, chunk: Chunk) -> Span:
@@ -343,7 +264,7 @@ class IndexBatcher:
             positions = (
                 chunk.index if span is None else ranges(span.first, span.counts, span.offsets)
             )
-            shift = np.repeat(within, counts) if _increment(key) else None
+            shift = np.repeat(within, counts) if shifted(key) else None
             lead = math.prod(values.shape[:dim])
             if lead == 1:
                 take_into(out, values, dim, positions)
@@ -413,7 +334,7 @@ class IndexBatcher:
                 continue
             _, batches = self._rows(spans[group], chunk)
             shift = None
-            if _increment(key):
+            if shifted(key):
                 shift = within_d
                 if counts[group] is not None:
                     total = int(spans[group].offsets[-1])

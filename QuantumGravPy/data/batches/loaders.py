@@ -28,8 +28,9 @@ from ...config import AugmentationSection, Config, TrainingConfig
 from ...errors import ConfigError, DataError
 from ..sources.datasets import graph_sizes
 from ..storage.disk import DiskDataset
+from .assembly import Unbatchable
 from .augment import AugmentedDataset, get_preset
-from .batching import IndexBatcher, Unbatchable
+from .batching import IndexBatcher
 from .node_batches import NodeBudgetBatches
 from .prefetch import ahead
 from .row_batches import DiskBatcher

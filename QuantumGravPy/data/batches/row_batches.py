@@ -22,7 +22,8 @@ from torch_geometric.data import Batch, Data
 
 from ...compat import pyg
 from ..storage.rows import FIXED, PER_TENSOR
-from .batching import Rows, Unbatchable, assemble_batch, ranges
+from .assembly import Unbatchable, assemble_batch, ranges
+from .chunks import Rows
 
 _INDEXED = 1 << 19  # units gathered by one index at most (4 MB of index); more: slice by slice
 
@@ -70,7 +71,7 @@ class DiskBatcher:
     ``reads``: the attributes the batches hold (None: all; ``x`` always, whose rows count the
     nodes); the others are not gathered.
 
-    Raises :class:`~.batching.Unbatchable` for a per-graph transform, or graphs with
+    Raises :class:`~.assembly.Unbatchable` for a per-graph transform, or graphs with
     attributes that are not tensors or without ``x``.
     """
 
