@@ -64,8 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.debug:
                 traceback.print_exc()
             where = f" writing {e.filename}" if e.filename else ""
-            print(f"error: no space left on the device{where}: free space and run again"
-                  f"{_continuing(args, argv)}", file=sys.stderr)  # fmt: skip
+            print(
+                f"error: no space left on the device{where}: free space and run again"
+                f"{_continuing(args, argv)}",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
         if e.filename is None:  # not about a path the user gave: a bug, keep the traceback
             raise

@@ -81,11 +81,21 @@ class ModelConfig:
             "your own model.type can call torch.utils.checkpoint in its forward"
         ),
         **dict.fromkeys(
-            ("conv", "conv_kwargs", "hidden_channels", "num_layers", "activation", "dropout",
-             "residual", "norm", "pooling", "head_channels"),
+            (
+                "conv",
+                "conv_kwargs",
+                "hidden_channels",
+                "num_layers",
+                "activation",
+                "dropout",
+                "residual",
+                "norm",
+                "pooling",
+                "head_channels",
+            ),
             "your own model.type is set up by model.kwargs",
         ),
-    }  # fmt: skip
+    }
 
     def validate(self) -> None:
         if self.type is not None:

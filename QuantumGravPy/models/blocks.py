@@ -118,9 +118,10 @@ def make_conv(
     ours: dict[str, Any] = {}
     if "nn" in params and "in_channels" not in params:
         # GIN-style layers take the network that transforms the aggregated features
-        args, ours["nn"] = (), nn.Sequential(
+        args = ()
+        ours["nn"] = nn.Sequential(
             nn.Linear(channels, channels), make_activation(act_cls), nn.Linear(channels, channels)
-        )  # fmt: skip
+        )
     try:
         conv = conv_cls(*args, **ours, **kwargs)
     except (ConfigError, RunError):

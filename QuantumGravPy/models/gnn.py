@@ -243,8 +243,17 @@ class GNNModel(nn.Module):
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for conv, norm in zip(self.convs, self.norms, strict=True):
             if recompute:
-                x = checkpoint(self._block, conv, norm, x, edge_index, index, num_graphs,
-                               edges, use_reentrant=False)  # fmt: skip
+                x = checkpoint(
+                    self._block,
+                    conv,
+                    norm,
+                    x,
+                    edge_index,
+                    index,
+                    num_graphs,
+                    edges,
+                    use_reentrant=False,
+                )
             else:
                 x = self._block(conv, norm, x, edge_index, index, num_graphs, edges)
         pooled_needed = self.head is not None or "graph" in self.levels.values()
@@ -283,9 +292,15 @@ class GNNModel(nn.Module):
         return blocks + [[head] for head in heads]
 
     def _block(
-        self, conv: nn.Module, norm: nn.Module, x: Tensor, edge_index: Tensor, index: Tensor,
-        num_graphs: int, edges: Tensor | None = None,
-    ) -> Tensor:  # fmt: skip
+        self,
+        conv: nn.Module,
+        norm: nn.Module,
+        x: Tensor,
+        edge_index: Tensor,
+        index: Tensor,
+        num_graphs: int,
+        edges: Tensor | None = None,
+    ) -> Tensor:
         """One message-passing block: conv -> norm -> activation -> dropout (+ its input)."""
         h = conv(x, edge_index) if edges is None else conv(x, edge_index, edge_attr=edges.to(x))
         h = norm(h, index, num_graphs) if self.norm_kind in ("graph", "layer") else norm(h)

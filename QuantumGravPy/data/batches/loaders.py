@@ -166,9 +166,7 @@ def index_batches(
         batcher = DiskBatcher(dataset, reads) if on_disk else IndexBatcher(dataset, device, reads)
     except Unbatchable:
         return None
-    staged = (
-        stage is not None and stage.type == "cuda" and device is None and not on_disk
-    )  # fmt: skip
+    staged = stage is not None and stage.type == "cuda" and device is None and not on_disk
     chosen = range(len(dataset)) if indices is None else indices
     return IndexBatches(dataset, chosen, batcher, staged=staged)
 

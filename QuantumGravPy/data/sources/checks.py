@@ -92,8 +92,15 @@ def check_graphs(
     the first that is not."""
     first = dataset[0]
     held = {k for k in first.keys() if isinstance(first[k], torch.Tensor)}
-    wanted = {"x", "edge_attr", *checks.indices, *checks.numbers, *checks.node_rows,
-              *checks.pair_rows, *checks.graph_values} & held  # fmt: skip
+    wanted = {
+        "x",
+        "edge_attr",
+        *checks.indices,
+        *checks.numbers,
+        *checks.node_rows,
+        *checks.pair_rows,
+        *checks.graph_values,
+    } & held
     fail = _Failure(f"{source}: ", name)
     stored = pyg.storage(dataset) if isinstance(dataset, InMemoryDataset) else None
     if stored is not None and "x" in stored[1] and wanted <= set(stored[1]):
@@ -194,9 +201,14 @@ def _node_pairs(value: torch.Tensor) -> bool:
 
 
 def _check(
-    columns: dict[str, _Joined], nodes: torch.Tensor, start: int, first: Data, held: set[str],
-    checks: GraphChecks, fail: _Failure,
-) -> None:  # fmt: skip
+    columns: dict[str, _Joined],
+    nodes: torch.Tensor,
+    start: int,
+    first: Data,
+    held: set[str],
+    checks: GraphChecks,
+    fail: _Failure,
+) -> None:
     """The checks of graphs ``start`` onwards, each with ``nodes`` nodes, given their
     attributes ``columns`` (``shapes`` known: graph by graph; else as PyG keeps them)."""
     for key in ("x", "edge_attr"):  # the model's widths, read from graph 0
@@ -280,8 +292,11 @@ def _indices(key: str, column: _Joined, nodes: torch.Tensor, start: int, fail: _
     """Each graph's number of pairs in ``key``, all checked within the graph's nodes."""
     values = column.values
     if not _node_pairs(values):
-        fail(start, f"{key!r} must hold node indices [2, pairs] (integers), found "
-             f"{values.dtype} of shape {list(values.shape)}")  # fmt: skip
+        fail(
+            start,
+            f"{key!r} must hold node indices [2, pairs] (integers), found "
+            f"{values.dtype} of shape {list(values.shape)}",
+        )
     if values.numel():
         bound = nodes.repeat_interleave(column.counts)
         bad = ((values < 0) | (values >= bound)).any(0)

@@ -83,8 +83,16 @@ def dataset_from_config(
 
 def generation_parameters(data_cfg: Any) -> dict[str, Any]:
     """The keys of ``data:`` that the embedded causal sets are generated from."""
-    keys = ("num_graphs", "num_points", "dimensions", "seed", "kind", "h", "light_cone_ranks",
-            "pairs")  # fmt: skip
+    keys = (
+        "num_graphs",
+        "num_points",
+        "dimensions",
+        "seed",
+        "kind",
+        "h",
+        "light_cone_ranks",
+        "pairs",
+    )
     return {key: getattr(data_cfg, key) for key in keys}
 
 

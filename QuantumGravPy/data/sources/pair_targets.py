@@ -26,9 +26,14 @@ def order_pairs(kind: str, related: torch.Tensor, structure: OrderStructure) -> 
 
 
 def values_at_pairs(
-    value: torch.Tensor, pairs: torch.Tensor, transpose: bool, order: torch.Tensor | None,
-    n: int, where: str, kind: str,
-) -> torch.Tensor:  # fmt: skip
+    value: torch.Tensor,
+    pairs: torch.Tensor,
+    transpose: bool,
+    order: torch.Tensor | None,
+    n: int,
+    where: str,
+    kind: str,
+) -> torch.Tensor:
     """A matrix target's values at ``pairs`` (one per pair), refused, naming ``where`` (the
     file, sample and array), if it holds a value off them, or in the columns of a stacked
     file's padding beyond ``n`` (its rows there are cut off as it is read). ``value`` is as

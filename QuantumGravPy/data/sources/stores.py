@@ -119,8 +119,9 @@ class Samples:
             else:
                 self.sizes = np.full(self.count, shape[1], dtype=np.int64)
         for name in (*self.cfg.targets.values(), *(self.cfg.node_features or ())):
-            self._require(name, "data.targets" if name in self.cfg.targets.values() else
-                          "data.node_features")  # fmt: skip
+            self._require(
+                name, "data.targets" if name in self.cfg.targets.values() else "data.node_features"
+            )
 
     def _layout(self, keys: list[str]) -> str:
         """``data.layout: auto``: graphs when the first numbered group holds ``edge_index``,
@@ -173,8 +174,9 @@ class Samples:
                 )
         self._require(EDGES, "a graph")
         for name in (*self.cfg.targets.values(), *(self.cfg.node_features or ())):
-            self._require(name, "data.targets" if name in self.cfg.targets.values() else
-                          "data.node_features")  # fmt: skip
+            self._require(
+                name, "data.targets" if name in self.cfg.targets.values() else "data.node_features"
+            )
         if "x" not in self.arrays and not self.cfg.node_features:
             where = f"group {self.groups[0]}" if self.groups else "the first graph"
             raise DataError(

@@ -193,6 +193,14 @@ def _first_arrays(data_cfg: Any) -> tuple[str, set[str]] | None:
         with open_store(path) as store:
             samples = Samples(store, path, data_cfg)
             return samples.layout, samples.arrays
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RuntimeError,
-            QGError):  # fmt: skip
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        RuntimeError,
+        QGError,
+    ):
         return None  # a file that cannot be read so: loading the data reports it, naming it

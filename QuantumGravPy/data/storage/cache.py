@@ -105,9 +105,10 @@ class DigestCachedDataset(pyg.ProcessOnce, InMemoryDataset):
             log.warning(
                 "%s: the processed cache cannot be read (%s); building it again from the data",
                 path,
-                str(e).removeprefix(f"{path}: ") if isinstance(e, DataError) else
-                cause(e).split(". ")[0],
-            )  # fmt: skip
+                str(e).removeprefix(f"{path}: ")
+                if isinstance(e, DataError)
+                else cause(e).split(". ")[0],
+            )
             os.unlink(path)
             self.process()
             self.load(path)

@@ -43,8 +43,9 @@ class FileFormat:
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
         if cls.name:
-            taken = {s: other for other in FORMATS if other.name != cls.name
-                     for s in other.suffixes}  # fmt: skip
+            taken = {
+                s: other for other in FORMATS if other.name != cls.name for s in other.suffixes
+            }
             for suffix in cls.suffixes:
                 if suffix in taken:  # a file's name must say one format
                     other = taken[suffix]
@@ -153,8 +154,10 @@ def writable() -> list[type[FileFormat]]:
 
 def reference_markdown() -> str:
     """The table of the file formats for the documentation, from their classes."""
-    lines = ["| format | suffixes | read with | by its content | written by `qg generate` |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| format | suffixes | read with | by its content | written by `qg generate` |",
+        "|---|---|---|---|---|",
+    ]
     for cls in FORMATS:
         content = "yes" if "recognises" in vars(cls) else "no"
         written = "no" if cls.holds_graphs else f"`--format {cls.name}`"
