@@ -80,25 +80,56 @@ def disk_full(error: BaseException) -> bool:
 # Exceptions that mean a server did not answer, by class name along the chain of causes, so
 # that no client library (requests, urllib3, SQLAlchemy, W&B) needs importing to tell.
 _UNREACHABLE = (
-    "ConnectionError", "ConnectionRefusedError", "ConnectionResetError", "ConnectTimeout",
-    "MaxRetryError", "NewConnectionError", "ReadTimeout", "Timeout",
-    "TimeoutError", "CommError", "ServerError", "RetryError",
-)  # fmt: skip
+    "ConnectionError",
+    "ConnectionRefusedError",
+    "ConnectionResetError",
+    "ConnectTimeout",
+    "MaxRetryError",
+    "NewConnectionError",
+    "ReadTimeout",
+    "Timeout",
+    "TimeoutError",
+    "CommError",
+    "ServerError",
+    "RetryError",
+)
 _UNREACHABLE_TEXT = (
-    "connection refused", "max retries exceeded", "could not connect", "connection reset",
-    "timed out", "temporary failure in name resolution", "no route to host",
-    "network is unreachable", "server closed the connection", "internal server error",
-    "service unavailable", "bad gateway",
-)  # fmt: skip
+    "connection refused",
+    "max retries exceeded",
+    "could not connect",
+    "connection reset",
+    "timed out",
+    "temporary failure in name resolution",
+    "no route to host",
+    "network is unreachable",
+    "server closed the connection",
+    "internal server error",
+    "service unavailable",
+    "bad gateway",
+)
 # What a server answered that is the request's fault (a password, a certificate, a proxy the
 # user set, a name that resolves nowhere): never an outage, whatever class it comes in.
 _REFUSED = (
-    "AuthenticationError", "AuthError", "SSLError", "ProxyError", "UsageError",
-    "PermissionError", "NameResolutionError", "InvalidURL", "InvalidSchema", "ArgumentError",
-)  # fmt: skip
-_REFUSED_TEXT = ("name or service not known", "nodename nor servname", "permission denied",
-                 "authentication failed", "password authentication", "unauthorized",
-                 "forbidden")  # fmt: skip
+    "AuthenticationError",
+    "AuthError",
+    "SSLError",
+    "ProxyError",
+    "UsageError",
+    "PermissionError",
+    "NameResolutionError",
+    "InvalidURL",
+    "InvalidSchema",
+    "ArgumentError",
+)
+_REFUSED_TEXT = (
+    "name or service not known",
+    "nodename nor servname",
+    "permission denied",
+    "authentication failed",
+    "password authentication",
+    "unauthorized",
+    "forbidden",
+)
 
 
 def unreachable(error: BaseException) -> bool:
@@ -114,9 +145,12 @@ def unreachable(error: BaseException) -> bool:
         if any(cls.__name__ in _UNREACHABLE for cls in type(e).__mro__):
             return True
         if isinstance(e, OSError) and e.errno in (
-            errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH, errno.ENETUNREACH,
+            errno.ECONNREFUSED,
+            errno.ECONNRESET,
+            errno.EHOSTUNREACH,
+            errno.ENETUNREACH,
             errno.ETIMEDOUT,
-        ):  # fmt: skip
+        ):
             return True
         if any(text in str(e).lower() for text in _UNREACHABLE_TEXT):
             return True

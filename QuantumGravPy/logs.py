@@ -85,8 +85,15 @@ def progress(
     if not enabled or sys.stderr.isatty():
         from tqdm.auto import tqdm  # (imported when needed: a quick start for the command line)
 
-        bar = tqdm(iterable, total=total, desc=desc, unit=unit, initial=initial, leave=False,
-                   disable=not enabled)  # fmt: skip
+        bar = tqdm(
+            iterable,
+            total=total,
+            desc=desc,
+            unit=unit,
+            initial=initial,
+            leave=False,
+            disable=not enabled,
+        )
         return bar
     return LogProgress(iterable, total=total, desc=desc, unit=unit, initial=initial)
 

@@ -36,7 +36,7 @@ import smoke
 import QuantumGravPy as qg
 from QuantumGravPy.config import apply_overrides, config_from_dict
 from QuantumGravPy.data import DiskDataset, FileSource, generate_causal_set_graphs
-from QuantumGravPy.data.writing import write_embedded
+from QuantumGravPy.data.sources.writing import write_embedded
 from QuantumGravPy.physics import causal_structure
 
 SPEEDUP_TARGET = 1.6

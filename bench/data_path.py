@@ -44,9 +44,9 @@ sys.path.insert(0, str(ROOT))
 import smoke  # noqa: E402
 
 import QuantumGravPy as qg  # noqa: E402
-from QuantumGravPy.data import loaders  # noqa: E402
-from QuantumGravPy.data.batching import IndexBatcher  # noqa: E402
-from QuantumGravPy.data.datasets import dataset_from_config  # noqa: E402
+from QuantumGravPy.data.batches import loaders  # noqa: E402
+from QuantumGravPy.data.batches.batching import IndexBatcher  # noqa: E402
+from QuantumGravPy.data.sources.datasets import dataset_from_config  # noqa: E402
 from QuantumGravPy.parallel import distributed  # noqa: E402
 
 TARGETS = {"memory": 1.05, "disk": 1.10}  # real / pre-collated, batch 32

@@ -1,12 +1,12 @@
 """The hand-over after preparation: the graphs two ranks made, read by the parent.
 
 ``--graphs`` small graphs (20 nodes, 40 edges, as small causal sets), one rank's share, handed
-over as ``data.ranges.in_parallel`` hands them (columns of tensors, written with ``torch.save``
-and read with ``torch.load(weights_only=True)``) and rebuilt as graphs; beside it, what the
-hand-over used to be: the list pickled and unpickled. Both in one process, one after the other.
-Then the real path: two ranks make the graphs and ``in_parallel`` hands them to the parent,
-timed from the last rank's end to the parent's list of graphs, at ``--graphs`` and at
-``--field`` (300,000, as a large preparation).
+over as ``data.storage.ranges.in_parallel`` hands them (columns of tensors, written with
+``torch.save`` and read with ``torch.load(weights_only=True)``) and rebuilt as graphs; beside
+it, what the hand-over used to be: the list pickled and unpickled. Both in one process, one
+after the other. Then the real path: two ranks make the graphs and ``in_parallel`` hands them
+to the parent, timed from the last rank's end to the parent's list of graphs, at ``--graphs``
+and at ``--field`` (300,000, as a large preparation).
 
 The parent's side is what ``qg generate --world-size N`` and a job's data preparation wait for
 after the ranks' progress says 100 %.
@@ -31,8 +31,8 @@ import smoke  # noqa: E402
 import torch  # noqa: E402
 from torch_geometric.data import Data  # noqa: E402
 
-from QuantumGravPy.data import columns  # noqa: E402
-from QuantumGravPy.data.ranges import in_parallel  # noqa: E402
+from QuantumGravPy.data.storage import columns  # noqa: E402
+from QuantumGravPy.data.storage.ranges import in_parallel  # noqa: E402
 from QuantumGravPy.parallel import handover  # noqa: E402
 
 
@@ -92,8 +92,10 @@ def main() -> None:
           f"{written + read:.2f} | {(written + read) / (dumped + loaded):.3f}x |")  # fmt: skip
     print(f"| the list of graphs pickled (before) | {dumped:.2f} | {loaded:.2f} | "
           f"{dumped + loaded:.2f} | 1x |")  # fmt: skip
-    print("\nAs a user's job meets it: two ranks make the graphs, and the parent gets them "
-          "through `data.ranges.in_parallel` (`qg generate --world-size 2`):\n")  # fmt: skip
+    print(
+        "\nAs a user's job meets it: two ranks make the graphs, and the parent gets them "
+        "through `data.storage.ranges.in_parallel` (`qg generate --world-size 2`):\n"
+    )
     print("| graphs | from the last rank's end to the parent's list (s) |")
     print("|---|---|")
     for count in dict.fromkeys([args.graphs, args.field]):

@@ -100,7 +100,7 @@ def activation_peak(checkpointing: bool, wide: list[str] = WIDE) -> dict[str, fl
     """In this (fresh) process: one training pass on 2 causal sets of 1,024 elements."""
     from torch_geometric.data import Batch
 
-    from QuantumGravPy.data.datasets import dataset_from_config
+    from QuantumGravPy.data.sources.datasets import dataset_from_config
     from QuantumGravPy.models import build_model
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -137,7 +137,7 @@ def floor_seconds(store: Path, count: int) -> float:
     """What any preparation that reads the file and takes the product in bfloat16 must spend
     besides the product: reading and decoding each matrix, converting it to the product's type
     and reading a product back once (as booleans)."""
-    from QuantumGravPy.data import zarr2
+    from QuantumGravPy.data.sources import zarr2
 
     total = 0.0
     for i in range(1, count + 1):

@@ -8,7 +8,7 @@ posterior mean given anything the order is a function of. Two such things are sc
 elements' coordinates, and each element's quantiles in its spacetime's two light-cone marginal
 distributions (the order is the quantiles' ranks). The ricci kind's spacetimes are known in
 form: ln Omega a cubic polynomial in t and x with 9 normal coefficients of standard deviation
-0.3 (``data/kinds.py``), and the N points are independent with density proportional to
+0.3 (``data/sources/kinds.py``), and the N points are independent with density proportional to
 Omega**2 on the diamond. Given the coordinates, the coefficients' posterior is exact up to a
 normalisation: found by Newton's method and a Laplace approximation, then sampled by importance
 sampling from that Gaussian (covariance widened by 1.5). Given the quantiles (of each test
@@ -50,7 +50,7 @@ from baselines import RICCI_CONFIG, RICCI_CURVE  # noqa: E402
 
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.data import dataset_from_config  # noqa: E402
-from QuantumGravPy.data.causal_sets import graph_parameters  # noqa: E402
+from QuantumGravPy.data.sources.causal_sets import graph_parameters  # noqa: E402
 from QuantumGravPy.embedded.ricci import CONFORMAL_AMPLITUDE, CONFORMAL_DEGREE  # noqa: E402
 from QuantumGravPy.physics import light_cone_ranks, transitive_closure  # noqa: E402
 from QuantumGravPy.physics.curved import PolynomialFactor  # noqa: E402
@@ -244,7 +244,7 @@ def rank_coordinates(graph) -> np.ndarray:
 
 
 def true_spacetime(data, index: int, graph) -> np.ndarray:
-    """The coefficients [9] of graph ``index``'s ln Omega, drawn again as data/kinds.py drew
+    """The coefficients [9] of graph ``index``'s ln Omega, drawn again as data/sources/kinds.py drew
     them (graph i depends only on the seed and i), and checked against the graph's own R."""
     rng = graph_parameters(index, data.num_points, data.dimensions, data.seed)[0]
     seed = int(rng.integers(2**62))  # kinds.draw's first draw: physics.conformal_sprinkling's

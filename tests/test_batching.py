@@ -9,16 +9,23 @@ from conftest import assert_refused, run_main, train
 from torch.utils.data import Subset
 from torch_geometric.data import Batch, Data, InMemoryDataset
 
-from QuantumGravPy.data import CausalSetDataset, loaders
-from QuantumGravPy.data import rows as rows_module
-from QuantumGravPy.data.batching import IndexBatcher, Unbatchable
-from QuantumGravPy.data.datasets import dataset_from_config
-from QuantumGravPy.data.disk import DiskDataset
-from QuantumGravPy.data.files import FileDataset
-from QuantumGravPy.data.kinds import kind_names
-from QuantumGravPy.data.loaders import batch_device, make_loader, make_train_loader, split_dataset
-from QuantumGravPy.data.rows import DiskBatcher
-from QuantumGravPy.data.writing import write_embedded
+from QuantumGravPy.data import CausalSetDataset
+from QuantumGravPy.data.batches import loaders
+from QuantumGravPy.data.batches import row_batches as rows_module
+from QuantumGravPy.data.batches.assembly import Unbatchable
+from QuantumGravPy.data.batches.batching import IndexBatcher
+from QuantumGravPy.data.batches.loaders import (
+    batch_device,
+    make_loader,
+    make_train_loader,
+    split_dataset,
+)
+from QuantumGravPy.data.batches.row_batches import DiskBatcher
+from QuantumGravPy.data.sources.datasets import dataset_from_config
+from QuantumGravPy.data.sources.files import FileDataset
+from QuantumGravPy.data.sources.kinds import kind_names
+from QuantumGravPy.data.sources.writing import write_embedded
+from QuantumGravPy.data.storage.disk import DiskDataset
 from QuantumGravPy.errors import ConfigError, DataError
 
 GENERATED = {"num_graphs": 30, "num_points": [8, 20], "dimensions": [2, 3], "seed": 5}
@@ -391,7 +398,7 @@ def test_workers_on_a_cpu_run_are_warned_about_before_training(make_config):
 def test_a_batch_from_a_worker_crosses_in_one_buffer_and_is_the_same_batch():
     """What a worker hands over: every tensor of the batch, the bookkeeping included, in one
     shared buffer; made again, the batch PyTorch Geometric collates."""
-    from QuantumGravPy.data.transfer import Packed, pack, unpack
+    from QuantumGravPy.data.batches.transfer import Packed, pack, unpack
 
     dataset = Faces()
     indices = [11, 0, 3, 3, 7]
@@ -430,7 +437,7 @@ def test_the_loader_without_workers_draws_as_torchs_dataloader(shuffle):
     iterator draws a seed from the loader's generator, or the global one, at each epoch)."""
     from torch.utils.data import DataLoader
 
-    from QuantumGravPy.data.transfer import BatchLoader
+    from QuantumGravPy.data.batches.transfer import BatchLoader
 
     dataset = Faces()
 

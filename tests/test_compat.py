@@ -18,9 +18,9 @@ OWN = {
     ("parallel/failures.py", "os._exit"),  # the standard library's, named so on purpose
     ("parallel/deadline.py", "os._exit"),
     ("parallel/orphans.py", "os._exit"),
-    ("data/batching.py", "stored._replace"),
-    ("data/disk.py", "other._compact"),
-    ("data/disk.py", "other._length"),
+    ("data/batches/batching.py", "stored._replace"),
+    ("data/storage/disk.py", "other._compact"),
+    ("data/storage/disk.py", "other._length"),
 }
 
 

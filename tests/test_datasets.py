@@ -6,12 +6,12 @@ import yaml
 from conftest import assert_refused, run_main
 
 import QuantumGravPy as qg
-from QuantumGravPy.data import causal_sets as generation
 from QuantumGravPy.data import (
     dataset_from_config,
     generate_causal_set_graphs,
     split_dataset,
 )
+from QuantumGravPy.data.sources import causal_sets as generation
 from QuantumGravPy.physics import NUM_FEATURES
 
 
@@ -153,7 +153,7 @@ def test_the_digest_of_the_same_graphs_is_the_same_whatever_objects_they_carry()
     (another in every process) and a set's order follows the process's hash seed."""
     from torch_geometric.data import Data
 
-    from QuantumGravPy.data.digest import digest
+    from QuantumGravPy.data.sources.digest import digest
 
     def graphs(tag):
         return [Data(x=torch.ones(2, 1), edge_index=torch.tensor([[0], [1]]), tag=tag, note="a")]

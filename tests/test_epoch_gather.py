@@ -13,9 +13,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch_geometric.data import Batch
 
 import QuantumGravPy as qg
-from QuantumGravPy.data import CausalSetDataset, loaders
-from QuantumGravPy.data.batching import IndexBatcher
-from QuantumGravPy.data.disk import DiskDataset
+from QuantumGravPy.data import CausalSetDataset
+from QuantumGravPy.data.batches import loaders
+from QuantumGravPy.data.batches.batching import IndexBatcher
+from QuantumGravPy.data.storage.disk import DiskDataset
 from QuantumGravPy.training.loop import trainer as trainer_module
 
 DEVICES = pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from conftest import assert_refused, run_cli, run_main
 
 import QuantumGravPy as qg
 from QuantumGravPy.config.dotted import import_extensions
-from QuantumGravPy.data.formats import format_of
+from QuantumGravPy.data.sources.formats import format_of
 
 MODULE = '''
 """What a user adds: each class registers itself under its name when this module is imported."""
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from torchmetrics.classification import BinaryMatthewsCorrCoef
 
-from QuantumGravPy.data.formats.hdf5_format import HDF5
+from QuantumGravPy.data.sources.formats.hdf5_format import HDF5
 from QuantumGravPy.embedded import DataKind
 from QuantumGravPy.parallel.strategies.ddp import DDPStrategy
 from QuantumGravPy.tasks import Metric
@@ -101,7 +101,7 @@ def _registries_as_they_were():
     """What this file's modules register stays in this file: later tests in the same process
     see the library's own kinds, strategies and formats alone."""
     from QuantumGravPy.config import dotted
-    from QuantumGravPy.data.formats import FORMATS
+    from QuantumGravPy.data.sources.formats import FORMATS
     from QuantumGravPy.embedded import DATA_KINDS
     from QuantumGravPy.parallel.strategies import STRATEGIES
     from QuantumGravPy.tasks.base import KINDS
@@ -222,6 +222,6 @@ def test_a_file_is_read_by_the_format_its_name_says_then_by_what_it_holds(
         format_of(tmp_path)  # a folder that is no store
     with pytest.raises(TypeError, match=r"the suffix \.h5 is taken by .*HDF5"):
 
-        class Clash(qg.data.formats.FileFormat):
+        class Clash(qg.data.sources.formats.FileFormat):
             name = "clash"
             suffixes = (".h5",)

@@ -17,8 +17,8 @@ from torch_geometric.data import Data
 import QuantumGravPy as qg
 from QuantumGravPy.config import config_to_dict
 from QuantumGravPy.data import CausalSetDataset
-from QuantumGravPy.data.files import FileDataset, read_files
-from QuantumGravPy.data.writing import write_embedded
+from QuantumGravPy.data.sources.files import FileDataset, read_files
+from QuantumGravPy.data.sources.writing import write_embedded
 from QuantumGravPy.physics import (
     causal_structure,
     natural_labelling,

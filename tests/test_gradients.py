@@ -8,7 +8,7 @@ from conftest import assert_refused, run_main, run_ranks
 from torch_geometric.data import Batch
 
 import QuantumGravPy as qg
-from QuantumGravPy.data.datasets import dataset_from_config
+from QuantumGravPy.data.sources.datasets import dataset_from_config
 from QuantumGravPy.models import build_model
 
 MAX_NORM = 1e-3

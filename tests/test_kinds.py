@@ -12,7 +12,7 @@ from conftest import ROOT, run_main
 
 import QuantumGravPy as qg
 from QuantumGravPy.data import generate_causal_set_graphs
-from QuantumGravPy.data.causal_sets import GeneratedSource
+from QuantumGravPy.data.sources.causal_sets import GeneratedSource
 
 LABELS = ("y", "dimension", "spacetime", "h", "manifold_like", "cset_type")
 
@@ -38,7 +38,7 @@ def test_every_graph_carries_every_label_and_is_a_function_of_seed_and_index(kin
 
 
 def test_large_sets_are_turned_into_graphs_a_bounded_batch_at_a_time(monkeypatch):
-    from QuantumGravPy.data import causal_sets, kinds
+    from QuantumGravPy.data.sources import causal_sets, kinds
 
     whole = make("cset_type", end=40)
     batches, graphs_of = [], kinds.graphs_of

@@ -12,7 +12,7 @@ from conftest import ROOT, assert_refused, run_forked, run_main, train
 
 import QuantumGravPy as qg
 from QuantumGravPy.config import config_from_dict
-from QuantumGravPy.data.writing import write_embedded
+from QuantumGravPy.data.sources.writing import write_embedded
 
 # --- a model that cannot run on the data ---------------------------------------------------
 

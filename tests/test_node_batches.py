@@ -8,7 +8,7 @@ from conftest import run_ranks
 
 import QuantumGravPy as qg
 from QuantumGravPy.data import epoch_sampler
-from QuantumGravPy.data.node_batches import pack
+from QuantumGravPy.data.batches.node_batches import pack
 from QuantumGravPy.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(180)
@@ -137,7 +137,7 @@ def test_every_rank_takes_the_same_steps_within_its_budget(varied):
 
 @pytest.mark.parametrize("storage", ["memory", "disk"])
 def test_the_sizes_are_read_from_what_memory_and_disk_keep(make_config, storage):
-    from QuantumGravPy.data.datasets import graph_sizes
+    from QuantumGravPy.data.sources.datasets import graph_sizes
 
     config = make_config(f"data.storage={storage}", "training.batch_nodes=100")
     trainer = qg.Trainer(config)

@@ -9,7 +9,7 @@ from conftest import assert_refused, run_main, run_ranks
 from torch_geometric.data import Batch
 
 import QuantumGravPy as qg
-from QuantumGravPy.data.padding import PADDING_DEGREE, Budgets, pad_batch
+from QuantumGravPy.data.batches.padding import PADDING_DEGREE, Budgets, pad_batch
 from QuantumGravPy.training.evaluation.tasks import unpadded
 
 PAD = ("training.batch_nodes=300", "training.pad_batches=true")

@@ -21,7 +21,7 @@ from torch_geometric.data import Batch
 import QuantumGravPy as qg
 from QuantumGravPy.config import apply_overrides, config_from_dict
 from QuantumGravPy.data import read_files
-from QuantumGravPy.data.writing import write_embedded
+from QuantumGravPy.data.sources.writing import write_embedded
 from QuantumGravPy.predict import read
 
 pytestmark = pytest.mark.timeout(240)

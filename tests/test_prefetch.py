@@ -7,8 +7,8 @@ import torch
 from torch.utils.data import DataLoader
 from torch_geometric.data import Batch, Data
 
-from QuantumGravPy.data.prefetch import DevicePrefetcher
-from QuantumGravPy.data.transfer import pack_attributes, unpack_attributes
+from QuantumGravPy.data.batches.prefetch import DevicePrefetcher
+from QuantumGravPy.data.batches.transfer import pack_attributes, unpack_attributes
 
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 CPU = torch.device("cpu")
@@ -249,7 +249,7 @@ def test_on_a_gpu_batches_already_there_and_other_items_pass_through():
 def _faces_batcher():
     from test_batching import Faces
 
-    from QuantumGravPy.data.batching import IndexBatcher
+    from QuantumGravPy.data.batches.batching import IndexBatcher
 
     return IndexBatcher(Faces())
 
@@ -261,7 +261,7 @@ def test_a_pass_gathered_on_the_host_lies_in_one_buffer_that_a_copy_of_it_can_st
     """Every tensor a pass's batches hold (attributes, ``batch``, ``ptr``) views one buffer;
     the batches rebased on a copy of that buffer hold the same values, viewing the copy (what
     the prefetcher hands over after one copy of a pass to a GPU)."""
-    from QuantumGravPy.data.prefetch import rebased
+    from QuantumGravPy.data.batches.prefetch import rebased
 
     made = _faces_batcher().many(PASS)
     storages = {t.untyped_storage().data_ptr() for b in made for t in attribute_tensors(b)}
@@ -279,7 +279,7 @@ def test_a_pass_gathered_on_the_host_lies_in_one_buffer_that_a_copy_of_it_can_st
 def test_passes_made_ahead_by_a_thread_come_in_order_and_its_failure_is_raised_here():
     import threading
 
-    from QuantumGravPy.data.prefetch import ahead
+    from QuantumGravPy.data.batches.prefetch import ahead
 
     assert list(ahead(iter(range(50)))) == list(range(50))
 
@@ -298,7 +298,7 @@ def test_passes_made_ahead_by_a_thread_come_in_order_and_its_failure_is_raised_h
 def test_only_batches_made_on_the_host_for_a_gpu_are_staged():
     from test_batching import Faces
 
-    from QuantumGravPy.data import loaders
+    from QuantumGravPy.data.batches import loaders
 
     graphs = Faces()
     assert loaders.index_batches(graphs, stage=torch.device("cuda", 0)).staged
@@ -315,8 +315,8 @@ def test_on_a_gpu_a_staged_pass_is_pinned_copied_once_and_trains_as_batches_copi
     copy; the run's history is the one of batches packed and copied one at a time."""
     from conftest import train
 
-    from QuantumGravPy.data import loaders
-    from QuantumGravPy.data.prefetch import DevicePrefetcher as Prefetcher
+    from QuantumGravPy.data.batches import loaders
+    from QuantumGravPy.data.batches.prefetch import DevicePrefetcher as Prefetcher
 
     copies = []
     issue = Prefetcher._issue

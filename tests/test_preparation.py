@@ -9,7 +9,7 @@ import torch
 import zarr
 from numcodecs import Blosc, Zlib
 
-from QuantumGravPy.data import zarr2
+from QuantumGravPy.data.sources import zarr2
 from QuantumGravPy.physics import (
     NotAnOrder,
     destroyed_sprinkling,

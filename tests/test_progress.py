@@ -9,7 +9,7 @@ from conftest import run_main
 
 from QuantumGravPy import logs
 from QuantumGravPy.config import config_from_dict
-from QuantumGravPy.data.writing import write_embedded
+from QuantumGravPy.data.sources.writing import write_embedded
 
 pytestmark = pytest.mark.timeout(180)
 

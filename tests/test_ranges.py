@@ -59,12 +59,12 @@ def test_parameter_streams_of_all_ranks_cover_every_sample_once(
 
 
 def test_parameter_stream_computes_one_chunk_at_a_time(monkeypatch):
-    from QuantumGravPy.data import ranges
+    from QuantumGravPy.data.batches import augment
 
     calls = []
-    real = ranges.gen_distributed_augmentation_params
+    real = augment.gen_distributed_augmentation_params
     monkeypatch.setattr(
-        ranges,
+        augment,
         "gen_distributed_augmentation_params",
         lambda *a, **k: calls.append(a[0]) or real(*a, **k),
     )

@@ -94,7 +94,7 @@ def _same(a, b) -> bool:
 def test_graphs_come_back_from_the_ranks_as_they_were_made_without_unpickling(monkeypatch):
     import pickle
 
-    from QuantumGravPy.data.ranges import in_parallel
+    from QuantumGravPy.data.storage.ranges import in_parallel
 
     def refused(*args, **kwargs):
         raise AssertionError("the hand-over unpickled")

@@ -12,7 +12,7 @@ import torch
 from conftest import ROOT, assert_refused, run_main
 
 from QuantumGravPy.data import CausalSetDataset, dataset_from_config
-from QuantumGravPy.data.writing import write_embedded
+from QuantumGravPy.data.sources.writing import write_embedded
 from QuantumGravPy.errors import ConfigError, DataError
 from QuantumGravPy.physics import (
     NotTwoDimensional,

@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import DistributedSampler, RandomSampler, Sampler, WeightedRandomSampler
 
 import QuantumGravPy as qg
-from QuantumGravPy.data.samplers import counter_uniforms
+from QuantumGravPy.data.batches.samplers import counter_uniforms
 
 WORLD_SIZES = [1, 2, 3, 4, 5]
 SIZES = [1, 3, 4, 7, 10, 12, 23]

@@ -28,9 +28,9 @@ from QuantumGravPy.data import (
     make_train_loader,
     split_dataset,
 )
-from QuantumGravPy.data import disk as disk_module
-from QuantumGravPy.data.disk import _Table
-from QuantumGravPy.data.writing import write_embedded
+from QuantumGravPy.data.sources.writing import write_embedded
+from QuantumGravPy.data.storage import disk as disk_module
+from QuantumGravPy.data.storage.disk import _Table
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -202,7 +202,7 @@ def test_several_processes_build_the_same_table_as_one(make_config, files, tmp_p
 
 
 def test_auto_keeps_small_data_in_memory_and_large_data_on_disk(make_config, files, monkeypatch):
-    import QuantumGravPy.data.datasets as datasets
+    import QuantumGravPy.data.sources.datasets as datasets
 
     cfg = config(make_config, files, "auto", "data.targets={y: y}")
     monkeypatch.setattr(datasets, "available_memory", lambda: 10**3)  # too small
@@ -285,7 +285,7 @@ def test_an_epoch_from_disk_stays_within_a_memory_limit_four_times_smaller_than_
 def test_a_job_shares_a_missing_build_only_when_each_process_gets_enough(
     make_config, files, tmp_path, monkeypatch
 ):
-    import QuantumGravPy.data.disk as disk
+    import QuantumGravPy.data.storage.disk as disk
 
     used = []
     real = disk.in_parallel
@@ -314,7 +314,7 @@ def test_what_is_kept_beside_the_table_collates_as_pyg_collates_the_light_graphs
     tensors and per-node vectors, with each graph's slice."""
     from torch_geometric.data import Data, InMemoryDataset
 
-    from QuantumGravPy.data.disk import Kept
+    from QuantumGravPy.data.storage.disk import Kept
 
     graphs = [
         Data(

@@ -518,7 +518,7 @@ def test_importances_rank_only_the_parameters_that_varied_among_enough_trials(tm
     import optuna
 
     from QuantumGravPy.tune.results import draw_plots
-    from QuantumGravPy.tune.space import parse_space
+    from QuantumGravPy.tune.space_file import parse_space
 
     base = qg.config.config_from_dict(small_raw_config(tmp_path, tmp_path / "data"))
     space = parse_space(

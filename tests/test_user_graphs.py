@@ -114,7 +114,7 @@ def test_graphs_are_checked_chunk_by_chunk_and_named_by_their_place(monkeypatch)
     the last chunk is named by its place in the whole dataset."""
     from torch_geometric.data import Data
 
-    from QuantumGravPy.data import checks
+    from QuantumGravPy.data.sources import checks
 
     monkeypatch.setattr(checks, "CHUNK", 64)
     g = torch.Generator().manual_seed(0)

@@ -64,8 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.debug:
                 traceback.print_exc()
             where = f" writing {e.filename}" if e.filename else ""
-            print(f"error: no space left on the device{where}: free space and run again"
-                  f"{_continuing(args, argv)}", file=sys.stderr)  # fmt: skip
+            print(
+                f"error: no space left on the device{where}: free space and run again"
+                f"{_continuing(args, argv)}",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
         if e.filename is None:  # not about a path the user gave: a bug, keep the traceback
             raise
@@ -185,7 +188,7 @@ def _generate(args: argparse.Namespace) -> int:
     if args.world_size < 1:
         raise ConfigError(f"--world-size: expected a positive number, found {args.world_size}")
     if args.output is not None:
-        from ..data.writing import write_embedded
+        from ..data.sources.writing import write_embedded
 
         path = write_embedded(config.data, args.output, file_format=args.format)
         print(f"{config.data.num_graphs} causal sets written to {path}")

@@ -1,8 +1,8 @@
 """PyTorch Geometric's internals: a ``Batch``'s storage and bookkeeping, an in-memory dataset's
 storage, a dataset's processing step (written for torch_geometric 2.5-2.8).
 
-A batch assembled by the library (``data/batching.py``: straight from the dataset's storage;
-``data/transfer.py``: packed into one buffer for a worker or a device) is made the way
+A batch assembled by the library (``data/batches/batching.py``: straight from the dataset's storage;
+``data/batches/transfer.py``: packed into one buffer for a worker or a device) is made the way
 ``Batch.from_data_list`` makes one, without its per-attribute work: its attributes go into the
 store's mapping in one update, and the bookkeeping ``to_data_list`` and ``num_graphs`` read is
 set beside them. PyG has no public constructor for that.

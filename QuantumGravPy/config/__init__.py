@@ -1,7 +1,8 @@
 """The configuration layer: a YAML file and ``key=value`` overrides become one typed, frozen
 :class:`Config`, validated once at the entry point; everything above reads it and nothing else.
 
-- :mod:`.schema`: the dataclasses, their defaults and documentation comments;
+- :mod:`.schema`: the dataclasses, their defaults and documentation comments (the ``data``
+  section's in :mod:`.data`);
 - :mod:`.tasks`: the tasks and the history columns they make (what each type offers is its
   kind's: :mod:`QuantumGravPy.tasks`);
 - :mod:`.loading`: YAML, overrides and the validating walk (errors name the dotted key);
@@ -14,6 +15,7 @@
 Imports only the ground floor (``errors``) and the task kinds.
 """
 
+from .data import DataConfig
 from .dotted import DottedPath, UserFunction, check_kwargs, resolve
 from .loading import (
     apply_overrides,
@@ -27,7 +29,6 @@ from .schema import (
     SAMPLER_NAMES,
     AugmentationSection,
     Config,
-    DataConfig,
     EarlyStoppingConfig,
     EvalConfig,
     GradientClipConfig,

@@ -23,7 +23,7 @@ PROBABILITY = value_check(lambda v: 0 <= v < 1, "a number in [0, 1)")
 
 def check_padding(config: Any) -> None:
     """``training.pad_batches``: node-budget batches of the built-in model, whose graphs do not
-    see each other, whose edges the budget bounds (see ``data.padding``)."""
+    see each other, whose edges the budget bounds (see ``data.batches.padding``)."""
     if not config.training.pad_batches:
         return
     against = None

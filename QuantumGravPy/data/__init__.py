@@ -1,26 +1,22 @@
 """The data layer: what each rank reads each epoch.
 
-- :mod:`.causal_sets`: the embedded dataset, causal sets generated as graphs and cached;
-- :mod:`.stores`, :mod:`.files`, :mod:`.writing`: causal sets in Zarr stores and HDF5 files
-  (QuantumGrav.jl's layouts): opening and finding samples, building cached graphs, writing;
-- :mod:`.disk`: graphs kept on disk (``data.storage: disk``) and read a batch at a time;
-- :mod:`.datasets`: the dataset a config names (embedded or the user's) in the storage it
-  chooses, checked, and its per-graph attributes;
-- :mod:`.targets`: what the tasks read of the data: targets, output counts, target statistics;
-- :mod:`.loaders`: the seeded train/validation/test split and the loaders built on it;
-- :mod:`.batching`, :mod:`.rows`: batches assembled by index arithmetic from the in-memory
-  tensors or from the rows on disk, with no ``Data`` per graph; :mod:`.transfer`: the loader
-  whose worker processes hand a batch over in one shared buffer;
-- :mod:`.samplers`: samplers that stay correct under DDP (a wrapper for any sampler, and
-  counter-based native ones);
-- :mod:`.augment`: deterministic augmentation keyed by sample and epoch, or by rank;
-- :mod:`.ranges`: contiguous ranges of work per rank, and the per-rank parameter streams.
+Three rooms, each importing only from those below it:
+
+- :mod:`.batches` (top): the seeded split, loaders, samplers that stay correct under DDP,
+  augmentation, and batches assembled by index arithmetic and handed over in one piece;
+- :mod:`.sources`: where the graphs come from: the embedded causal sets, the user's files
+  (Zarr stores, HDF5 files, saved graphs) and their formats, writing causal sets, the dataset a
+  config names, and what the tasks read of it;
+- :mod:`.storage` (bottom): graphs cached in a file named by a digest of their inputs, or kept
+  on disk and read a batch at a time; ranges of work per rank, run in parallel processes.
+
+This module is the public face: every name below is imported from here.
 
 Imports ``physics`` (to build causal sets), ``config``, ``parallel`` (to generate with several
 processes, and to agree on seeds) and the ground floor; nothing here trains.
 """
 
-from .augment import (
+from .batches.augment import (
     AugmentationConfig,
     AugmentedDataset,
     RankAwareSeedGenerator,
@@ -28,9 +24,27 @@ from .augment import (
     gen_augmentation_params,
     gen_distributed_augmentation_params,
     get_preset,
+    stream_distributed_augmentation_chain,
 )
-from .causal_sets import CausalSetDataset, GeneratedSource, generate_causal_set_graphs
-from .datasets import (
+from .batches.loaders import (
+    batch_device,
+    epoch_sampler,
+    make_loader,
+    make_train_loader,
+    release_workers,
+    split_dataset,
+)
+from .batches.prefetch import DevicePrefetcher, fed
+from .batches.samplers import (
+    ClassBalancedSampler,
+    DistributedClassBalancedSampler,
+    DistributedSamplerWrapper,
+    DistributedWeightedRandomSampler,
+    ProgressiveClassBalancedSampler,
+    build_sampler,
+)
+from .sources.causal_sets import CausalSetDataset, GeneratedSource, generate_causal_set_graphs
+from .sources.datasets import (
     SHARED_BUILD_MIN,
     check_dataset,
     choose_storage,
@@ -40,27 +54,8 @@ from .datasets import (
     graph_feature_width,
     in_memory_values,
 )
-from .disk import DiskDataset
-from .files import FileDataset, FileSource, read_files
-from .loaders import (
-    batch_device,
-    epoch_sampler,
-    make_loader,
-    make_train_loader,
-    release_workers,
-    split_dataset,
-)
-from .prefetch import DevicePrefetcher, fed
-from .ranges import DistributedRangeSplitter, stream_distributed_augmentation_chain
-from .samplers import (
-    ClassBalancedSampler,
-    DistributedClassBalancedSampler,
-    DistributedSamplerWrapper,
-    DistributedWeightedRandomSampler,
-    ProgressiveClassBalancedSampler,
-    build_sampler,
-)
-from .targets import (
+from .sources.files import FileDataset, FileSource, read_files
+from .sources.targets import (
     check_file_targets,
     check_target,
     label_notice,
@@ -69,7 +64,9 @@ from .targets import (
     target_statistics,
     task_num_outputs,
 )
-from .writing import write_causal_sets, write_embedded
+from .sources.writing import write_causal_sets, write_embedded
+from .storage.disk import DiskDataset
+from .storage.ranges import DistributedRangeSplitter
 
 __all__ = [
     "SHARED_BUILD_MIN",

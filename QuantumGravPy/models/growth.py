@@ -195,9 +195,14 @@ def _step_state(relations: Tensor, links: Tensor, k: int, sizes: Tensor) -> dict
 
 
 def _decision(
-    state: dict[str, Tensor], j: int, chosen: Tensor, k: int, past: Tensor, below_j: Tensor,
+    state: dict[str, Tensor],
+    j: int,
+    chosen: Tensor,
+    k: int,
+    past: Tensor,
+    below_j: Tensor,
     common: Tensor,
-) -> Tensor:  # fmt: skip
+) -> Tensor:
     """The features of the decision "is j a link to k?" (see :func:`_teacher_features`);
     ``past``: k's past so far, ``below_j``: j's past, ``common``: j's future that is a chosen
     link's (each ``[num, k]``, bool)."""

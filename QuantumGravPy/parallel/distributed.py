@@ -38,6 +38,7 @@ from .environment import (  # noqa: F401
     restart_count,
 )
 from .errors import DistributedError, PortInUseError, RankFailedError, RankTimeoutError
+from .store import job_store, never_joined
 
 DEFAULT_TIMEOUT_S = 300.0
 
@@ -151,12 +152,12 @@ def initialize_ddp(
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master_addr, str(port)
     timeout = timedelta(seconds=timeout_s)
     try:
-        store = _store(master_addr, port, world_size, is_master=rank == 0, timeout=timeout)
+        store = job_store(master_addr, port, world_size, is_master=rank == 0, timeout=timeout)
         missing = failures.meet(store, rank, world_size, timeout_s) if world_size > 1 else []
         if missing:
             raise RankTimeoutError(
                 f"not all {world_size} ranks met at {master_addr}:{port} within {timeout_s:g} s "
-                f"(parallel.timeout_s): {_never_joined(missing, world_size)} never joined"
+                f"(parallel.timeout_s): {never_joined(missing, world_size)} never joined"
             )
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size, timeout=timeout
@@ -167,7 +168,7 @@ def initialize_ddp(
         if rank != 0 and "timed out" in str(e):
             raise RankTimeoutError(
                 f"not all {world_size} ranks met at {master_addr}:{port} within {timeout_s:g} s "
-                f"(parallel.timeout_s): {_never_joined([0], world_size)}, which holds the job's "
+                f"(parallel.timeout_s): {never_joined([0], world_size)}, which holds the job's "
                 "store, never answered"
             ) from e
         raise DistributedError(f"cannot reach rank 0 at {master_addr}:{port}: {e}") from e
@@ -178,61 +179,11 @@ def initialize_ddp(
         ) from e
     _LOCAL_RANK, _LOCAL_WORLD_SIZE, _TIMEOUT_S = local_rank, local_world_size, timeout_s
     failures.watch(
-        lambda seconds: _store(master_addr, port, None, timeout=timedelta(seconds=seconds)),
+        lambda seconds: job_store(master_addr, port, None, timeout=timedelta(seconds=seconds)),
         rank,
         world_size,
     )
     return device
-
-
-def _never_joined(ranks: list[int], world_size: int) -> str:
-    """``rank 1 (on node1)``, for ranks that never joined: their hosts where SLURM says them."""
-    hosts = hosts_of_ranks(world_size)
-    named = [f"rank {r}" + (f" (on {hosts[r]})" if hosts else "") for r in ranks]
-    return ", ".join(named)
-
-
-def _store(
-    addr: str, port: int, world_size: int | None, *, is_master: bool = False, timeout: timedelta
-) -> dist.Store:
-    """The job's key-value store: the process group meets through it, and ranks tell each
-    other of failures in it (:mod:`.failures`). Rank 0 holds it, unless torchrun's agent does."""
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        # torchrun's agent keeps its store across restarts (--max-restarts): the addresses the
-        # ranks of a failed attempt published are still in it, so every attempt gets keys of
-        # its own. Otherwise a restarted rank may dial a dead one.
-        return dist.PrefixStore(
-            f"QuantumGravPy/attempt_{restart_count()}", _client(addr, port, world_size, timeout)
-        )
-    if not is_master:
-        return _client(addr, port, world_size, timeout)
-    # the master does not wait for the others here: failures.meet does, and names who is missing
-    return dist.TCPStore(
-        addr, port, world_size, is_master=True, timeout=timeout, wait_for_workers=False
-    )
-
-
-def _client(addr: str, port: int, world_size: int | None, timeout: timedelta) -> dist.Store:
-    """A client of the store at ``addr:port``, given up within about ``timeout``.
-
-    torch's client tries twice, each try as long as its timeout, with a pause of up to as long
-    between: three times the timeout in all, 28 s for 10 s measured. So it is made with short
-    timeouts, again until ``timeout`` has passed, and then waits as long as ``timeout`` for
-    each of the store's answers."""
-    deadline = time.monotonic() + timeout.total_seconds()
-    step = timedelta(seconds=min(timeout.total_seconds(), _CONNECT_STEP_S) / 3)
-    while True:
-        try:
-            store = dist.TCPStore(addr, port, world_size, is_master=False, timeout=step)
-            break
-        except dist.DistNetworkError as e:
-            if "timed out" not in str(e) or time.monotonic() >= deadline:
-                raise
-    store.set_timeout(timeout)
-    return store
-
-
-_CONNECT_STEP_S = 6.0  # the longest one of a client's attempts to connect lasts: 3 x a third
 
 
 def cleanup_ddp() -> None:

@@ -95,8 +95,13 @@ def run_distributed(
     port = env.master_port if env.master_port is not None else p.master_port
     get_logger().info(
         "rank %d of %d (%s): meeting the others at %s:%s, for up to %g s (parallel.timeout_s)",
-        env.rank, env.world_size, env.launcher, env.master_addr, port, p.timeout_s,
-    )  # fmt: skip
+        env.rank,
+        env.world_size,
+        env.launcher,
+        env.master_addr,
+        port,
+        p.timeout_s,
+    )
     distributed.initialize_ddp(
         env.rank,
         env.world_size,

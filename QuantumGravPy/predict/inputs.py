@@ -23,8 +23,8 @@ from torch_geometric.data.data import BaseData
 
 from ..config import Config
 from ..data import in_memory_values, split_dataset
-from ..data.datasets import check_dataset
-from ..data.stores import Samples, find_files, open_store
+from ..data.sources.datasets import check_dataset
+from ..data.sources.stores import Samples, find_files, open_store
 from ..errors import ConfigError, DataError
 from ..logs import get_logger
 

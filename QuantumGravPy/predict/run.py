@@ -22,8 +22,8 @@ from torch.utils.data import Subset
 from .. import logs
 from ..config import Config, load_config
 from ..data import SHARED_BUILD_MIN, dataset_from_config, make_loader
-from ..data.checks import check_user_graphs, user_graphs_source
-from ..data.provenance import dataset_positions, provenance
+from ..data.sources.checks import check_user_graphs, user_graphs_source
+from ..data.sources.provenance import dataset_positions, provenance
 from ..errors import ConfigError
 from ..parallel import distributed, run_distributed
 from ..training.evaluation.evaluator import Accumulated, Tester
@@ -108,8 +108,9 @@ def predict_worker(rank: int, world_size: int, job: _Job) -> dict[str, Any] | No
         tasks, loaded.device, loaded.autocast_dtype, loaded.float_dtype, select=loaded.select
     )
     # each batch's draws seeded by its first graph's position: the same for any W
-    model = Seeded(loaded.model, [b.start for b in batches[rank::world_size]], job.seed,
-                   loaded.device)  # fmt: skip
+    model = Seeded(
+        loaded.model, [b.start for b in batches[rank::world_size]], job.seed, loaded.device
+    )
     bar = logs.progress(loader, desc="predicting", unit="batch", enabled=rank == 0)
     with distributed.one_thread(loaded.device):  # the same bits for any number of processes
         found = tester.accumulate(model, bar, scored={t.name for t in scored_tasks})

@@ -180,6 +180,8 @@ def draw(report: Report, path: Path) -> Path:
     ax.set(xlabel="elements between the pair, k", ylabel="intervals per element", xticks=k)
     ax.legend(fontsize="small")
     valid = 100 * float(np.mean(report.samples["valid"]))
-    fig.suptitle(f"{len(report.samples['valid'])} samples against the training data: "
-                 f"{valid:.1f} % valid orders")  # fmt: skip
+    fig.suptitle(
+        f"{len(report.samples['valid'])} samples against the training data: "
+        f"{valid:.1f} % valid orders"
+    )
     return save(fig, path)

@@ -24,7 +24,7 @@ from torch_geometric.data import Data
 
 from .. import logs
 from ..config import Config, load_config
-from ..data.writing import write_causal_sets, writer_for
+from ..data.sources.writing import write_causal_sets, writer_for
 from ..errors import ConfigError, DiskFullError, RunDirectoryError, disk_full, flag
 from ..parallel import distributed, run_distributed
 from ..physics import CausalSet

@@ -46,8 +46,14 @@ def starting_weights(source: str | Path) -> tuple[Path, dict[str, torch.Tensor]]
     except CheckpointError as not_ours:
         try:
             plain = torch.load(path, map_location="cpu", weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError,
-                OSError):  # fmt: skip
+        except (
+            pickle.UnpicklingError,
+            RuntimeError,
+            EOFError,
+            zipfile.BadZipFile,
+            ValueError,
+            OSError,
+        ):
             raise not_ours from None  # why it is no checkpoint of ours is what to say
         if (
             isinstance(plain, Mapping)

@@ -213,9 +213,15 @@ def plot_ranks(rows: Sequence[dict[str, float]], output: str | Path) -> Path:
     hidden = np.array([final[r]["exchange_s"] - final[r]["exchange_exposed_s"] for r in shown])
     if hidden.max(initial=0) > 0:
         bars.barh(
-            shown, hidden, left=left, color="none", edgecolor="0.4", hatch="///", height=0.5,
+            shown,
+            hidden,
+            left=left,
+            color="none",
+            edgecolor="0.4",
+            hatch="///",
+            height=0.5,
             label="exchange behind the backward pass",
-        )  # fmt: skip
+        )
     bars.set_yticks(shown, [f"rank {r}" for r in shown])
     bars.invert_yaxis()
     bars.set_xlabel("seconds")

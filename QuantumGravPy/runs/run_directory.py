@@ -114,17 +114,24 @@ class RunDirectory:
         if tracking.mlflow is not None:
             self.trackers.append(
                 MLflowTracker(
-                    tracking.mlflow, self.path, experiment=self.config.name, params=params,
+                    tracking.mlflow,
+                    self.path,
+                    experiment=self.config.name,
+                    params=params,
                     tags=self.tags,
                 )
-            )  # fmt: skip
+            )
         if tracking.wandb is not None:
             self.trackers.append(
                 WandbTracker(
-                    tracking.wandb, self.path, mode=tracking.wandb_mode, params=params,
-                    tags=self.tags, history=history,  # a resumed run's: what W&B lacks is sent
+                    tracking.wandb,
+                    self.path,
+                    mode=tracking.wandb_mode,
+                    params=params,
+                    tags=self.tags,
+                    history=history,  # a resumed run's: what W&B lacks is sent
                 )
-            )  # fmt: skip
+            )
 
     def track(self, row: dict[str, Any], rank_rows: list[dict[str, Any]]) -> None:
         """An epoch's row, and each rank's times, to the trackers."""

@@ -61,9 +61,11 @@ class TensorBoardTracker:
 
     def __init__(self, run_dir: Path, *, first_epoch: int):
         tensorboard = require(
-            "torch.utils.tensorboard", needed_for="tracking.tensorboard", extra="tracking",
+            "torch.utils.tensorboard",
+            needed_for="tracking.tensorboard",
+            extra="tracking",
             names=("tensorboard",),
-        )  # fmt: skip
+        )
         SummaryWriter = tensorboard.SummaryWriter
         # purge_step: a resumed run's first epoch; events of that step and later, written by
         # the run that was killed, are hidden, so no epoch is counted twice.

@@ -20,8 +20,15 @@ class Binary(TaskKind):
     """A target of 0 or 1 per graph or node, learnt as one logit with binary cross entropy."""
 
     name = "binary"
-    metrics = ("accuracy", "f1", "precision", "recall", "auroc", "average_precision",
-               "confusion_matrix")  # fmt: skip
+    metrics = (
+        "accuracy",
+        "f1",
+        "precision",
+        "recall",
+        "auroc",
+        "average_precision",
+        "confusion_matrix",
+    )
     default_metrics = ("accuracy", "f1", "auroc", "confusion_matrix")
     tables = ("confusion_matrix",)
     default_loss = "torch.nn.BCEWithLogitsLoss"

@@ -1,9 +1,10 @@
 """Hyperparameter search with Optuna: ``qg tune`` and :func:`tune`.
 
-- :mod:`.space`: the search space file, validated against the config before any trial;
+- :mod:`.space`, :mod:`.space_file`: the search space, and its file validated against the
+  config before any trial;
 - :mod:`.storage`: where the study lives (a journal file by default, or a database URL);
 - :mod:`.study`: the study's own process: asks for trials, runs them K at a time, tells results,
-  and on ``--resume`` reruns trials a killed job left running;
+  and on ``--resume`` reruns trials a killed job left running (:mod:`.abandoned`);
 - :mod:`.trial`: what a trial's processes run (an ordinary run; rank 0 reports and prunes);
 - :mod:`.results`: trials.csv, best.yaml and the plots.
 
@@ -18,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config, apply_overrides, config_from_dict, config_to_dict, load_config
-from .space import SearchSpace, load_space, trial_config
-from .study import STALE_AFTER_S, Tuner
+from .abandoned import STALE_AFTER_S
+from .space import SearchSpace, trial_config
+from .space_file import load_space
+from .study import Tuner
 from .trial import PruningJudge
 
 __all__ = ["PruningJudge", "SearchSpace", "load_space", "trial_config", "tune"]

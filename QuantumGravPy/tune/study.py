@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import socket
 import threading
 import time
 import warnings
@@ -40,16 +38,22 @@ from ..parallel import spawn
 from ..parallel.distributed import available_cores
 from ..parallel.spawn import resolve_backend
 from ..runs import layout as rd
+from .abandoned import (
+    HEARTBEAT,
+    OWNER,
+    STALE_AFTER_S,
+    fail_abandoned,
+    heartbeat,
+    interrupt,
+    owner,
+)
 from .results import SURPLUS, counted, write_outputs
 from .space import SearchSpace, trial_config
 from .storage import JOURNAL, open_storage, redact
 from .trial import TrialLink, trial_worker
 
-STALE_AFTER_S = 300.0  # a running trial without a heartbeat for this long was abandoned
-HEARTBEATS_PER_STALE = 10  # heartbeats sent within that time (one each 30 s by default)
 LOG = "tune.log"
 REDRAW_S = 30.0  # the study's pictures are redrawn after a trial at most this often
-OWNER, HEARTBEAT = "qg_owner", "qg_heartbeat"
 
 
 class Tuner:
@@ -93,7 +97,7 @@ class Tuner:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.storage_spec = storage or str(self.dir / JOURNAL)
         self.storage = open_storage(self.storage_spec)
-        self.owner = _owner()
+        self.owner = owner()
         self.study = self._open_study(resume)
         self.study.set_user_attr("directory", str(self.dir.absolute()))
         self.lock = threading.Lock()  # asking, telling and the output files
@@ -147,35 +151,6 @@ class Tuner:
             )
         return study
 
-    def fail_abandoned(self) -> list[int]:
-        """Mark running trials whose job is gone as failed (interrupted) and queue their
-        parameters again; returns their numbers."""
-        from optuna.trial import TrialState
-
-        now = time.time()
-        abandoned = []
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if _abandoned(t, now, self.stale_after_s):
-                if self._interrupt(t, "interrupted: the job running it ended"):
-                    abandoned.append(t.number)
-        return abandoned
-
-    def _interrupt(self, trial: Any, why: str) -> bool:
-        """Fail ``trial`` as interrupted and queue its parameters; False if it had ended."""
-        from optuna.exceptions import UpdateFinishedTrialError
-        from optuna.trial import TrialState
-
-        trial_id = storage_id(trial)
-        try:
-            self.storage.set_trial_user_attr(trial_id, "error", why)
-            self.storage.set_trial_user_attr(trial_id, "interrupted", True)
-            self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
-        except UpdateFinishedTrialError:
-            return False  # another job saw it first
-        params = self.storage.get_trial(trial_id).params
-        self.study.enqueue_trial(params, user_attrs={"rerun_of": trial.number})
-        return True
-
     def _surplus(self, trial: Any) -> bool:
         """Whether N counted trials came before ``trial`` (asked for by another job at the same
         moment); such a trial is failed at once, marked ``surplus``, and counts nowhere."""
@@ -198,7 +173,7 @@ class Tuner:
         logger = configure_logging(self.base.log_level)
         handler = add_file_handler(self.dir / LOG)
         try:
-            rerun = self.fail_abandoned()
+            rerun = fail_abandoned(self.study, self.storage, self.stale_after_s)
             if rerun:
                 logger.info(
                     "trial(s) %s were left running by a job that ended: failed, to run again",
@@ -223,7 +198,7 @@ class Tuner:
                 total=self.total, initial=min(done, self.total), desc="trials", unit="trial"
             )
             try:
-                with self.bar, self._heartbeat():
+                with self.bar, heartbeat(self.storage, self.running, self.stale_after_s):
                     self._run_slots()
             finally:  # also when stopped: the files show what the study holds
                 with self.lock:
@@ -284,7 +259,7 @@ class Tuner:
             if self.stopping:
                 return False
             # a job that died meanwhile (another worker of a cluster study) frees its trial
-            self.fail_abandoned()
+            fail_abandoned(self.study, self.storage, self.stale_after_s)
             if self._finished() >= self.total:
                 return False
             trial = self.study.ask()
@@ -301,7 +276,7 @@ class Tuner:
             state, value, attrs = self._train(trial, values, run_dir)
         except BaseException as e:  # Ctrl-C, or a failure of the study itself: run it again
             why = "Ctrl-C" if isinstance(e, KeyboardInterrupt) else f"{type(e).__name__}: {e}"
-            self._interrupt(trial, f"interrupted: the study stopped ({why})")
+            interrupt(self.study, self.storage, trial, f"interrupted: the study stopped ({why})")
             raise
         finally:
             self.running.pop(trial_id, None)
@@ -359,25 +334,6 @@ class Tuner:
             return TrialState.FAIL, None, {**attrs, "error": f"{self.space.metric} was NaN"}
         return TrialState.COMPLETE, value, attrs
 
-    @contextlib.contextmanager
-    def _heartbeat(self):
-        """Renew the heartbeat of this process's running trials while the study runs."""
-        stop = threading.Event()
-
-        def beat() -> None:
-            while not stop.wait(self.stale_after_s / HEARTBEATS_PER_STALE):
-                for trial_id in list(self.running):
-                    with contextlib.suppress(Exception):  # it may have just ended
-                        self.storage.set_trial_system_attr(trial_id, HEARTBEAT, time.time())
-
-        thread = threading.Thread(target=beat, daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join()
-
     # --- the log --------------------------------------------------------------------------------
 
     def _log_trial(self, number, state, value, attrs, values) -> None:
@@ -407,28 +363,3 @@ class Tuner:
             best.value,
             self.dir / "best.yaml",
         )
-
-
-def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
-
-
-def _start_time(pid: int) -> str:
-    """When process ``pid`` started (clock ticks since boot), so a reused id is told apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def _abandoned(trial: Any, now: float, stale_after_s: float) -> bool:
-    owner = trial.system_attrs.get(OWNER)
-    if owner is not None:
-        host, pid, started = owner.rsplit(":", 2)
-        if host == socket.gethostname() and started:
-            return _start_time(int(pid)) != started
-    beat = trial.system_attrs.get(HEARTBEAT)
-    if beat is None:
-        beat = trial.datetime_start.timestamp() if trial.datetime_start else 0.0
-    return now - beat > stale_after_s

@@ -3,7 +3,7 @@ a page holds their marker: the parallel strategies (``<!-- strategies -->``, fro
 QuantumGravPy/parallel/strategies/), the task kinds with their metrics (``<!-- task-kinds
 -->``, from QuantumGravPy/tasks/), the kinds of embedded data (``<!-- data-kinds -->``,
 from QuantumGravPy/embedded/) and the file formats (``<!-- file-formats -->``, from
-QuantumGravPy/data/formats/).
+QuantumGravPy/data/sources/formats/).
 
 A new strategy or task kind appears in its table without an edit here or in the page.
 """
@@ -11,7 +11,7 @@ A new strategy or task kind appears in its table without an edit here or in the 
 from __future__ import annotations
 
 from QuantumGravPy import embedded, tasks
-from QuantumGravPy.data import formats
+from QuantumGravPy.data.sources import formats
 from QuantumGravPy.parallel import strategies
 
 TABLES = {

@@ -78,7 +78,7 @@ class PlainDDP(DDPStrategy):
     def ddp_options(self):
         return {"bucket_cap_mb": self.bucket_cap_mb}
 ''',
-    "data/formats/ours_format.py": '''
+    "data/sources/formats/ours_format.py": '''
 """ours: HDF5 files under a suffix of their own."""
 
 from .hdf5_format import HDF5
@@ -114,7 +114,7 @@ class Sized(DataKind):
 }
 
 TABLES = """
-from QuantumGravPy.data.formats import reference_markdown as formats
+from QuantumGravPy.data.sources.formats import reference_markdown as formats
 from QuantumGravPy.embedded import reference_markdown as kinds_of_data
 from QuantumGravPy.parallel.strategies import reference_markdown as strategies
 from QuantumGravPy.tasks import reference_markdown as task_kinds

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from ...config import TrainingConfig
-from ...data.padding import Budgets, pad_batch
+from ...data.batches.padding import Budgets, pad_batch
 from ..evaluation.tasks import Task, select_outputs, total_loss
 from ..monitoring.gradients import NONE, GradientChecks
 from .optim import clip_gradients

@@ -143,7 +143,7 @@ def log_start(
 
 def _edge_notice(config: Config, dataset: Any) -> str | None:
     """A word when the graphs' edges carry features the built-in model's conv does not read."""
-    from ...models.gnn import reads_edges
+    from ...models.blocks import reads_edges
 
     edges = num_edge_features(dataset) if config.model.type is None else 0
     if not edges or reads_edges(resolve(config.model.conv, key="model.conv")):

@@ -14,10 +14,10 @@ from torch.utils.data import Dataset
 
 from ...config import Config, balanced_task, resolve
 from ...data import graph_feature_width, num_edge_features, num_node_features
-from ...data.checks import check_user_graphs, user_graphs_source
+from ...data.sources.checks import check_user_graphs, user_graphs_source
 from ...errors import ConfigError, DataError
 from ...models import build_model
-from ...models.gnn import reads_edges
+from ...models.blocks import reads_edges
 from ...runs.init_weights import load_starting_weights
 from ..evaluation.tasks import Task, build_tasks
 

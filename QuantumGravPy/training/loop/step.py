@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 from ... import logs
 from ...config import TrainingConfig
 from ...data import fed
-from ...data.padding import Budgets, budgets, pad_batch
+from ...data.batches.padding import Budgets, budgets, pad_batch
 from ...errors import RunError
 from ...parallel.strategies import Strategy
 from ...tasks.base import TaskKind

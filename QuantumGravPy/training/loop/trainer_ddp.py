@@ -29,7 +29,7 @@ from torch_geometric.loader import DataLoader
 
 from ...config import Config
 from ...data import SHARED_BUILD_MIN, check_file_targets, dataset_from_config, epoch_sampler
-from ...data.digest import check_same_on_every_rank, digest
+from ...data.sources.digest import check_same_on_every_rank, digest
 from ...errors import ConfigError
 from ...logs import LOGGER_NAME, waiting
 from ...parallel import distributed, sharing, shm_comm

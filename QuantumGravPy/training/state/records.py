@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ...config import Config, shown_columns
-from ...data.provenance import provenance, with_sources
+from ...data.sources.provenance import provenance, with_sources
 from ...errors import DiskFullError
 from ...runs import layout as rd
 from ...runs import reproducibility as rs
