@@ -10,7 +10,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from ...config import config_to_dict
 from ...runs import reproducibility as rs
+from ...runs.resume import config_digest
 from ...runs.run_directory import RunDirectory
 from ..evaluation.evaluator import Evaluation, Tester, Validator
 from ..monitoring.gradients import masks_on_device
@@ -20,6 +22,17 @@ from ..state.checkpointing import Checkpoints
 from ..state.ema import EMA
 from ..state.listeners import EpochColumns, Pruning, Stopping
 from ..state.records import RunRecords
+from ..state.stateful import (
+    PROGRESS,
+    AverageWeights,
+    ModelWeights,
+    OptimizerState,
+    Progress,
+    Reading,
+    ScalerState,
+    ScheduleState,
+    TargetScaling,
+)
 from .compiling import Compiling
 from .devices import process_settings
 from .schedule import Schedule, build_optimization
@@ -114,21 +127,37 @@ def training_pass(t: Trainer) -> TrainingPass:
 
 
 def checkpoints(t: Trainer) -> Checkpoints:
+    """The checkpoints, over the run's stateful parts by name (saved and loaded in this order).
+    A part that keeps state is added here, and nowhere else; its name is its key in the file."""
+    reading, s = Reading(config_to_dict(t.config)), t.strategy
+    settings = t.config.training.optimizer.kwargs
+    stopping, enabled = t.early_stopping, t.config.early_stopping.enabled
+    stateful = {
+        "model": ModelWeights(s, t.model, reading),
+        "optimizer": OptimizerState(s, t.model, t.optimizer, reading, settings),
+        "ema": AverageWeights(s, t.ema, reading),
+        "lr_scheduler": ScheduleState(t.lr_scheduler, reading),
+        "scaler": ScalerState(t.scaler, reading),
+        "early_stopping": stopping,
+        PROGRESS: Progress(t.state, stopping, enabled=enabled, rank=t.rank, reading=reading),
+        "target_scaling": TargetScaling(lambda: t.tasks, t.set_tasks),
+    }
+    about = {
+        "model_spec": t.model_spec,  # what the model is built from
+        "config": reading.configured,
+        "config_digest": config_digest(t.config),
+        "world_size": t.world_size,
+        "environment": t.environment,
+    }
     return Checkpoints(
-        config=t.config,
+        stateful,
+        reading=reading,
+        about=about,
         directory=t.run_dir,
         main=t.is_main,
-        strategy=t.strategy,
+        strategy=s,
         model=t.model,
-        optimizer=t.optimizer,
-        lr_scheduler=t.lr_scheduler,
-        scaler=t.scaler,
-        ema=t.ema,
-        early_stopping=t.early_stopping,
         state=t.state,
-        model_spec=t.model_spec,
-        environment=t._environment,
-        world_size=t.world_size,
     )
 
 

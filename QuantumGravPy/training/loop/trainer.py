@@ -98,7 +98,7 @@ class Trainer:
         self.autocast_dtype, self.float_dtype = PRECISIONS[config.training.precision]
         self.model, self.ema, self.init_note = parts.model(self, resume)
         self.strategy = self.make_strategy()
-        self._pinned, self._environment = parts.settings(self)
+        self._pinned, self.environment = parts.settings(self)
         self.optimizer, self.lr_scheduler, self.scaler = parts.optimization(self)
         self.compiling = parts.compiling(self)
         self.early_stopping = MetricStopping.from_section(config.early_stopping)
@@ -277,7 +277,7 @@ class Trainer:
     def open_run(self) -> None:
         """Open the run directory (config.yaml, train.log; resuming, the records cut back)."""
         strategy = self.strategy.name if self.world_size > 1 else None
-        self.records.open({**self._environment, "strategy": strategy}, resuming=self._resuming)
+        self.records.open({**self.environment, "strategy": strategy}, resuming=self._resuming)
 
     def check_model(self, train: Dataset) -> None:
         """Fit the targets' scaling on ``train`` and run the model once on two of its graphs:
@@ -355,7 +355,7 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint records: plain state dicts, tensors and numbers only."""
-        return self.checkpoints.contents(self.tasks)
+        return self.checkpoints.contents()
 
     def save_checkpoint(self, name: str = rd.LAST) -> Path:
         """Write a checkpoint into the run's ``checkpoints/`` (only the main process writes)."""
@@ -363,7 +363,7 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any], path: str | Path = "checkpoint") -> None:
         """Continue from ``state`` (a checkpoint's contents) in this process."""
-        self.set_tasks(self.checkpoints.load(state, path, self.tasks, rank=self.rank))
+        self.checkpoints.load(state, path)
 
     def resume(self, *, force: bool = False) -> bool:
         """Restore the run in ``training.path`` from ``checkpoints/last.pt``, on every process.

@@ -89,7 +89,7 @@ class RunRecords(Listener):
         state.rng_states = [r["rng"] for r in records]
         rank_rows = [r["timing"] for r in records if r["timing"] is not None]
         # gathered by every process (zero and fsdp hold shares), written by the main one
-        contents = self.checkpoints.contents(trainer.tasks)
+        contents = self.checkpoints.contents()
         told = trainer.listeners.tell
         self.write_epoch(
             row,
