@@ -2,6 +2,9 @@
 
 - :mod:`.distributed`: the process group, who am I (rank, local rank, world size), and the
   collectives the trainers use, each a no-op in a single process;
+- :mod:`.processes`: what a run's processes do together (rank-0 work, barriers, broadcasts,
+  gathers), the identity in one process;
+- :mod:`.devices`: where a process computes, and in which precision (training and prediction);
 - :mod:`.spawn`: starting ``fn(rank, world_size, ...)`` in fresh processes, or joining a job
   that torchrun or srun started, and ending all of them when one fails;
 - :mod:`.shm_comm`: averaging CPU gradients through shared memory, a DDP communication hook;

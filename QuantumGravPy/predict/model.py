@@ -24,11 +24,11 @@ from ..config.dotted import config_folder
 from ..data import dataset_from_config, graph_feature_width, num_node_features
 from ..errors import CheckpointError, RunDirectoryError
 from ..models import build_model
+from ..parallel.devices import PRECISIONS, autocast, select_device
 from ..runs import layout as rd
 from ..runs.checkpoint import evaluation_weights, load_checkpoint, load_model_state
 from ..training.evaluation.evaluator import to_device
 from ..training.evaluation.tasks import Task, build_tasks, select_outputs
-from ..training.loop.devices import PRECISIONS, autocast, select_device
 
 BEST = "best.pt"
 

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ...config import config_to_dict
+from ...parallel.devices import process_settings
 from ...runs import reproducibility as rs
 from ...runs.resume import config_digest
 from ...runs.run_directory import RunDirectory
@@ -34,7 +35,6 @@ from ..state.stateful import (
     TargetScaling,
 )
 from .compiling import Compiling
-from .devices import process_settings
 from .schedule import Schedule, build_optimization
 from .spec import initial_model
 from .step import TrainingPass

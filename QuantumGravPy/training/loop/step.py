@@ -23,6 +23,7 @@ from ...config import TrainingConfig
 from ...data import fed
 from ...data.batches.padding import Budgets, budgets, pad_batch
 from ...errors import RunError
+from ...parallel.devices import PRECISIONS
 from ...parallel.strategies import Strategy
 from ...tasks.base import TaskKind
 from ..evaluation.tasks import Task, add_train_sums, total_loss, train_columns, unpadded
@@ -31,7 +32,6 @@ from ..state.ema import EMA
 from ..state.run_state import RunState
 from .captured import CapturedStep, refusal
 from .compiling import Compiling
-from .devices import PRECISIONS
 from .optim import clip_gradients, optimizer_step, step_groups
 
 log = logging.getLogger(__name__)

@@ -32,6 +32,7 @@ from ...data import (
     split_dataset,
 )
 from ...logs import configure_logging, set_terminal_level
+from ...parallel.devices import PRECISIONS, autocast, select_device
 from ...parallel.processes import OneProcess
 from ...parallel.strategies import Strategy, strategy_class
 from ...runs import layout as rd
@@ -43,7 +44,6 @@ from ..state.early_stopping import MetricStopping
 from ..state.listeners import Listeners
 from ..state.run_state import RunState
 from . import parts
-from .devices import PRECISIONS, autocast, select_device
 from .notices import log_start
 from .spec import check_data, model_spec, run_tasks, train_reads
 

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import torch
 
-from ...errors import ConfigError
-from ...parallel import distributed
+from ..errors import ConfigError
+from . import distributed
 
 # training.precision: (autocast dtype, dtype of weights and data)
 PRECISIONS = {
