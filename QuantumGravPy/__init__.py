@@ -9,10 +9,11 @@ The package is built in layers, each importing only from the ones below it (a te
     predict/      a trained run's model on new data: load_model(), predict(); sample() of a
                   generative model
     training/     Trainer, TrainerDDP, evaluation, early stopping, EMA, fit(), launch()
-    data/         datasets, file formats, split and loaders, samplers, augmentation, ranges
-    models/       GNNModel, TensorInputs, CausalSetGrowth
     runs/         run directory, checkpoints, resuming, reproducibility records, plots
-    parallel/     process group and collectives, spawning, strategies (ddp, zero, fsdp, ...)
+    models/       GNNModel, TensorInputs, CausalSetGrowth
+    data/         datasets, file formats, split and loaders, samplers, augmentation, ranges
+    parallel/     process group and collectives, what processes do together, devices,
+                  spawning, strategies (ddp, zero, fsdp, ...)
     config/       schema, loading and overrides, dotted paths, generated docs
     tasks/        task kinds, one module each
     physics/      causal sets, sprinkling, observables

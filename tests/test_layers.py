@@ -21,9 +21,11 @@ LAYERS = [
     {"tasks", "embedded"},
     {"config"},
     {"parallel"},
-    {"runs"},
-    {"models"},
+    # the story a newcomer tells: the config, the data, the model, the training (its step,
+    # evaluation and records), the run directory it all lands in
     {"data"},
+    {"models"},
+    {"runs"},
     {"training"},
     {"tune", "predict"},
     {"cli", "forkserver", "__init__", "__main__"},
