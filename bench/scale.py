@@ -157,7 +157,7 @@ PREPARE = textwrap.dedent(
     torch.set_num_threads(1)  # as each of W preparing processes on W cores has
     sys.path.insert(0, "bench")
     from scale import data_config, floor_seconds, product_seconds
-    from QuantumGravPy.data.files import FileDataset
+    from QuantumGravPy.data import FileDataset
     store, root, world_size, sizes = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), \
         json.loads(sys.argv[4])
     wall, cpu = time.perf_counter(), time.process_time()
