@@ -40,7 +40,7 @@ import smoke  # noqa: E402
 
 import QuantumGravPy as qg  # noqa: E402
 from QuantumGravPy.parallel import distributed  # noqa: E402
-from QuantumGravPy.training.loop import trainer  # noqa: E402
+from QuantumGravPy.training.loop import parts  # noqa: E402
 from QuantumGravPy.training.monitoring import monitor  # noqa: E402
 
 TARGET = 0.02  # of the epoch time
@@ -156,12 +156,12 @@ def epoch(t, loader, first_on: bool) -> tuple[float, float]:
 def compare(rank: int, world_size: int, config: qg.Config, epochs: int) -> tuple[list, list]:
     if world_size > 1 and len(os.sched_getaffinity(0)) >= world_size:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[rank]})  # a core each
-    real = trainer.Monitor
-    trainer.Monitor = Switchable  # the trainer builds its monitor (and DDP its hook) with it
+    real = parts.Monitor
+    parts.Monitor = Switchable  # the trainer builds its monitor (and DDP its hook) with it
     try:
         t = qg.TrainerDDP(rank, config) if world_size > 1 else qg.Trainer(config)
     finally:
-        trainer.Monitor = real
+        parts.Monitor = real
     loader, _, _ = t.prepare_dataloaders()
     t.on_epoch_start(loader)
     epoch(t, loader, True)  # warm-up
