@@ -34,7 +34,7 @@ LAYERS = [
 # its floor and those below (the layer's __init__, its public face, from any).
 FLOORS = {
     "data": [{"storage"}, {"sources"}, {"batches"}],
-    "training": [{"evaluation", "monitoring"}, {"state"}, {"loop"}, {"launching"}],
+    "training": [{"evaluation", "monitoring"}, {"state"}, {"records"}, {"loop"}, {"launching"}],
 }
 # Only the parallel layer talks to other processes through torch itself (and the adapter of
 # torch's FSDP internals, which the parallel layer alone uses).
@@ -223,12 +223,12 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
         ({"serve/app.py": ""}, "QuantumGravPy.serve.app is in no layer"),
         (  # inside the training layer: the loop may not be imported by what it holds
             {
-                "training/state/records.py": "from ..loop.trainer import Trainer\n",
+                "training/records/records.py": "from ..loop.trainer import Trainer\n",
                 "training/loop/trainer.py": "",
             },
-            "QuantumGravPy.training.state.records imports QuantumGravPy.training.loop.trainer, "
-            "which is above it (training/state may import only from training/state, "
-            "training/evaluation|monitoring)",
+            "QuantumGravPy.training.records.records imports QuantumGravPy.training.loop.trainer, "
+            "which is above it (training/records may import only from training/records, "
+            "training/state, training/evaluation|monitoring)",
         ),
         ({"training/extra.py": ""}, "QuantumGravPy.training.extra is on no floor of its layer"),
         (  # inside the data layer: storage keeps what sources read, never the other way round

@@ -1,7 +1,7 @@
-"""The runs layer: everything a run leaves on disk, and how a run is continued from it.
+"""The runs layer: the files a run leaves on disk, and how a run is continued from them (the
+objects that write them as a run goes are the training layer's records room).
 
 - :mod:`.layout`: the run directory's files, the guard against overwriting a finished run;
-- :mod:`.run_directory`: one run's directory as an object, writing those files as it goes;
 - :mod:`.checkpoint`: atomic, code-free checkpoint files;
 - :mod:`.resume`: reading ``last.pt`` and checking that a resumed config trains the same thing;
 - :mod:`.reproducibility`: seeds and random states, the world-size conditions, the software and

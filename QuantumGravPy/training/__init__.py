@@ -1,19 +1,21 @@
-"""The training layer: the one epoch loop and everything it decides, in five folders, each
+"""The training layer: the one epoch loop and everything it decides, in six folders, each
 importing only from those before it (``tests/test_layers.py`` checks it):
 
 - :mod:`.evaluation`: each task's target, loss and outputs; metrics; validation and testing
   as sums over graphs, exact for any number of processes (:class:`Validator`, :class:`Tester`);
 - :mod:`.monitoring`: inside every run: where each rank's time goes, the gradient norm,
   non-finite gradients and replica checks (:class:`Monitor`);
-- :mod:`.state`: what a run keeps and resumes from: counters, history, random states, the
-  moving average (:class:`EMA`), early stopping, checkpoints, what it writes as it goes;
-- :mod:`.loop`: :class:`Trainer`, the loop and its hooks, and :class:`TrainerDDP`, the same
+- :mod:`.state`: what a run keeps from epoch to epoch: counters, history, random states, the
+  moving average (:class:`EMA`), early stopping; the listeners (:class:`Listener`) and the
+  user's callbacks;
+- :mod:`.records`: what a run writes as it goes: its directory, records and checkpoints;
+- :mod:`.loop`: :class:`Trainer`, its parts and the loop, and :class:`TrainerDDP`, the same
   loop in every process of a DDP job, with rank-0 decisions broadcast to every rank; the
-  training pass, the optimizer and its schedule, devices;
+  training pass, the optimizer and its schedule;
 - :mod:`.launching`: :func:`fit` (the sequence every entry point runs), :func:`launch` (a
   whole training job over several processes), :func:`profile` (``qg profile``).
 
-Imports every layer below it (``data``, ``models``, ``runs``, ``parallel``, ``config``).
+Imports every layer below it (``runs``, ``models``, ``data``, ``parallel``, ``config``).
 """
 
 from .evaluation.evaluator import Tester, Validator

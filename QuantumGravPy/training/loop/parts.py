@@ -14,16 +14,13 @@ from ...config import config_to_dict
 from ...parallel.devices import process_settings
 from ...runs import reproducibility as rs
 from ...runs.resume import config_digest
-from ...runs.run_directory import RunDirectory
 from ..evaluation.evaluator import Evaluation, Tester, Validator
 from ..monitoring.gradients import masks_on_device
 from ..monitoring.monitor import Monitor
-from ..state.callbacks import Callbacks
-from ..state.checkpointing import Checkpoints
-from ..state.ema import EMA
-from ..state.listeners import EpochColumns, Pruning, Stopping
-from ..state.records import RunRecords
-from ..state.stateful import (
+from ..records.checkpointing import Checkpoints
+from ..records.records import RunRecords
+from ..records.run_directory import RunDirectory
+from ..records.stateful import (
     PROGRESS,
     AverageWeights,
     ModelWeights,
@@ -34,6 +31,9 @@ from ..state.stateful import (
     ScheduleState,
     TargetScaling,
 )
+from ..state.callbacks import Callbacks
+from ..state.ema import EMA
+from ..state.listeners import EpochColumns, Pruning, Stopping
 from .compiling import Compiling
 from .schedule import Schedule, build_optimization
 from .spec import initial_model

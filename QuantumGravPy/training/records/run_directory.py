@@ -14,13 +14,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, config_to_dict, dump_config
-from ..errors import QGError, cause
-from ..logs import add_file_handler
-from . import layout as rd
-from . import lock, plots
-from .tracking import MLflowTracker, TensorBoardTracker
-from .wandb_run import WandbTracker
+from ...config import Config, config_to_dict, dump_config
+from ...errors import QGError, cause
+from ...logs import add_file_handler
+from ...runs import layout as rd
+from ...runs import lock, plots
+from ...runs.tracking import MLflowTracker, TensorBoardTracker
+from ...runs.wandb_run import WandbTracker
 
 
 class RunDirectory:

@@ -20,12 +20,12 @@ from ...data.sources.provenance import provenance, with_sources
 from ...errors import DiskFullError
 from ...runs import layout as rd
 from ...runs import reproducibility as rs
-from ...runs.run_directory import RunDirectory
 from ..monitoring.timing import stragglers
+from ..state.early_stopping import MetricStopping
+from ..state.listeners import Listener
+from ..state.run_state import RunState
 from .checkpointing import Checkpoints
-from .early_stopping import MetricStopping
-from .listeners import Listener
-from .run_state import RunState
+from .run_directory import RunDirectory
 
 T = TypeVar("T")
 BEST_EPOCH = "best_epoch_"  # training.keep_best's checkpoints: best_epoch_NNNN.pt

@@ -24,9 +24,9 @@ from ...errors import CheckpointError, cause
 from ...parallel.strategies import Strategy
 from ...runs.checkpoint import load_model_state
 from ..evaluation.tasks import Task, scalings
-from .early_stopping import MetricStopping
-from .ema import EMA
-from .run_state import RunState
+from ..state.early_stopping import MetricStopping
+from ..state.ema import EMA
+from ..state.run_state import RunState
 
 PROGRESS = "progress"  # the run's progress: kept at the top level of a checkpoint (epoch, ...)
 

@@ -23,7 +23,7 @@ from ...runs import layout as rd
 from ...runs.checkpoint import checkpoint_epoch, save_checkpoint
 from ..evaluation.evaluator import checkpoint_model
 from ..evaluation.tasks import Task
-from .run_state import RunState
+from ..state.run_state import RunState
 from .stateful import PROGRESS, Reading
 
 
