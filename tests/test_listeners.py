@@ -34,18 +34,24 @@ class Seen(qg.Listener):
         )
 
 
-def test_a_users_listener_is_told_last_and_sees_the_finished_epoch(make_config):
-    config = make_config(
-        "training.num_epochs=3",
-        "early_stopping.enabled=false",
-        "training.lr_scheduler={type: torch.optim.lr_scheduler.StepLR, kwargs: {step_size: 1, gamma: 0.5}}",
-    )
+def trained_with_seen(config):
+    """Train ``config`` with a :class:`Seen` told last: (what it saw, the history)."""
     trainer = qg.Trainer(config)
     seen = Seen()
     trainer.listeners.items.append(seen)
     train_loader, val_loader, _ = trainer.prepare_dataloaders()
     history = trainer.run_training(train_loader, val_loader)
     trainer.close()
+    return seen, history
+
+
+def test_a_users_listener_is_told_last_and_sees_the_finished_epoch(make_config):
+    config = make_config(
+        "training.num_epochs=3",
+        "early_stopping.enabled=false",
+        "training.lr_scheduler={type: torch.optim.lr_scheduler.StepLR, kwargs: {step_size: 1, gamma: 0.5}}",
+    )
+    seen, history = trained_with_seen(config)
     assert [r["epoch"] for r in seen.rows] == [1, 2, 3]
     assert all(r["counted"] == r["epoch"] == r["last_pt_epoch"] for r in seen.rows)
     assert all(r["in_history"] and r["grad_norm"] for r in seen.rows)
@@ -58,12 +64,7 @@ def test_the_library_decides_the_best_epoch_before_the_users_listener(make_confi
     """state.improved, as early stopping decided it, marks exactly the epochs whose val_loss
     was the lowest so far."""
     config = make_config("training.num_epochs=4", "early_stopping.enabled=false")
-    trainer = qg.Trainer(config)
-    seen = Seen()
-    trainer.listeners.items.append(seen)
-    train_loader, val_loader, _ = trainer.prepare_dataloaders()
-    history = trainer.run_training(train_loader, val_loader)
-    trainer.close()
+    seen, history = trained_with_seen(config)
     lowest, expected = float("inf"), []
     for row in history:
         expected.append(row["val_loss"] < lowest)
