@@ -5,9 +5,12 @@ settings of different sections that exclude each other (each section's own are i
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from .schema import Config
 
 
 def value_check(predicate: Callable[[Any], bool], expected: str) -> dict:
@@ -21,7 +24,7 @@ NON_NEGATIVE = value_check(lambda v: v >= 0, "a number >= 0")
 PROBABILITY = value_check(lambda v: 0 <= v < 1, "a number in [0, 1)")
 
 
-def check_padding(config: Any) -> None:
+def check_padding(config: Config) -> None:
     """``training.pad_batches``: node-budget batches of the built-in model, whose graphs do not
     see each other, whose edges the budget bounds (see ``data.batches.padding``)."""
     if not config.training.pad_batches:

@@ -148,7 +148,7 @@ def upgrade(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
     return {**raw, "parallel": parallel}, notes
 
 
-def config_to_dict(config: Any) -> dict[str, Any]:
+def config_to_dict(config: Config) -> dict[str, Any]:
     """Plain YAML-safe dict (tuples become lists), as a config file writes it: a field of
     sections (``parallel.settings``) as the sections themselves."""
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..config import Config
 from ..figures import new_figure, save
 from ..physics import (
     CausalSet,
@@ -126,7 +127,7 @@ def report_paths(output: Path) -> list[Path]:
     return [output.with_name(f"{stem}_report.csv"), output.with_name(f"{stem}_report.png")]
 
 
-def compare(samples: Sequence[CausalSet], config: Any, output: Path, *, limit: int) -> Report:
+def compare(samples: Sequence[CausalSet], config: Config, output: Path, *, limit: int) -> Report:
     """The report of ``samples`` against up to ``limit`` causal sets of the training split of
     ``config``'s data (nothing written yet: :func:`write_report`)."""
     from ..data import dataset_from_config

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import Dataset
 from torch_geometric.data import Data, InMemoryDataset
 
-from ...config import TaskConfig, task_list
+from ...config import DataConfig, TaskConfig, task_list
 from ...errors import ConfigError, DataError, QGError
 from .datasets import in_memory_values
 from .formats import format_of
@@ -181,7 +181,7 @@ def check_file_targets(config: Any) -> None:
         )
 
 
-def _first_arrays(data_cfg: Any) -> tuple[str, set[str]] | None:
+def _first_arrays(data_cfg: DataConfig) -> tuple[str, set[str]] | None:
     """The layout of the first file and the array names of its first sample (None if it
     cannot be read: reading the files later says why). None for a file of saved graphs too:
     opening one reads all of it, at every run's start, cache or not; the tasks' own check of the
