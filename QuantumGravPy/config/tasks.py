@@ -137,16 +137,18 @@ class TaskConfig:
 
 def task_list(config: Config) -> tuple[TaskConfig, ...]:
     """The config's tasks; without a ``tasks:`` section, one classification of each graph's y."""
-    if config.tasks:
-        return config.tasks
-    return (
-        TaskConfig(
-            name=IMPLICIT_TASK,
-            type="classification",
-            target="y",
-            num_outputs=config.model.num_classes,
-            metrics=("accuracy", "f1_macro", "confusion_matrix"),
-        ),
+    return config.tasks or (implicit_task(config.model.num_classes),)
+
+
+def implicit_task(num_classes: int | None = None) -> TaskConfig:
+    """The one task of a config without ``tasks:``: a classification of each graph's y into
+    ``model.num_classes`` classes (None: read from the data)."""
+    return TaskConfig(
+        name=IMPLICIT_TASK,
+        type="classification",
+        target="y",
+        num_outputs=num_classes,
+        metrics=("accuracy", "f1_macro", "confusion_matrix"),
     )
 
 

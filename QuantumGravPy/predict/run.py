@@ -20,9 +20,9 @@ import torch
 from torch.utils.data import Subset
 
 from .. import logs
-from ..config import Config, load_config
+from ..config import Config, load_config, task_list
 from ..data import SHARED_BUILD_MIN, dataset_from_config, make_loader
-from ..data.sources.checks import check_user_graphs, user_graphs_source
+from ..data.sources.checks import check_user_graphs, checks_for, user_graphs_source
 from ..data.sources.provenance import dataset_positions, provenance
 from ..errors import ConfigError
 from ..parallel import distributed, run_distributed
@@ -185,8 +185,9 @@ def predict(
     if env is None:
         _dataset(job, progress=True, world_size=world_size)
     if graphs is not None or config.data.dataset is not None:  # before a rank starts on them
-        source = "qg.predict's graphs" if graphs is not None else user_graphs_source(config)
-        check_user_graphs(_dataset(job, progress=False), config, source=source)
+        source = "qg.predict's graphs" if graphs is not None else user_graphs_source(config.data)
+        checks = checks_for(task_list(config), config.model)
+        check_user_graphs(_dataset(job, progress=False), checks, config.data, source=source)
     if world_size == 1 and env is None:
         result = predict_worker(0, 1, job)
     else:
@@ -197,7 +198,7 @@ def predict(
         logs.get_logger().warning("%s", drew_notice())
     dataset = select_split(_dataset(job, progress=False), config, split)
     if job.graphs is None:
-        graphs = provenance(config, dataset)
+        graphs = provenance(config.data, dataset)
     else:  # the caller's own: keyed by their position in what was given
         index = dataset_positions(dataset)
         graphs = {"source": np.full(len(index), "graphs"), "index": index}

@@ -12,9 +12,9 @@ from typing import Any
 from torch import nn
 from torch.utils.data import Dataset
 
-from ...config import Config, balanced_task, resolve
+from ...config import Config, balanced_task, resolve, task_list
 from ...data import graph_feature_width, num_edge_features, num_node_features
-from ...data.sources.checks import check_user_graphs, user_graphs_source
+from ...data.sources.checks import check_user_graphs, checks_for, user_graphs_source
 from ...errors import ConfigError, DataError
 from ...models import build_model
 from ...models.blocks import reads_edges
@@ -26,8 +26,9 @@ def run_tasks(config: Config, dataset: Dataset | list, *, given: bool) -> list[T
     """The tasks of a run of ``config`` on ``dataset`` (``given`` from Python, else the
     config's), with a user's graphs checked for them before a step reads one."""
     tasks = build_tasks(config, dataset)
-    source = "the dataset given" if given else user_graphs_source(config)
-    check_user_graphs(dataset, config, source=source)
+    source = "the dataset given" if given else user_graphs_source(config.data)
+    checks = checks_for(task_list(config), config.model)
+    check_user_graphs(dataset, checks, config.data, source=source)
     return tasks
 
 
@@ -112,4 +113,5 @@ def check_data(config: Config, dataset: Dataset | list, spec: dict[str, Any]) ->
             f"built for {spec['in_channels']}"
         )
     build_tasks(config, dataset)  # its targets are checked
-    check_user_graphs(dataset, config, source="the dataset given")
+    checks = checks_for(task_list(config), config.model)
+    check_user_graphs(dataset, checks, config.data, source="the dataset given")

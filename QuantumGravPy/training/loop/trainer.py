@@ -183,7 +183,7 @@ class Trainer:
         self._pinned.close()  # the threads as they were before this run
 
     def load_dataset(self) -> Dataset | list:  # hook
-        check_file_targets(self.config)  # before minutes are spent reading files
+        check_file_targets(self.config.data, self.config.tasks)  # before the files are read
         return dataset_from_config(self.config.data)
 
     def make_train_loader(self, dataset: Dataset) -> DataLoader:  # hook

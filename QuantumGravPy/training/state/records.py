@@ -204,7 +204,7 @@ class RunRecords(Listener):
         def write() -> None:
             rows = predictions
             if rows is not None:
-                rows = with_sources(rows, provenance(self.config, graphs))
+                rows = with_sources(rows, provenance(self.config.data, graphs))
             self.directory.write_summary(summary, test_metrics, rows)
 
         self.share(write)
