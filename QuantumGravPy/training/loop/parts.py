@@ -45,7 +45,7 @@ Trainer = Any  # the trainer being built, with the parts listed before this one
 def model(t: Trainer, resuming: bool) -> tuple[nn.Module, EMA | None, str | None]:
     """The model (resuming: last.pt's weights come later, not init_from's) on the device, its
     moving average (not wrapped in DDP; fsdp shards it), and the log's line on its start."""
-    model, note = initial_model(t.config, t.model_spec, t.tasks, resuming=resuming)
+    model, note = initial_model(t.config.model, t.model_spec, t.tasks, resuming=resuming)
     model = model.to(t.device, t.float_dtype)
     decay = t.config.training.ema_decay
     return model, EMA(model, decay) if decay is not None else None, note

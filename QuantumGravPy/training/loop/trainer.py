@@ -94,7 +94,7 @@ class Trainer:
         rs.seed_everything(config.training.seed)
         self.dataset = self.load_dataset() if dataset is None else dataset
         self.tasks: list[Task] = run_tasks(config, self.dataset, given=dataset is not None)
-        self.model_spec = model_spec(config, self.dataset, self.tasks)  # in every checkpoint
+        self.model_spec = model_spec(config.model, config.training, self.dataset, self.tasks)
         self.autocast_dtype, self.float_dtype = PRECISIONS[config.training.precision]
         self.model, self.ema, self.init_note = parts.model(self, resume)
         self.strategy = self.make_strategy()
