@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...config import config_to_dict
+from ...config import config_to_dict, shown_columns
 from ...parallel.devices import process_settings
 from ...runs import reproducibility as rs
 from ...runs.resume import config_digest
@@ -172,7 +172,10 @@ def records(t: Trainer, *, overwrite: bool, tags: dict[str, str] | None) -> RunR
         tags=tags,
     )
     return RunRecords(
-        config=t.config,
+        training=t.config.training,
+        data=t.config.data,
+        shown=shown_columns(t.config),
+        straggler_ratio=t.config.monitor.straggler_ratio,
         directory=directory,
         checkpoints=t.checkpoints,
         state=t.state,

@@ -252,13 +252,14 @@ class Trainer:
             dataset = self.dataset
         else:
             check_data(self.config, dataset, self.model_spec)
-        train, val, test = split_dataset(dataset, self.config.data.split, self.config.data.seed)
-        self.batch_device = batch_device(self.config, self.device, dataset)
+        c = self.config
+        train, val, test = split_dataset(dataset, c.data.split, c.data.seed)
+        self.batch_device = batch_device(c.data, c.training, c.augmentation, self.device, dataset)
         self.fit_scaling(train)
         self.loaders = (
             self.make_train_loader(train),
-            self.make_eval_loader(val, self.config.validation.batch_size),
-            self.make_eval_loader(test, self.config.testing.batch_size),
+            self.make_eval_loader(val, c.validation.batch_size),
+            self.make_eval_loader(test, c.testing.batch_size),
         )
         return self.loaders  # close() stops their worker processes
 
