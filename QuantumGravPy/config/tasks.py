@@ -9,6 +9,7 @@ config naming a metric or column that cannot exist is refused when it is loaded.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -173,10 +174,11 @@ def history_columns(config: Config) -> tuple[str, ...]:
     return (*val, *train)
 
 
-def balanced_task(config: Config) -> TaskConfig | None:
-    """The task whose classes the class_balanced and progressive samplers balance: the first
-    graph-level task of a kind with classes (classification, binary)."""
-    for t in task_list(config):
+def balanced_task(tasks: Iterable[TaskConfig]) -> TaskConfig | None:
+    """The task of ``tasks`` (a run's: :func:`task_list`) whose classes the class_balanced and
+    progressive samplers balance: the first graph-level task of a kind with classes
+    (classification, binary)."""
+    for t in tasks:
         if t.kind.has_classes and t.level == "graph":
             return t
     return None
@@ -229,7 +231,7 @@ def validate_tasks(config: Config) -> None:
             f"early_stopping.mode: {es.metrics[0]} improves towards {expected}, found {es.mode!r}"
         )
     sampler = config.training.sampler
-    if sampler in ("class_balanced", "progressive") and balanced_task(config) is None:
+    if sampler in ("class_balanced", "progressive") and balanced_task(task_list(config)) is None:
         raise ConfigError(
             f"training.sampler: {sampler} balances the classes of a graph-level classification "
             "or binary task, and this config has none"

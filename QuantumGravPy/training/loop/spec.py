@@ -85,14 +85,14 @@ def initial_model(
     return model, load_starting_weights(model, section.init_from, strict=section.init_strict)
 
 
-def train_reads(config: Config, model: nn.Module, tasks: list[Task]) -> dict[str, Any]:
+def train_reads(section: ModelConfig, model: nn.Module, tasks: list[Task]) -> dict[str, Any]:
     """What the training loader is told its batches are read for: the label a class-balancing
     sampler balances, and the attributes the batches hold (``reads``): those the model reads
     (``model.reads``, or the model's own ``reads``) and the tasks' targets and pairs. None:
     every attribute, for a model that does not say, or a criterion function (given the whole
     batch; a criterion class reads ``y``)."""
-    label = getattr(balanced_task(config), "target_name", "y")
-    said = config.model.reads if config.model.reads is not None else getattr(model, "reads", None)
+    label = getattr(balanced_task(t.config for t in tasks), "target_name", "y")
+    said = section.reads if section.reads is not None else getattr(model, "reads", None)
     given = [getattr(t.loss_fn, "reads", None) for t in tasks if t.loss_takes_batch]
     if said is None or None in given:  # a criterion function: it may read anything
         return {"label": label, "reads": None}

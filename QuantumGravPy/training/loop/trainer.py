@@ -196,7 +196,7 @@ class Trainer:
             world_size=self.world_size,
             device=self.batch_device,
             micro_batches=cut,
-            **train_reads(self.config, self.model, self.tasks),
+            **train_reads(self.config.model, self.model, self.tasks),
             stage=self.device,
         )
 
