@@ -354,6 +354,27 @@ WHOLE_CONFIG = {
     "cli:*": "the command line: loads the Config a command runs",
     "training.launching:*": "the entry points (launch, fit, prepare_run): build a run's parts",
     "tune:*": "tuning: makes each trial's Config from the base one and launches it",
+    "training.loop.trainer:Trainer.__init__": "qg.Trainer(config): builds the run's parts",
+    "training.loop.trainer_ddp:TrainerDDP.__init__": "TrainerDDP(rank, config): the same",
+    "training.loop.spec:run_tasks": "builds the run's tasks (build_tasks) and checks the graphs",
+    "training.loop.spec:check_data": "checks a dataset given later as run_tasks does",
+    "training.evaluation.tasks:build_tasks": "tasks:, or the implicit one of model and criterion",
+    "training.loop.notices:log_start": "the start's notices weigh sections against each other",
+    "training.loop.notices:start_notices": "the same",
+    "training.loop.notices:invariance_note": "the strategy's note, or invariance_breaks'",
+    "runs.reproducibility:invariance_breaks": "training, model and augmentation settings that "
+    "make results depend on the number of processes",
+    "parallel.strategies:*": "a strategy refuses settings of other sections (training, model, "
+    "augmentation, validation) and builds itself from its own and training's",
+    "parallel.spawn:run_distributed": "qg.run_distributed(fn, config): the parallel section and "
+    "the training device, for fn's job",
+    "runs.resume:*": "resuming: the config digested and compared key by key with the checkpoint's",
+    "runs.run_directory:RunDirectory.__init__": "writes the run's config.yaml",
+    "runs.plots:write_run_plots": "qg plots: a run's config (or its config.yaml) names the tasks",
+    "predict.inputs:with_available_targets": "returns the config with data.targets cut down",
+    "predict.model:model_from_checkpoint": "a run's model: the config compared with the "
+    "checkpoint's, its tasks built",
+    "predict.model:_spec_from_data": "builds the tasks of a checkpoint without a model spec",
 }
 
 
@@ -463,7 +484,7 @@ def test_the_config_check_names_file_line_function_and_parameter(tmp_path):
             "config/loading.py": "def load(config: Config) -> None: ...\n",
         },
     )
-    problems = config_params(root, {"runs.resume:digest": "digests it"})
+    problems = config_params(root, {"config:*": "builds it", "runs.resume:digest": "digests it"})
     assert problems == [
         "QuantumGravPy/data/sources/files.py:2:read:data_cfg: annotated Any; give it the "
         "section's class",

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError
-from .checks import NON_NEGATIVE, POSITIVE, PROBABILITY, check_padding, value_check
+from .checks import NON_NEGATIVE, POSITIVE, PROBABILITY, value_check
 from .data import DataConfig
 from .dotted import DottedPath, resolve
 from .hooks import CallbackConfig
@@ -324,3 +324,25 @@ class Config:
     @property
     def run_dir(self) -> Path:
         return Path(self.training.path if self.training.path else f"runs/{self.name}")
+
+
+def check_padding(config: Config) -> None:
+    """``training.pad_batches``: node-budget batches of the built-in model, whose graphs do not
+    see each other, whose edges the budget bounds (see ``data.batches.padding``)."""
+    if not config.training.pad_batches:
+        return
+    against = None
+    if config.training.batch_nodes is None:
+        against = "needs training.batch_nodes, the budget of nodes"
+    elif config.model.type is not None:
+        against = f"not with model.type {config.model.type} (its graphs might see the padding)"
+    elif config.model.norm == "batch":
+        against = "not with model.norm: batch, whose statistics would count the padding nodes"
+    elif config.training.precision == "16":
+        against = 'not with training.precision: "16", whose range the padding rows might leave'
+    elif config.augmentation.preset is not None:
+        against = "not with augmentation.preset, which can add links past the edge budget"
+    elif any(t.level == "edge" for t in config.tasks):
+        against = "not with an edge-level task, whose pairs the padding does not budget"
+    if against is not None:
+        raise ConfigError(f"training.pad_batches: {against}")
