@@ -244,19 +244,19 @@ def _objective(given: Any, base: Config) -> tuple[str, str]:
     return metric, direction
 
 
-def _section(given: Any, name: str, kinds: dict[str, Any], default: str) -> dict[str, Any]:
-    """``pruner:`` or ``sampler:`` as the file gives it (``given``, unchecked): a type and its
+def _section(raw: Any, name: str, kinds: dict[str, Any], default: str) -> dict[str, Any]:
+    """``pruner:`` or ``sampler:`` as the file gives it (``raw``, unchecked): a type and its
     class's keyword arguments, checked by building it once."""
-    if given is None:
-        given = {"type": default}
-    if not isinstance(given, Mapping):
-        raise ConfigError(f"{name}: expected a mapping with a type, found {given!r}")
-    given = {"type": default, **given}
-    kind = given["type"]
+    if raw is None:
+        raw = {"type": default}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{name}: expected a mapping with a type, found {raw!r}")
+    raw = {"type": default, **raw}
+    kind = raw["type"]
     if kind not in kinds:
         raise ConfigError(f"{name}.type: expected one of {', '.join(kinds)}, found {kind!r}")
     cls = kinds[kind]
-    kwargs = {k: v for k, v in given.items() if k != "type"}
+    kwargs = {k: v for k, v in raw.items() if k != "type"}
     accepted = [
         p.name
         for p in inspect.signature(cls).parameters.values()
@@ -277,4 +277,4 @@ def _section(given: Any, name: str, kinds: dict[str, Any], default: str) -> dict
             cls(**given, **kwargs)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{name}: the {kind} {name} refuses {kwargs}: {e}") from e
-    return dict(given)
+    return dict(raw)
