@@ -421,14 +421,26 @@ def _allowed(module: str, function: str, allowed: dict[str, str]) -> bool:
     return False
 
 
+ANY = ("Any", "typing.Any")
+
+
 def config_params(root: Path, allowed: dict[str, str]) -> list[str]:
     """``file:line:function:param: why`` for every config parameter typed Any or not at all, and
-    for every parameter typed Config in a function that ``allowed`` does not name."""
+    for every parameter typed Config in a function that ``allowed`` does not name; and
+    ``file:line: NAME = Any`` for a config class's name made an alias of Any (``Config = Any``
+    would hide Any from the check)."""
     problems = []
     for name, path in package_modules(root).items():
         module = name.removeprefix(PACKAGE + ".")
         where = path.relative_to(root)
-        for function, node in _functions(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in tree.body:
+            if not isinstance(node, ast.Assign) or ast.unparse(node.value) not in ANY:
+                continue
+            for target in map(ast.unparse, node.targets):
+                if target.endswith(("Config", "Section")):
+                    problems.append(f"{where}:{node.lineno}: {target} = Any; import the class")
+        for function, node in _functions(tree):
             a = node.args
             for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
                 here = f"{where}:{arg.lineno}:{function}:{arg.arg}"
@@ -476,6 +488,7 @@ def test_the_config_check_names_file_line_function_and_parameter(tmp_path):
                 "def ok(data_cfg: DataConfig, extra: Any) -> None: ...\n"
             ),
             "runs/resume.py": (
+                "Config = Any\n"
                 "class State:\n"
                 "    def read(self, config: Config) -> None: ...\n"
                 "def digest(config: 'Config') -> str: ...\n"
@@ -490,7 +503,8 @@ def test_the_config_check_names_file_line_function_and_parameter(tmp_path):
         "section's class",
         "QuantumGravPy/data/sources/files.py:3:count:section: annotated Any; give it the "
         "section's class",
-        "QuantumGravPy/runs/resume.py:2:State.read:config: takes the whole Config; give it the "
+        "QuantumGravPy/runs/resume.py:1: Config = Any; import the class",
+        "QuantumGravPy/runs/resume.py:3:State.read:config: takes the whole Config; give it the "
         "sections it reads, or say in WHOLE_CONFIG why it needs all of them",
-        "QuantumGravPy/runs/resume.py:4:keys:run_cfg: not annotated; give it the section's class",
+        "QuantumGravPy/runs/resume.py:5:keys:run_cfg: not annotated; give it the section's class",
     ]

@@ -1,6 +1,6 @@
 """Checks of settings: the field metadata that checks one value (:func:`value_check`). Those of
 several values of a section are its ``validate`` method's; those of settings of different
-sections that exclude each other are :class:`~.schema.Config`'s."""
+sections that exclude each other are :mod:`.across`'s."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from .dotted import DottedPath, resolve
 from .hooks import CallbackConfig
 from .objects import check_objects
 from .optim import OptimizerConfig, SchedulerConfig
-from .tasks import TaskConfig, validate_tasks
+from .tasks import TaskConfig
 from .watching import MonitorConfig, TrackingConfig
 
 _check, _POSITIVE, _NON_NEGATIVE, _PROBABILITY = value_check, POSITIVE, NON_NEGATIVE, PROBABILITY
@@ -317,32 +317,6 @@ class Config:
     # it defines, which the config may then name (docs: Extending)
     extensions: tuple[str, ...] = ()
 
-    def validate(self) -> None:
-        validate_tasks(self)  # (what a parallel.strategy refuses, its class says: parallel/)
-        check_padding(self)
-
     @property
     def run_dir(self) -> Path:
         return Path(self.training.path if self.training.path else f"runs/{self.name}")
-
-
-def check_padding(config: Config) -> None:
-    """``training.pad_batches``: node-budget batches of the built-in model, whose graphs do not
-    see each other, whose edges the budget bounds (see ``data.batches.padding``)."""
-    if not config.training.pad_batches:
-        return
-    against = None
-    if config.training.batch_nodes is None:
-        against = "needs training.batch_nodes, the budget of nodes"
-    elif config.model.type is not None:
-        against = f"not with model.type {config.model.type} (its graphs might see the padding)"
-    elif config.model.norm == "batch":
-        against = "not with model.norm: batch, whose statistics would count the padding nodes"
-    elif config.training.precision == "16":
-        against = 'not with training.precision: "16", whose range the padding rows might leave'
-    elif config.augmentation.preset is not None:
-        against = "not with augmentation.preset, which can add links past the edge budget"
-    elif any(t.level == "edge" for t in config.tasks):
-        against = "not with an edge-level task, whose pairs the padding does not budget"
-    if against is not None:
-        raise ConfigError(f"training.pad_batches: {against}")
