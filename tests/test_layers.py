@@ -390,11 +390,15 @@ def _named(annotation: ast.expr | None) -> set[str]:
 
 
 def _union_members(annotation: ast.expr) -> list[ast.expr]:
-    """``A | B | None`` as [A, B, None]; anything else as itself."""
+    """``A | B | None`` (or ``Optional[A]``, ``Union[A, B]``) as [A, B, None]; anything else as
+    itself."""
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
         annotation = ast.parse(annotation.value, mode="eval").body
     if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
         return _union_members(annotation.left) + _union_members(annotation.right)
+    if isinstance(annotation, ast.Subscript) and _named(annotation.value) & {"Optional", "Union"}:
+        inner = annotation.slice
+        return [m for e in getattr(inner, "elts", [inner]) for m in _union_members(e)]
     return [annotation]
 
 
@@ -486,6 +490,7 @@ def test_the_config_check_names_file_line_function_and_parameter(tmp_path):
                 "def read(data_cfg: Any, n: int) -> None: ...\n"
                 "def count(section: 'Any | None') -> None: ...\n"
                 "def ok(data_cfg: DataConfig, extra: Any) -> None: ...\n"
+                "def size(es: Optional[Any]) -> None: ...\n"
             ),
             "runs/resume.py": (
                 "Config = Any\n"
@@ -503,6 +508,7 @@ def test_the_config_check_names_file_line_function_and_parameter(tmp_path):
         "section's class",
         "QuantumGravPy/data/sources/files.py:3:count:section: annotated Any; give it the "
         "section's class",
+        "QuantumGravPy/data/sources/files.py:5:size:es: annotated Any; give it the section's class",
         "QuantumGravPy/runs/resume.py:1: Config = Any; import the class",
         "QuantumGravPy/runs/resume.py:3:State.read:config: takes the whole Config; give it the "
         "sections it reads, or say in WHOLE_CONFIG why it needs all of them",
