@@ -285,12 +285,13 @@ def test_data_device_puts_a_dataset_on_the_gpu_only_when_nothing_rules_it_out(
     free = {"bytes": 10 * size}
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free["bytes"], 10**12))
 
-    def where(*overrides, data=dataset):
-        return batch_device(make_config("data.num_graphs=30", *overrides), gpu, data)
+    def where(*overrides, data=dataset, device=gpu):
+        c = make_config("data.num_graphs=30", *overrides)
+        return batch_device(c.data, c.training, c.augmentation, device, data)
 
     assert where() == gpu and where("data.device=cuda") == gpu  # auto: it takes a tenth
     assert where("data.device=cpu") is None
-    assert batch_device(make_config("data.device=cuda"), torch.device("cpu"), dataset) is None
+    assert where("data.device=cuda", device=torch.device("cpu")) is None
     free["bytes"] = 3 * size  # more than a quarter of what is free: auto keeps it on the host
     assert where() is None and where("data.device=cuda") == gpu
     free["bytes"] = size // 2

@@ -150,12 +150,16 @@ def test_one_process_group_and_trainer_ddp_in_this_process(make_config):
 def test_auto_backend_follows_the_training_device(make_config, monkeypatch):
     from QuantumGravPy.parallel import resolve_backend
 
+    def backend(*overrides: str) -> str:
+        config = make_config(*overrides)
+        return resolve_backend(config.parallel, config.training.device)
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert resolve_backend(make_config("training.device=auto")) == "nccl"
-    assert resolve_backend(make_config("training.device=cpu")) == "gloo"  # never NCCL on CPU
-    assert resolve_backend(make_config("parallel.backend=gloo", "training.device=cuda")) == "gloo"
+    assert backend("training.device=auto") == "nccl"
+    assert backend("training.device=cpu") == "gloo"  # never NCCL on CPU
+    assert backend("parallel.backend=gloo", "training.device=cuda") == "gloo"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert resolve_backend(make_config("training.device=auto")) == "gloo"
+    assert backend("training.device=auto") == "gloo"
 
 
 def join_three(rank, port, delay_s, queue):

@@ -154,7 +154,7 @@ def test_a_pyg_users_edge_targets_train_from_python(make_config):
     _, history, metrics = train(cfg)
     assert history[-1]["val_mse"] < 0.5 * history[0]["val_mse"]
     predictions = qg.runs.layout.read_predictions(cfg.run_dir)["flow"]
-    test = select_split(rings_with_edge_heat(), cfg, "test")  # as the run drew it
+    test = select_split(rings_with_edge_heat(), cfg.data, "test")  # as the run drew it
     assert len(predictions["pair"]) == sum(g.edge_index.shape[1] for g in test)
     for graph, (i, j), true in zip(
         predictions["graph"], predictions["pair"], predictions["true"], strict=True

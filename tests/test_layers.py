@@ -341,3 +341,178 @@ def test_no_module_packs_its_code_past_the_formatter():
         if "fmt: skip" in line or "fmt: off" in line
     ]
     assert not found, "let ruff format lay these out:\n" + "\n".join(found)
+
+
+# --- the config reaches each part as its own typed section ----------------------------------------
+
+# Parameters by these names hold a config or one of its sections (also any name ending in _cfg):
+# each is annotated with its class, never Any, so that a reader sees which part a function reads.
+CONFIG_PARAMS = {"config", "cfg", "section", "es", "data_cfg"}
+# Functions that take the whole Config ("module:function", module without the package's name;
+# "module:*" for every function of a module or package), each with why it needs all of it.
+# Every other part takes its own section and the few values it needs.
+WHOLE_CONFIG = {
+    "config:*": "the configuration layer: loads, validates and writes the Config",
+    "cli:*": "the command line: loads the Config a command runs",
+    "training.launching:*": "the entry points (launch, fit, prepare_run): build a run's parts",
+    "tune:*": "tuning: makes each trial's Config from the base one and launches it",
+    "training.loop.trainer:Trainer.__init__": "qg.Trainer(config): builds the run's parts",
+    "training.loop.trainer_ddp:TrainerDDP.__init__": "TrainerDDP(rank, config): the same",
+    "training.loop.spec:run_tasks": "builds the run's tasks (build_tasks) and checks the graphs",
+    "training.loop.spec:check_data": "checks a dataset given later as run_tasks does",
+    "training.evaluation.tasks:build_tasks": "tasks:, or the implicit one of model and criterion",
+    "training.loop.notices:log_start": "the start's notices weigh sections against each other",
+    "training.loop.notices:start_notices": "the same",
+    "training.loop.notices:invariance_note": "the strategy's note, or invariance_breaks'",
+    "runs.reproducibility:invariance_breaks": "training, model and augmentation settings that "
+    "make results depend on the number of processes",
+    "parallel.strategies:*": "a strategy refuses settings of other sections (training, model, "
+    "augmentation, validation) and builds itself from its own and training's",
+    "parallel.spawn:run_distributed": "qg.run_distributed(fn, config): the parallel section and "
+    "the training device, for fn's job",
+    "runs.resume:*": "resuming: the config digested and compared key by key with the checkpoint's",
+    "runs.run_directory:RunDirectory.__init__": "writes the run's config.yaml",
+    "runs.plots:write_run_plots": "qg plots: a run's config (or its config.yaml) names the tasks",
+    "predict.inputs:with_available_targets": "returns the config with data.targets cut down",
+    "predict.model:model_from_checkpoint": "a run's model: the config compared with the "
+    "checkpoint's, its tasks built",
+    "predict.model:_spec_from_data": "builds the tasks of a checkpoint without a model spec",
+}
+
+
+def _named(annotation: ast.expr | None) -> set[str]:
+    """The names an annotation mentions (a string annotation parsed)."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        annotation = ast.parse(annotation.value, mode="eval").body
+    if annotation is None:
+        return set()
+    return {n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(annotation) if isinstance(n, ast.Attribute)
+    }
+
+
+def _union_members(annotation: ast.expr) -> list[ast.expr]:
+    """``A | B | None`` (or ``Optional[A]``, ``Union[A, B]``) as [A, B, None]; anything else as
+    itself."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        annotation = ast.parse(annotation.value, mode="eval").body
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        return _union_members(annotation.left) + _union_members(annotation.right)
+    if isinstance(annotation, ast.Subscript) and _named(annotation.value) & {"Optional", "Union"}:
+        inner = annotation.slice
+        return [m for e in getattr(inner, "elts", [inner]) for m in _union_members(e)]
+    return [annotation]
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> list[tuple[str, ast.FunctionDef]]:
+    """(qualified name, node) of every function and method, nested ones included."""
+    found = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.append((prefix + node.name, node))
+            found += _functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            found += _functions(node, f"{prefix}{node.name}.")
+        else:
+            found += _functions(node, prefix)
+    return found
+
+
+def _allowed(module: str, function: str, allowed: dict[str, str]) -> bool:
+    for key in allowed:
+        where, _, name = key.partition(":")
+        inside = module == where or module.startswith(where + ".")
+        if inside and (name == "*" or name == function):
+            return True
+    return False
+
+
+ANY = ("Any", "typing.Any")
+
+
+def config_params(root: Path, allowed: dict[str, str]) -> list[str]:
+    """``file:line:function:param: why`` for every config parameter typed Any or not at all, and
+    for every parameter typed Config in a function that ``allowed`` does not name; and
+    ``file:line: NAME = Any`` for a config class's name made an alias of Any (``Config = Any``
+    would hide Any from the check)."""
+    problems = []
+    for name, path in package_modules(root).items():
+        module = name.removeprefix(PACKAGE + ".")
+        where = path.relative_to(root)
+        tree = ast.parse(path.read_text(), str(path))
+        for node in tree.body:
+            if not isinstance(node, ast.Assign) or ast.unparse(node.value) not in ANY:
+                continue
+            for target in map(ast.unparse, node.targets):
+                if target.endswith(("Config", "Section")):
+                    problems.append(f"{where}:{node.lineno}: {target} = Any; import the class")
+        for function, node in _functions(tree):
+            a = node.args
+            for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+                here = f"{where}:{arg.lineno}:{function}:{arg.arg}"
+                if arg.arg in CONFIG_PARAMS or arg.arg.endswith("_cfg"):
+                    if arg.annotation is None:
+                        problems.append(f"{here}: not annotated; give it the section's class")
+                    elif any(_named(m) == {"Any"} for m in _union_members(arg.annotation)):
+                        problems.append(f"{here}: annotated Any; give it the section's class")
+                if "Config" in _named(arg.annotation) and not _allowed(module, function, allowed):
+                    problems.append(
+                        f"{here}: takes the whole Config; give it the sections it reads, or say "
+                        "in WHOLE_CONFIG why it needs all of them"
+                    )
+    return problems
+
+
+def test_every_part_takes_its_own_typed_section():
+    problems = config_params(ROOT, WHOLE_CONFIG)
+    assert not problems, "config parameters:\n" + "\n".join(problems)
+
+
+def test_every_function_allowed_the_whole_config_exists():
+    """An entry of WHOLE_CONFIG whose function is gone or renamed would allow its successor."""
+    modules = package_modules(ROOT)
+    missing = []
+    for key in WHOLE_CONFIG:
+        where, _, function = key.partition(":")
+        found = [p for n, p in modules.items() if n == f"{PACKAGE}.{where}"]
+        if not found or (
+            function != "*"
+            and function not in {f for f, _ in _functions(ast.parse(found[0].read_text()))}
+        ):
+            missing.append(key)
+    assert not missing, missing
+
+
+def test_the_config_check_names_file_line_function_and_parameter(tmp_path):
+    root = write_package(
+        tmp_path,
+        {
+            "data/sources/files.py": (
+                "from typing import Any\n"
+                "def read(data_cfg: Any, n: int) -> None: ...\n"
+                "def count(section: 'Any | None') -> None: ...\n"
+                "def ok(data_cfg: DataConfig, extra: Any) -> None: ...\n"
+                "def size(es: Optional[Any]) -> None: ...\n"
+            ),
+            "runs/resume.py": (
+                "Config = Any\n"
+                "class State:\n"
+                "    def read(self, config: Config) -> None: ...\n"
+                "def digest(config: 'Config') -> str: ...\n"
+                "def keys(run_cfg) -> None: ...\n"
+            ),
+            "config/loading.py": "def load(config: Config) -> None: ...\n",
+        },
+    )
+    problems = config_params(root, {"config:*": "builds it", "runs.resume:digest": "digests it"})
+    assert problems == [
+        "QuantumGravPy/data/sources/files.py:2:read:data_cfg: annotated Any; give it the "
+        "section's class",
+        "QuantumGravPy/data/sources/files.py:3:count:section: annotated Any; give it the "
+        "section's class",
+        "QuantumGravPy/data/sources/files.py:5:size:es: annotated Any; give it the section's class",
+        "QuantumGravPy/runs/resume.py:1: Config = Any; import the class",
+        "QuantumGravPy/runs/resume.py:3:State.read:config: takes the whole Config; give it the "
+        "sections it reads, or say in WHOLE_CONFIG why it needs all of them",
+        "QuantumGravPy/runs/resume.py:5:keys:run_cfg: not annotated; give it the section's class",
+    ]

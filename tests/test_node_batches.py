@@ -157,6 +157,8 @@ def test_the_log_says_what_a_batch_holds(make_config, capsys):
     from QuantumGravPy.training.loop.notices import describe_run
 
     config = make_config("training.batch_nodes=300")
-    assert "batches of at most 300 nodes" in describe_run(config, torch.device("cpu"), 84)
+    assert "batches of at most 300 nodes" in describe_run(
+        config.name, config.training, torch.device("cpu"), 84
+    )
     # no word of DDP's padding, which a plan of node budgets never does
     assert [b.split(" (")[0] for b in invariance_breaks(config)] == ["training.batch_nodes is set"]

@@ -18,10 +18,14 @@ import sys
 import traceback
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..errors import COMMAND_LINE_ENV, QGError, RunError, disk_full
 from ..logs import configure_logging
 from .parser import build_parser
+
+if TYPE_CHECKING:  # imported when a command runs, so that `qg --help` starts at once
+    from ..config import Config
 
 EXIT_FAILED = 1
 EXIT_USER_ERROR = 2
@@ -152,7 +156,7 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(metrics: dict[str, float], config) -> None:
+def _report(metrics: dict[str, float], config: Config) -> None:
     from ..config import headline_columns
 
     columns = (*headline_columns(config, "test"), "test_loss")

@@ -3,8 +3,10 @@
 
 - :mod:`.schema`: the dataclasses, their defaults and documentation comments (the ``data``
   section's in :mod:`.data`);
-- :mod:`.tasks`: the tasks and the history columns they make (what each type offers is its
-  kind's: :mod:`QuantumGravPy.tasks`);
+- :mod:`.tasks`: the tasks and their metrics (what each type offers is its kind's:
+  :mod:`QuantumGravPy.tasks`);
+- :mod:`.across`: what the sections say together: the tasks of a config (its implicit one
+  too), the history columns they make, and the checks of settings of different sections;
 - :mod:`.loading`: YAML, overrides and the validating walk (errors name the dotted key);
 - :mod:`.dotted`: dotted import paths to the user's own classes and functions;
 - :mod:`.objects`: objects built by name inside ``model.kwargs`` (``{class: ..., kwargs:
@@ -15,6 +17,7 @@
 Imports only the ground floor (``errors``) and the task kinds.
 """
 
+from .across import headline_columns, history_columns, shown_columns, task_list
 from .data import DataConfig
 from .dotted import DottedPath, UserFunction, check_kwargs, resolve
 from .loading import (
@@ -41,16 +44,7 @@ from .schema import (
     TrainingConfig,
     ValidationConfig,
 )
-from .tasks import (
-    IMPLICIT_TASK,
-    TaskConfig,
-    balanced_task,
-    headline_columns,
-    history_columns,
-    improves_towards,
-    shown_columns,
-    task_list,
-)
+from .tasks import IMPLICIT_TASK, TaskConfig, balanced_task, improves_towards
 
 __all__ = [
     "IMPLICIT_TASK",

@@ -19,6 +19,7 @@ import yaml
 
 from ..errors import ConfigError
 from ..logs import get_logger
+from .across import check_across
 from .dotted import config_folder, import_extensions, resolve
 from .schema import Config
 from .yamlfile import parse_yaml, read_yaml_file
@@ -75,12 +76,12 @@ def _blame(raw: dict[str, Any], overrides: list[str], error: ConfigError, path: 
         if name == key or key.startswith(name + ".") or name.startswith(key + "."):
             return f"override {item!r}"
     try:
-        _build(Config, upgrade(raw)[0], "")
+        _whole(upgrade(raw)[0])
     except ConfigError:
         return str(path)
     for i, item in enumerate(overrides):
         try:
-            _build(Config, upgrade(apply_overrides(raw, overrides[: i + 1]))[0], "")
+            _whole(upgrade(apply_overrides(raw, overrides[: i + 1]))[0])
         except ConfigError:
             return f"override {item!r}"
     return str(path)
@@ -92,9 +93,17 @@ def config_from_dict(raw: Mapping[str, Any]) -> Config:
     raw, notes = upgrade(raw)
     if isinstance(raw, Mapping) and raw.get("extensions"):
         import_extensions(raw["extensions"])  # what they register, the rest may name
-    config = _build(Config, raw, "")
+    config = _whole(raw)
     for note in notes:
         get_logger().warning("note: %s", note)
+    return config
+
+
+def _whole(raw: Any) -> Config:
+    """The config of ``raw`` (its keys those of this version): each section built and checked,
+    then the settings of different sections against each other."""
+    config = _build(Config, raw, "")
+    check_across(config)
     return config
 
 
@@ -148,7 +157,7 @@ def upgrade(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
     return {**raw, "parallel": parallel}, notes
 
 
-def config_to_dict(config: Any) -> dict[str, Any]:
+def config_to_dict(config: Config) -> dict[str, Any]:
     """Plain YAML-safe dict (tuples become lists), as a config file writes it: a field of
     sections (``parallel.settings``) as the sections themselves."""
 

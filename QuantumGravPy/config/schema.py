@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from ..errors import ConfigError
-from .checks import NON_NEGATIVE, POSITIVE, PROBABILITY, check_padding, value_check
+from .checks import NON_NEGATIVE, POSITIVE, PROBABILITY, value_check
 from .data import DataConfig
 from .dotted import DottedPath, resolve
 from .hooks import CallbackConfig
 from .objects import check_objects
 from .optim import OptimizerConfig, SchedulerConfig
-from .tasks import TaskConfig, validate_tasks
+from .tasks import TaskConfig
 from .watching import MonitorConfig, TrackingConfig
 
 _check, _POSITIVE, _NON_NEGATIVE, _PROBABILITY = value_check, POSITIVE, NON_NEGATIVE, PROBABILITY
@@ -316,10 +316,6 @@ class Config:
     # process of a job): each registers the task kinds, metrics, strategies and file formats
     # it defines, which the config may then name (docs: Extending)
     extensions: tuple[str, ...] = ()
-
-    def validate(self) -> None:
-        validate_tasks(self)  # (what a parallel.strategy refuses, its class says: parallel/)
-        check_padding(self)
 
     @property
     def run_dir(self) -> Path:

@@ -31,7 +31,7 @@ import torch.multiprocessing as mp
 import tqdm
 from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 
-from ..config import Config
+from ..config import Config, ParallelConfig
 from ..config.dotted import EXTENSIONS, reimport_extensions
 from ..errors import (
     COMMAND_LINE_ENV,
@@ -74,7 +74,7 @@ def run_distributed(
     rank 0's result is returned; torch's C++ log records go to ``log`` (see :func:`spawn`).
     """
     p = config.parallel
-    backend = resolve_backend(config)
+    backend = resolve_backend(p, config.training.device)
     env = distributed.process_env()
     if env is None:
         return spawn(
@@ -159,10 +159,10 @@ def _thread_lock_for_bars() -> None:
     tqdm.tqdm.set_lock(threading.RLock())
 
 
-def resolve_backend(config: Config) -> str:
-    """``parallel.backend`` of ``config``, ``auto`` made concrete (:func:`distributed.
-    resolve_backend`)."""
-    return distributed.resolve_backend(config.parallel.backend, config.training.device)
+def resolve_backend(parallel: ParallelConfig, device: str) -> str:
+    """The ``parallel:`` section's backend for ``training.device`` ``device``, ``auto`` made
+    concrete (:func:`distributed.resolve_backend`)."""
+    return distributed.resolve_backend(parallel.backend, device)
 
 
 def spawn(

@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 from torch_geometric.data import Data
 from torch_geometric.data.data import BaseData
 
-from ..config import Config
+from ..config import Config, DataConfig
 from ..data import in_memory_values, split_dataset
 from ..data.sources.datasets import check_dataset
 from ..data.sources.stores import Samples, find_files, open_store
@@ -83,14 +83,14 @@ def with_available_targets(config: Config) -> Config:
     return dataclasses.replace(config, data=dataclasses.replace(data, targets=kept))
 
 
-def select_split(dataset: Dataset, config: Config, split: str) -> Dataset:
-    """``split`` of ``dataset`` as training splits it (``data.split`` with ``data.seed``), or
-    all of it."""
+def select_split(dataset: Dataset, data: DataConfig, split: str) -> Dataset:
+    """``split`` of ``dataset`` as training splits it (``data.split`` with ``data.seed`` of the
+    ``data:`` section ``data``), or all of it."""
     if split not in SPLITS:
         raise ConfigError(f"--split: expected one of {', '.join(SPLITS)}, found {split!r}")
     if split == "all":
         return dataset
-    train, val, test = split_dataset(dataset, config.data.split, config.data.seed)
+    train, val, test = split_dataset(dataset, data.split, data.seed)
     return {"train": train, "val": val, "test": test}[split]
 
 

@@ -9,7 +9,7 @@ A checkpoint written before ``model_spec`` was recorded falls back on the config
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch
 from torch_geometric.data.data import BaseData
 
-from ..config import Config, config_to_dict, load_config, task_list
+from ..config import Config, TaskConfig, config_to_dict, load_config, task_list
 from ..config.dotted import config_folder
 from ..data import dataset_from_config, graph_feature_width, num_node_features
 from ..errors import CheckpointError, RunDirectoryError
@@ -132,7 +132,7 @@ def model_from_checkpoint(
     state = load_checkpoint(checkpoint)
     device = select_device(config.training.device) if device is None else torch.device(device)
     spec = state.get("model_spec") or _spec_from_data(config)
-    tasks = build_tasks(config, None, outputs=_outputs(spec, config, checkpoint))
+    tasks = build_tasks(config, None, outputs=_outputs(spec, task_list(config), checkpoint))
     scaling = state.get("target_scaling") or {}
     tasks = [t.with_scaling(scaling.get(t.name)) for t in tasks]
     float_dtype = PRECISIONS[config.training.precision][1]
@@ -154,9 +154,11 @@ def model_from_checkpoint(
     return LoadedModel(model, config, tasks, checkpoint, device, spec)
 
 
-def _outputs(spec: Mapping[str, Any], config: Config, checkpoint: Path) -> dict[str, int]:
+def _outputs(
+    spec: Mapping[str, Any], tasks: Sequence[TaskConfig], checkpoint: Path
+) -> dict[str, int]:
     outputs = dict(spec["outputs"])
-    missing = [t.name for t in task_list(config) if t.name not in outputs]
+    missing = [t.name for t in tasks if t.name not in outputs]
     if missing:
         raise CheckpointError(
             f"{checkpoint}: was trained without task(s) {', '.join(missing)} of the config "

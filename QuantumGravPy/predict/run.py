@@ -20,9 +20,9 @@ import torch
 from torch.utils.data import Subset
 
 from .. import logs
-from ..config import Config, load_config
+from ..config import Config, load_config, task_list
 from ..data import SHARED_BUILD_MIN, dataset_from_config, make_loader
-from ..data.sources.checks import check_user_graphs, user_graphs_source
+from ..data.sources.checks import check_user_graphs, checks_for, user_graphs_source
 from ..data.sources.provenance import dataset_positions, provenance
 from ..errors import ConfigError
 from ..parallel import distributed, run_distributed
@@ -66,10 +66,9 @@ def _dataset(job: _Job, *, progress: bool, world_size: int = 1) -> Any:
     )
 
 
-def _device(config: Config, world_size: int) -> torch.device | None:
+def _device(spec: str, world_size: int) -> torch.device | None:
     """A rank's GPU (cuda:LOCAL_RANK) when several processes predict on GPUs; else the
-    config's device (None)."""
-    spec = config.training.device
+    config's device, ``training.device`` (``spec``): None."""
     if world_size > 1 and spec in ("auto", "cuda") and torch.cuda.is_available():
         return torch.device(f"cuda:{distributed.get_local_rank()}")
     if world_size > 1 and spec.startswith("cuda:"):
@@ -90,8 +89,10 @@ def predict_worker(rank: int, world_size: int, job: _Job) -> dict[str, Any] | No
         if distributed.get_local_rank() == 0:
             _dataset(job, progress=rank == 0)
         distributed.barrier()
-    loaded = model_from_checkpoint(job.config, job.checkpoint, _device(job.config, world_size))
-    dataset = select_split(_dataset(job, progress=False), job.config, job.split)
+    loaded = model_from_checkpoint(
+        job.config, job.checkpoint, _device(job.config.training.device, world_size)
+    )
+    dataset = select_split(_dataset(job, progress=False), job.config.data, job.split)
     size = job.config.testing.batch_size
     batches = [range(i, min(i + size, len(dataset))) for i in range(0, len(dataset), size)]
     mine = torch.tensor([p for b in batches[rank::world_size] for p in b], dtype=torch.long)
@@ -185,8 +186,9 @@ def predict(
     if env is None:
         _dataset(job, progress=True, world_size=world_size)
     if graphs is not None or config.data.dataset is not None:  # before a rank starts on them
-        source = "qg.predict's graphs" if graphs is not None else user_graphs_source(config)
-        check_user_graphs(_dataset(job, progress=False), config, source=source)
+        source = "qg.predict's graphs" if graphs is not None else user_graphs_source(config.data)
+        checks = checks_for(task_list(config), config.model)
+        check_user_graphs(_dataset(job, progress=False), checks, config.data, source=source)
     if world_size == 1 and env is None:
         result = predict_worker(0, 1, job)
     else:
@@ -195,9 +197,9 @@ def predict(
         return Predictions({"index": np.zeros(0, dtype=np.int64)})
     if result["drew"] and seed is None:
         logs.get_logger().warning("%s", drew_notice())
-    dataset = select_split(_dataset(job, progress=False), config, split)
+    dataset = select_split(_dataset(job, progress=False), config.data, split)
     if job.graphs is None:
-        graphs = provenance(config, dataset)
+        graphs = provenance(config.data, dataset)
     else:  # the caller's own: keyed by their position in what was given
         index = dataset_positions(dataset)
         graphs = {"source": np.full(len(index), "graphs"), "index": index}

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..config import DataConfig
 from ..figures import new_figure, save
 from ..physics import (
     CausalSet,
@@ -126,13 +127,14 @@ def report_paths(output: Path) -> list[Path]:
     return [output.with_name(f"{stem}_report.csv"), output.with_name(f"{stem}_report.png")]
 
 
-def compare(samples: Sequence[CausalSet], config: Any, output: Path, *, limit: int) -> Report:
+def compare(samples: Sequence[CausalSet], data: DataConfig, output: Path, *, limit: int) -> Report:
     """The report of ``samples`` against up to ``limit`` causal sets of the training split of
-    ``config``'s data (nothing written yet: :func:`write_report`)."""
+    the data the ``data:`` section ``data`` describes (nothing written yet:
+    :func:`write_report`)."""
     from ..data import dataset_from_config
     from .inputs import select_split
 
-    train = select_split(dataset_from_config(config.data, progress=False), config, "train")
+    train = select_split(dataset_from_config(data, progress=False), data, "train")
     data = statistics([relations_of(train[i]) for i in range(min(limit, len(train)))])
     return Report(statistics([s.relations for s in samples]), data, output)
 

@@ -23,7 +23,7 @@ import torch
 from torch_geometric.data import Data
 
 from .. import logs
-from ..config import Config, load_config
+from ..config import Config, ModelConfig, load_config
 from ..data.sources.writing import write_causal_sets, writer_for
 from ..errors import ConfigError, DiskFullError, RunDirectoryError, disk_full, flag
 from ..parallel import distributed, run_distributed
@@ -66,7 +66,7 @@ def sample_worker(rank: int, world_size: int, job: _Job) -> list[CausalSet] | No
         for c in bar:
             count = min(CHUNK, job.num - chunks[c])
             sets = model.generate(count, generator=chunk_generator(job.seed, c))
-            drawn[c] = [_checked(s, job.config) for s in sets]
+            drawn[c] = [_checked(s, job.config.model) for s in sets]
             if len(drawn[c]) != count:
                 raise ConfigError(
                     f"model.type: {job.config.model.type}.generate({count}) returned "
@@ -79,10 +79,10 @@ def sample_worker(rank: int, world_size: int, job: _Job) -> list[CausalSet] | No
     return [s for c in sorted(joined) for s in joined[c]]
 
 
-def _checked(drawn: Any, config: Config) -> CausalSet:
+def _checked(drawn: Any, model: ModelConfig) -> CausalSet:
     if not isinstance(drawn, CausalSet):
         raise ConfigError(
-            f"model.type: {config.model.type}.generate returned {type(drawn).__name__}, "
+            f"model.type: {model.type}.generate returned {type(drawn).__name__}, "
             "expected QuantumGravPy.physics.CausalSet objects"
         )
     return drawn
@@ -147,7 +147,7 @@ def sample(
             samples = run_distributed(sample_worker, config, job, world_size=world_size)
         if samples is None:  # a rank other than 0 under torchrun or srun
             return Report({}, [], output)
-        report = compare_samples(samples, config, output, limit=compare)
+        report = compare_samples(samples, config.data, output, limit=compare)
         _write(samples, report, replacement, file_format)
         return report
     finally:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import Config, load_config, shown_columns, task_list
+from ..config import Config, DataConfig, load_config, shown_columns, task_list
 from ..errors import ConfigError, QGError
 from ..figures import new_figure, save
 from . import layout as rd
@@ -292,7 +292,7 @@ def write_run_plots(
             names = (
                 [str(c) for c in task.classes]
                 if task.classes is not None
-                else class_names_of(config)
+                else class_names_of(config.data)
                 if task.target_name == "y"
                 else None
             )
@@ -308,11 +308,10 @@ def write_run_plots(
     return written
 
 
-def class_names_of(config: Any) -> list[str] | None:
+def class_names_of(data: DataConfig) -> list[str] | None:
     """Class names of ``y`` for the embedded causal-set data ("d = 2", ...); None otherwise."""
     from ..physics import CSET_TYPES
 
-    data = config.data
     if data.dataset is not None or data.files:
         return None
     return {

@@ -216,15 +216,15 @@ def _param(key: str, spec: Any) -> Param:
     return Param(key, kind, low=low, high=high, log=log, step=step)
 
 
-def _objective(section: Any, base: Config) -> tuple[str, str]:
-    if not isinstance(section, Mapping) or "metric" not in section:
+def _objective(given: Any, base: Config) -> tuple[str, str]:
+    if not isinstance(given, Mapping) or "metric" not in given:
         raise ConfigError(
             "objective: required: {metric: <a validation column>, direction: minimize | maximize}"
         )
-    unknown = sorted(set(section) - {"metric", "direction"})
+    unknown = sorted(set(given) - {"metric", "direction"})
     if unknown:
         raise ConfigError(f"objective.{unknown[0]}: unknown key (known: metric, direction)")
-    metric = section["metric"]
+    metric = given["metric"]
     columns = [c for c in history_columns(base) if c.startswith("val_")]
     if metric not in columns:
         raise ConfigError(
@@ -232,7 +232,7 @@ def _objective(section: Any, base: Config) -> tuple[str, str]:
             f"(choose from {', '.join(columns)})"
         )
     towards = improves_towards(metric)
-    direction = section.get("direction", "minimize" if towards == "min" else "maximize")
+    direction = given.get("direction", "minimize" if towards == "min" else "maximize")
     if direction not in DIRECTIONS:
         raise ConfigError(
             f"objective.direction: expected minimize or maximize, found {direction!r}"
@@ -244,19 +244,19 @@ def _objective(section: Any, base: Config) -> tuple[str, str]:
     return metric, direction
 
 
-def _section(section: Any, name: str, kinds: dict[str, Any], default: str) -> dict[str, Any]:
-    """``pruner:`` or ``sampler:``: a type and its class's keyword arguments, checked by
-    building it once."""
-    if section is None:
-        section = {"type": default}
-    if not isinstance(section, Mapping):
-        raise ConfigError(f"{name}: expected a mapping with a type, found {section!r}")
-    section = {"type": default, **section}
-    kind = section["type"]
+def _section(raw: Any, name: str, kinds: dict[str, Any], default: str) -> dict[str, Any]:
+    """``pruner:`` or ``sampler:`` as the file gives it (``raw``, unchecked): a type and its
+    class's keyword arguments, checked by building it once."""
+    if raw is None:
+        raw = {"type": default}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{name}: expected a mapping with a type, found {raw!r}")
+    raw = {"type": default, **raw}
+    kind = raw["type"]
     if kind not in kinds:
         raise ConfigError(f"{name}.type: expected one of {', '.join(kinds)}, found {kind!r}")
     cls = kinds[kind]
-    kwargs = {k: v for k, v in section.items() if k != "type"}
+    kwargs = {k: v for k, v in raw.items() if k != "type"}
     accepted = [
         p.name
         for p in inspect.signature(cls).parameters.values()
@@ -277,4 +277,4 @@ def _section(section: Any, name: str, kinds: dict[str, Any], default: str) -> di
             cls(**given, **kwargs)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{name}: the {kind} {name} refuses {kwargs}: {e}") from e
-    return dict(section)
+    return dict(raw)

@@ -313,7 +313,7 @@ class Tuner:
                 link,
                 threads,
                 master_addr=config.parallel.master_addr,  # a free port for each trial
-                backend=resolve_backend(config),
+                backend=resolve_backend(config.parallel, config.training.device),
                 timeout_s=config.parallel.timeout_s,
                 start_method="forkserver",
             )

@@ -24,7 +24,7 @@ from torch_geometric.loader.dataloader import Collater
 
 from ...compat import pyg
 from ...compat import torch as compat_torch
-from ...config import AugmentationSection, Config, TrainingConfig
+from ...config import AugmentationSection, DataConfig, TrainingConfig
 from ...errors import ConfigError, DataError
 from ..sources.datasets import graph_sizes
 from ..storage.disk import DiskDataset
@@ -171,22 +171,29 @@ def index_batches(
     return IndexBatches(dataset, chosen, batcher, staged=staged)
 
 
-def batch_device(config: Config, device: torch.device, dataset: Dataset) -> torch.device | None:
+def batch_device(
+    data: DataConfig,
+    training: TrainingConfig,
+    augmentation: AugmentationSection,
+    device: torch.device,
+    dataset: Dataset,
+) -> torch.device | None:
     """Where ``data.device`` has batches of ``dataset`` assembled when training runs on
-    ``device``: that GPU, with the whole dataset copied there once, or None (the host).
+    ``device``: that GPU, with the whole dataset copied there once, or None (the host). The
+    ``training:`` and ``augmentation:`` sections say what may rule it out.
 
     Raises :class:`~QuantumGravPy.errors.ConfigError` for ``data.device: cuda`` with what rules
     it out (worker processes, augmentation, storage on disk, a per-graph transform), and
     :class:`~QuantumGravPy.errors.DataError` when the dataset does not fit the GPU's memory.
     """
-    choice, workers = config.data.device, config.training.num_workers
+    choice, workers = data.device, training.num_workers
     if choice == "cpu" or device.type != "cuda":
         return None  # without a GPU every value means cpu
     inner, _ = _unwrap(dataset)
     against = None
     if workers > 0:
         against = f"training.num_workers: {workers} (worker processes cannot hand GPU tensors on)"
-    elif config.augmentation.preset is not None:
+    elif augmentation.preset is not None:
         against = "augmentation.preset (each graph is augmented on the host)"
     elif isinstance(inner, DiskDataset):
         against = "data.storage: disk (the graphs are read a batch at a time)"

@@ -21,12 +21,13 @@ import logging
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch_geometric.data import Data
 
+from ...config import DataConfig
 from ...errors import DataError
 from ...physics import (
     NotAnOrder,
@@ -233,7 +234,7 @@ def _arrays(samples: Samples, first: int, last: int) -> Iterator[dict[str, np.nd
             yield ahead.popleft().result()
 
 
-def file_orientation(samples: Samples, data_cfg: Any) -> bool:
+def file_orientation(samples: Samples, data_cfg: DataConfig) -> bool:
     """Whether to transpose a file's matrices, decided once per file from its first one."""
     where = f"{samples.path}: {samples.where(0)}"
     first = samples.read(0, samples.matrix)

@@ -24,7 +24,7 @@ from torch.utils.data import Dataset
 from torch_geometric.data import Data, InMemoryDataset
 
 from ...compat import pyg
-from ...config import Config, task_list
+from ...config import DataConfig, ModelConfig, TaskConfig
 from ...errors import DataError
 from ..storage.disk import DiskDataset
 from .causal_sets import CausalSetDataset
@@ -53,11 +53,11 @@ class GraphChecks:
     graph_values: tuple[str, ...] = ()
 
 
-def checks_for(config: Config) -> GraphChecks:
-    """The checks a run of ``config`` needs: the indices, features and targets its model and
-    tasks read."""
+def checks_for(tasks: Sequence[TaskConfig], model: ModelConfig) -> GraphChecks:
+    """The checks a run of ``tasks`` (as :func:`~QuantumGravPy.config.task_list` gives them)
+    with ``model`` needs: the indices, features and targets its model and tasks read."""
     indices, node_rows, graph_values, pair_rows = ["edge_index"], [], [], {}
-    for task in task_list(config):
+    for task in tasks:
         if task.level == "edge" and task.pairs:
             indices.append(task.pairs)
         if not task.kind.needs_target:
@@ -70,7 +70,7 @@ def checks_for(config: Config) -> GraphChecks:
         else:
             graph_values.append(name)
     targets = [*node_rows, *pair_rows, *graph_values]
-    features = ["x", "edge_attr", *config.model.graph_features]
+    features = ["x", "edge_attr", *model.graph_features]
     return GraphChecks(
         indices=tuple(dict.fromkeys(indices)),
         numbers=tuple(dict.fromkeys(features + targets)),
@@ -313,30 +313,29 @@ def _indices(key: str, column: _Joined, nodes: torch.Tensor, start: int, fail: _
     return column.counts
 
 
-def user_graphs_source(config: Config) -> str:
+def user_graphs_source(data: DataConfig) -> str:
     """How an error names graphs of ``data.dataset``: by the function's import path."""
-    return f"data.dataset ({config.data.dataset})"
+    return f"data.dataset ({data.dataset})"
 
 
-def check_user_graphs(dataset: Any, config: Config, *, source: str) -> None:
-    """A user's graphs checked for a run of ``config`` (see :func:`checks_for`); and the
+def check_user_graphs(dataset: Any, checks: GraphChecks, data: DataConfig, *, source: str) -> None:
+    """A user's graphs checked by ``checks`` (a run's: :func:`checks_for`); and the
     graphs of ``data.files`` held in memory, each read alone, for what only the run's tasks
     can say of them (a pair target of one sample per element, say), named by file and sample.
     Generated graphs, and files on disk (read whole once more for it), are not."""
     base = getattr(dataset, "unaugmented", dataset)
-    checks = checks_for(config)
     if isinstance(base, FileDataset):
-        check_graphs(base, checks, source="data.files", name=_file_sample(config, base))
+        check_graphs(base, checks, source="data.files", name=_file_sample(data, base))
     elif not isinstance(base, (CausalSetDataset, DiskDataset)):
         check_graphs(dataset, checks, source=source)
 
 
-def _file_sample(config: Config, dataset: FileDataset) -> Callable[[int], str]:
+def _file_sample(data: DataConfig, dataset: FileDataset) -> Callable[[int], str]:
     """How a graph of ``data.files`` is named: its file and sample (or group), read only for
     the graph named."""
 
     def name(i: int) -> str:
-        found = provenance(config, dataset)
+        found = provenance(data, dataset)
         group = found.get("group")
         where = group[i] if group is not None and group[i] else f"sample {found['index'][i]}"
         return f"{found['source'][i]}: {where}"

@@ -17,7 +17,7 @@ from torch.utils.data import Dataset, Subset
 from torch_geometric.data import Data, InMemoryDataset
 
 from ...compat import pyg
-from ...config import resolve
+from ...config import DataConfig, resolve
 from ...errors import DataError
 from ..storage.cache import GraphSource, cache_name
 from ..storage.disk import NUM_EDGES, NUM_NODES, DiskDataset, table_file_names
@@ -32,7 +32,7 @@ SHARED_BUILD_MIN = 500
 
 
 def dataset_from_config(
-    data_cfg: Any,
+    data_cfg: DataConfig,
     *,
     progress: bool = True,
     world_size: int = 1,
@@ -81,7 +81,7 @@ def dataset_from_config(
     )
 
 
-def generation_parameters(data_cfg: Any) -> dict[str, Any]:
+def generation_parameters(data_cfg: DataConfig) -> dict[str, Any]:
     """The keys of ``data:`` that the embedded causal sets are generated from."""
     keys = (
         "num_graphs",
@@ -96,7 +96,7 @@ def generation_parameters(data_cfg: Any) -> dict[str, Any]:
     return {key: getattr(data_cfg, key) for key in keys}
 
 
-def choose_storage(data_cfg: Any, source: GraphSource, *, processes: int = 1) -> str:
+def choose_storage(data_cfg: DataConfig, source: GraphSource, *, processes: int = 1) -> str:
     """``data.storage``, with ``auto`` decided: a cache already built is used as it is;
     otherwise memory when a few graphs' size times their number, for each of ``processes``,
     fits in a quarter of the memory available now, disk when it does not."""
@@ -121,7 +121,7 @@ def choose_storage(data_cfg: Any, source: GraphSource, *, processes: int = 1) ->
     return storage
 
 
-def _cached(data_cfg: Any, source: GraphSource, storage: str) -> bool:
+def _cached(data_cfg: DataConfig, source: GraphSource, storage: str) -> bool:
     name = f"{cache_name(source)}.pt" if storage == "memory" else table_file_names(source)[0]
     return (Path(data_cfg.root) / "processed" / name).exists()
 

@@ -26,7 +26,7 @@ import torch
 from torch_geometric.data import Data
 
 from ... import logs
-from ...config import UserFunction
+from ...config import DataConfig, UserFunction
 from ...errors import DataError
 from ..storage.cache import DigestCachedDataset, collect
 from .causal_set_files import causal_set_graphs, file_orientation
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 2  # 2: every graph records its file and sample
 
 
-def file_counts(data_cfg: Any) -> list[int]:
+def file_counts(data_cfg: DataConfig) -> list[int]:
     """How many causal sets each file of ``data.files`` holds, in order."""
     counts = []
     for path in find_files(data_cfg.files):
@@ -60,7 +60,7 @@ class FileSource:
 
     prefix = "files"
 
-    def __init__(self, data_cfg: Any, *, provenance: bool = False):
+    def __init__(self, data_cfg: DataConfig, *, provenance: bool = False):
         self.data_cfg = data_cfg
         self.provenance = provenance
         self.params = cache_params(data_cfg) | ({"provenance": 1} if provenance else {})
@@ -103,7 +103,7 @@ class FileSource:
         )
 
 
-def read_files(data_cfg: Any, *, progress: bool = True, world_size: int = 1) -> list[Data]:
+def read_files(data_cfg: DataConfig, *, progress: bool = True, world_size: int = 1) -> list[Data]:
     """Every causal set of ``data.files`` as a graph, hooks applied, in file and sample order.
 
     With ``world_size`` > 1 that many processes read contiguous ranges of the samples (over
@@ -113,7 +113,7 @@ def read_files(data_cfg: Any, *, progress: bool = True, world_size: int = 1) -> 
 
 
 def iter_range(
-    data_cfg: Any,
+    data_cfg: DataConfig,
     counts: list[int],
     start: int,
     end: int,
@@ -185,7 +185,7 @@ def _hook(dotted: str | None, key: str) -> Callable | None:
     return None if dotted is None else UserFunction(dotted, key)
 
 
-def cache_params(data_cfg: Any) -> dict[str, Any]:
+def cache_params(data_cfg: DataConfig) -> dict[str, Any]:
     """Everything the processed cache depends on: a change to any of it rebuilds the cache."""
     files = find_files(data_cfg.files)
     return {
@@ -214,7 +214,7 @@ class FileDataset(DigestCachedDataset):
 
     def __init__(
         self,
-        data_cfg: Any,
+        data_cfg: DataConfig,
         *,
         progress: bool = True,
         world_size: int = 1,

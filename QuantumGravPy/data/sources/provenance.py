@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset
 
+from ...config import DataConfig
 from .datasets import in_memory_values
 from .stores import Samples, find_files, open_store
 
@@ -25,11 +26,11 @@ def dataset_positions(dataset: Dataset) -> np.ndarray:
     return np.arange(len(dataset)) if positions is None else positions
 
 
-def provenance(config: Any, dataset: Dataset) -> dict[str, np.ndarray]:
+def provenance(data: DataConfig, dataset: Dataset) -> dict[str, np.ndarray]:
     """Where each graph of ``dataset`` (in its order) came from: ``source`` (the file, or
     ``generated`` / the ``data.dataset`` function), ``index`` (the sample's position in its
-    file, or the graph's in the generated data) and, for files with groups, ``group``."""
-    data = config.data
+    file, or the graph's in the generated data) and, for files with groups, ``group``; ``data``:
+    the ``data:`` section the graphs were made by."""
     if not data.files or data.dataset is not None:
         name = "generated" if data.dataset is None else str(data.dataset)
         index = dataset_positions(dataset)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ...config import DataConfig
 from ...errors import DataError, cause
 from .formats import described, format_of, suffixes
 
@@ -73,7 +74,7 @@ def fingerprint(path: Path) -> list:
 class Samples:
     """The causal sets of one open file: how many, and the arrays of each."""
 
-    def __init__(self, store: Any, path: Path, data_cfg: Any):
+    def __init__(self, store: Any, path: Path, data_cfg: DataConfig):
         self.store, self.path, self.cfg = store, path, data_cfg
         self.format = format_of(path)
         self.groups: list[str] | None = None

@@ -9,13 +9,14 @@ regression target, which need every training value once).
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from collections.abc import Sequence
 
 import torch
 from torch.utils.data import Dataset
 from torch_geometric.data import Data, InMemoryDataset
 
-from ...config import TaskConfig, task_list
+from ...config import DataConfig, TaskConfig
+from ...config.tasks import implicit_task
 from ...errors import ConfigError, DataError, QGError
 from .datasets import in_memory_values
 from .formats import format_of
@@ -142,17 +143,17 @@ def target_statistics(
     return mean, torch.where(std > 0, std, torch.ones_like(std))
 
 
-def check_file_targets(config: Any) -> None:
-    """Before anything is read: every task's target must be one of ``data.targets``, the
-    attributes a graph of ``data.files`` gets. The error suggests the mapping when the first
-    file holds an array of the target's name. Skipped when a hook (``data.reader``,
-    ``data.pre_transform``, ``data.transform``) may add attributes itself."""
-    data = config.data
+def check_file_targets(data: DataConfig, tasks: Sequence[TaskConfig]) -> None:
+    """Before anything is read: the target of every task of ``tasks`` (the config's ``tasks:``;
+    none: its one implicit task, a class ``y``) must be one of ``data.targets``, the attributes
+    a graph of ``data.files`` gets. The error suggests the mapping when the first file holds an
+    array of the target's name. Skipped when a hook (``data.reader``, ``data.pre_transform``,
+    ``data.transform``) may add attributes itself."""
     if not data.files or data.reader or data.pre_transform or data.transform:
         return
-    explicit = bool(config.tasks)
+    explicit = bool(tasks)
     first: tuple[str, set[str]] | None = None
-    for i, task in enumerate(task_list(config)):
+    for i, task in enumerate(tasks or (implicit_task(),)):
         name = task.target_name
         if name in data.targets or not task.kind.needs_target:
             continue
@@ -181,7 +182,7 @@ def check_file_targets(config: Any) -> None:
         )
 
 
-def _first_arrays(data_cfg: Any) -> tuple[str, set[str]] | None:
+def _first_arrays(data_cfg: DataConfig) -> tuple[str, set[str]] | None:
     """The layout of the first file and the array names of its first sample (None if it
     cannot be read: reading the files later says why). None for a file of saved graphs too:
     opening one reads all of it, at every run's start, cache or not; the tasks' own check of the

@@ -18,6 +18,7 @@ import torch
 from torch_geometric.data import Data
 
 from ... import logs
+from ...config import DataConfig
 from ...errors import ConfigError, DataError
 from ...physics import causal_structure
 from .causal_sets import generate_causal_set_graphs
@@ -92,7 +93,7 @@ def writer_for(output: Path, *, hint: str = "") -> str:
 
 
 def write_embedded(
-    data_cfg: Any, output: str | Path, *, file_format: str | None = None, chunk: int = 256
+    data_cfg: DataConfig, output: str | Path, *, file_format: str | None = None, chunk: int = 256
 ) -> Path:
     """The embedded causal sets of ``data_cfg`` written to ``output`` (:func:`write_causal_sets`),
     generated ``chunk`` at a time, so a large dataset never sits in memory whole."""

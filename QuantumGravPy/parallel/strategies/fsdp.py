@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ...compat.fsdp import default_reduce_scatter
+from ...config import Config
 from ...config.dotted import resolve
 from ...errors import ConfigError
 from .. import distributed
@@ -61,7 +62,7 @@ class FSDPStrategy(Strategy):
         self._copies: dict[int, tuple[int, nn.Module]] = {}  # gathered: (step, plain copy)
 
     @classmethod
-    def refusals(cls, config: Any, world_size: int) -> Iterator[str]:
+    def refusals(cls, config: Config, world_size: int) -> Iterator[str]:
         yield from super().refusals(config, world_size)
         modules = cls.settings(config).modules
         if modules and config.model.type is None:
@@ -81,11 +82,13 @@ class FSDPStrategy(Strategy):
             )
 
     @classmethod
-    def notices(cls, config: Any, processes: int) -> list[str]:
+    def notices(cls, config: Config, processes: int) -> list[str]:
         return [alone_notice(cls.name)] if processes == 1 else []
 
     @classmethod
-    def from_config(cls, config, device, *, compute_dtype=None) -> FSDPStrategy:
+    def from_config(
+        cls, config: Config, device: torch.device, *, compute_dtype: torch.dtype | None = None
+    ) -> FSDPStrategy:
         return cls(device, cls.settings(config).modules, compute_dtype)
 
     def units(self, model: nn.Module) -> list[list[nn.Module]]:

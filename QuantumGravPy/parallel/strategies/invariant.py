@@ -6,11 +6,11 @@ import contextlib
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import nn
 
+from ...config import Config
 from ...config.checks import POSITIVE
 from .. import distributed
 from .base import ExchangeTimer, Strategy
@@ -62,7 +62,7 @@ class InvariantStrategy(Strategy):
         self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     @classmethod
-    def refusals(cls, config: Any, world_size: int) -> Iterator[str]:
+    def refusals(cls, config: Config, world_size: int) -> Iterator[str]:
         yield from super().refusals(config, world_size)
         t, micro = config.training, cls.settings(config).micro_batches
         if t.batch_nodes is not None:
@@ -104,7 +104,7 @@ class InvariantStrategy(Strategy):
             )
 
     @classmethod
-    def note(cls, config: Any) -> str:
+    def note(cls, config: Config) -> str:
         micro = cls.settings(config).micro_batches
         return (
             f"{KEY}: the same bits on any number of processes dividing {micro} ({micro} "
@@ -112,7 +112,9 @@ class InvariantStrategy(Strategy):
         )
 
     @classmethod
-    def from_config(cls, config, device, *, compute_dtype=None) -> InvariantStrategy:
+    def from_config(
+        cls, config: Config, device: torch.device, *, compute_dtype: torch.dtype | None = None
+    ) -> InvariantStrategy:
         world_size = distributed.get_world_size()
         micro = cls.settings(config).micro_batches
         return cls(device, world_size, seed=config.training.seed, micro_batches=micro)

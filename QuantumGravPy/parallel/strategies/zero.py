@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ...config import Config
 from .. import distributed
 from .base import alone_notice
 from .ddp import DDPStrategy
@@ -23,7 +24,7 @@ class ZeroStrategy(DDPStrategy):
     name = "zero"
 
     @classmethod
-    def notices(cls, config: Any, processes: int) -> list[str]:
+    def notices(cls, config: Config, processes: int) -> list[str]:
         return [alone_notice(cls.name)] if processes == 1 else []
 
     def optimizer(

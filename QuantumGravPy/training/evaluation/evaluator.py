@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch
 
 from ... import logs
+from ...config import ModelConfig
 from ...data import fed
 from ...errors import ConfigError, QGError, RunError, cause, in_user_code
 from ...logs import get_logger
@@ -275,7 +276,7 @@ def check_forward(
     model: nn.Module,
     dataset: Any,
     tasks: Sequence[Task],
-    section: Any,
+    section: ModelConfig,
     select: Callable[[Any, Any], dict[str, Tensor]],
     autocast: Callable[[], Any],
     *,

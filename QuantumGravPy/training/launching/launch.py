@@ -123,7 +123,7 @@ def build_cache(config: Config, world_size: int = 1) -> None:
     """Build the processed cache of ``config``'s data once, before the ranks start, so that
     they only read it (with up to ``world_size`` processes when that pays)."""
     if config.data.dataset is None:
-        check_file_targets(config)
+        check_file_targets(config.data, config.tasks)
         dataset_from_config(
             config.data,
             world_size=world_size,

@@ -16,23 +16,23 @@ from typing import Any
 
 import torch
 
-from ...config import Config, resolve, task_list
+from ...config import Config, ModelConfig, TrainingConfig, resolve, task_list
 from ...data import label_notice, num_edge_features
 from ...parallel.strategies import STRATEGIES
 from ...runs import reproducibility as rs
 from .optim import schedule_notice
 
 
-def describe_run(config: Config, device: torch.device, train_graphs: int) -> str:
-    """The line that opens a run's log: what is trained, for how long, where and how."""
-    t = config.training
+def describe_run(name: str, t: TrainingConfig, device: torch.device, train_graphs: int) -> str:
+    """The line that opens the log of run ``name``, trained as ``t`` (its ``training:``
+    section) says: what is trained, for how long, where and how."""
     batches = (
         f"batch size {t.batch_size}"
         if t.batch_nodes is None
         else f"batches of at most {t.batch_nodes} nodes"
     )
     return (
-        f"training {config.name} for up to {t.num_epochs} epochs on {device}: {train_graphs} "
+        f"training {name} for up to {t.num_epochs} epochs on {device}: {train_graphs} "
         f"training graphs, {batches}"
         + (
             f", {t.accumulate_grad_batches} batches per step"
@@ -60,7 +60,7 @@ def start_notices(
         for i, task in enumerate(task_list(config))
     ]
     notices.append(schedule_notice(config.training.lr_scheduler, config.training.num_epochs))
-    notices.append(_edge_notice(config, dataset))
+    notices.append(_edge_notice(config.model, dataset))
     cores = _cores()
     if (device is None or device.type == "cpu") and local_processes > cores:
         notices.append(
@@ -123,7 +123,7 @@ def log_start(
 ) -> None:
     """The run's first line (every process), then the main process's warnings and what the
     number of processes does to the results."""
-    logger.info("%s", describe_run(config, device, train_graphs))
+    logger.info("%s", describe_run(config.name, config.training, device, train_graphs))
     if not main:
         return
     for notice in start_notices(
@@ -141,15 +141,15 @@ def log_start(
         logger.info("%s", init)
 
 
-def _edge_notice(config: Config, dataset: Any) -> str | None:
+def _edge_notice(model: ModelConfig, dataset: Any) -> str | None:
     """A word when the graphs' edges carry features the built-in model's conv does not read."""
     from ...models.blocks import reads_edges
 
-    edges = num_edge_features(dataset) if config.model.type is None else 0
-    if not edges or reads_edges(resolve(config.model.conv, key="model.conv")):
+    edges = num_edge_features(dataset) if model.type is None else 0
+    if not edges or reads_edges(resolve(model.conv, key="model.conv")):
         return None
     return (
         f"the data's edges carry {edges} feature(s) (edge_attr), which model.conv "
-        f"{config.model.conv} does not read; an edge-aware conv does (torch_geometric.nn."
+        f"{model.conv} does not read; an edge-aware conv does (torch_geometric.nn."
         "GINEConv, GATConv, TransformerConv: given edge_dim by the model)"
     )

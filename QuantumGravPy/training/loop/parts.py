@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...config import config_to_dict
+from ...config import config_to_dict, shown_columns
 from ...parallel.devices import process_settings
 from ...runs import reproducibility as rs
 from ...runs.resume import config_digest
@@ -45,7 +45,7 @@ Trainer = Any  # the trainer being built, with the parts listed before this one
 def model(t: Trainer, resuming: bool) -> tuple[nn.Module, EMA | None, str | None]:
     """The model (resuming: last.pt's weights come later, not init_from's) on the device, its
     moving average (not wrapped in DDP; fsdp shards it), and the log's line on its start."""
-    model, note = initial_model(t.config, t.model_spec, t.tasks, resuming=resuming)
+    model, note = initial_model(t.config.model, t.model_spec, t.tasks, resuming=resuming)
     model = model.to(t.device, t.float_dtype)
     decay = t.config.training.ema_decay
     return model, EMA(model, decay) if decay is not None else None, note
@@ -172,7 +172,10 @@ def records(t: Trainer, *, overwrite: bool, tags: dict[str, str] | None) -> RunR
         tags=tags,
     )
     return RunRecords(
-        config=t.config,
+        training=t.config.training,
+        data=t.config.data,
+        shown=shown_columns(t.config),
+        straggler_ratio=t.config.monitor.straggler_ratio,
         directory=directory,
         checkpoints=t.checkpoints,
         state=t.state,

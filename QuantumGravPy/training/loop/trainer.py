@@ -94,7 +94,7 @@ class Trainer:
         rs.seed_everything(config.training.seed)
         self.dataset = self.load_dataset() if dataset is None else dataset
         self.tasks: list[Task] = run_tasks(config, self.dataset, given=dataset is not None)
-        self.model_spec = model_spec(config, self.dataset, self.tasks)  # in every checkpoint
+        self.model_spec = model_spec(config.model, config.training, self.dataset, self.tasks)
         self.autocast_dtype, self.float_dtype = PRECISIONS[config.training.precision]
         self.model, self.ema, self.init_note = parts.model(self, resume)
         self.strategy = self.make_strategy()
@@ -183,7 +183,7 @@ class Trainer:
         self._pinned.close()  # the threads as they were before this run
 
     def load_dataset(self) -> Dataset | list:  # hook
-        check_file_targets(self.config)  # before minutes are spent reading files
+        check_file_targets(self.config.data, self.config.tasks)  # before the files are read
         return dataset_from_config(self.config.data)
 
     def make_train_loader(self, dataset: Dataset) -> DataLoader:  # hook
@@ -196,7 +196,7 @@ class Trainer:
             world_size=self.world_size,
             device=self.batch_device,
             micro_batches=cut,
-            **train_reads(self.config, self.model, self.tasks),
+            **train_reads(self.config.model, self.model, self.tasks),
             stage=self.device,
         )
 
@@ -252,13 +252,14 @@ class Trainer:
             dataset = self.dataset
         else:
             check_data(self.config, dataset, self.model_spec)
-        train, val, test = split_dataset(dataset, self.config.data.split, self.config.data.seed)
-        self.batch_device = batch_device(self.config, self.device, dataset)
+        c = self.config
+        train, val, test = split_dataset(dataset, c.data.split, c.data.seed)
+        self.batch_device = batch_device(c.data, c.training, c.augmentation, self.device, dataset)
         self.fit_scaling(train)
         self.loaders = (
             self.make_train_loader(train),
-            self.make_eval_loader(val, self.config.validation.batch_size),
-            self.make_eval_loader(test, self.config.testing.batch_size),
+            self.make_eval_loader(val, c.validation.batch_size),
+            self.make_eval_loader(test, c.testing.batch_size),
         )
         return self.loaders  # close() stops their worker processes
 

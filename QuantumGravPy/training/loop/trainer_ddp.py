@@ -157,7 +157,7 @@ class TrainerDDP(Trainer):
     # --- data ----------------------------------------------------------------------------------
 
     def load_dataset(self) -> Dataset | list:
-        check_file_targets(self.config)  # before minutes are spent reading files
+        check_file_targets(self.config.data, self.config.tasks)  # before the files are read
         if self.config.data.dataset is not None:
             # the user's function runs in every rank (a failure in one reaches every rank),
             # and its graphs must be the same in each

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ...config import Config, shown_columns
+from ...config import DataConfig, TrainingConfig
 from ...data.sources.provenance import provenance, with_sources
 from ...errors import DiskFullError
 from ...runs import layout as rd
@@ -36,13 +36,19 @@ def _call(fn: Callable[[], T]) -> T:
 
 
 class RunRecords(Listener):
-    """The records of one run, in its ``directory``; ``judged``: whether a judge may prune it
-    (the summary then says whether it did)."""
+    """The records of one run, in its ``directory``, trained as ``training`` (its ``training:``
+    section) says on the data ``data`` describes; ``shown``: the columns its log line shows of
+    each epoch (after the losses); ``straggler_ratio`` (``monitor.straggler_ratio``): a rank
+    whose own work took more than this times the median rank's is named; ``judged``: whether
+    a judge may prune it (the summary then says whether it did)."""
 
     def __init__(
         self,
         *,
-        config: Config,
+        training: TrainingConfig,
+        data: DataConfig,
+        shown: tuple[str, ...],
+        straggler_ratio: float,
         directory: RunDirectory,
         checkpoints: Checkpoints,
         state: RunState,
@@ -52,7 +58,8 @@ class RunRecords(Listener):
         judged: bool = False,
         share: Callable[[Callable[[], Any]], Any] = _call,
     ):
-        self.config, self.directory, self.checkpoints = config, directory, checkpoints
+        self.training, self.data, self.directory = training, data, directory
+        self.shown, self.straggler_ratio, self.checkpoints = shown, straggler_ratio, checkpoints
         self.state, self.early_stopping, self.logger = state, early_stopping, logger
         self.world_size, self.judged, self.share = world_size, judged, share
         self.opened = False  # on every process, once open() has run
@@ -119,32 +126,32 @@ class RunRecords(Listener):
         """
 
         def write() -> None:
-            epoch, every = self.state.epoch, self.config.training.checkpoint_every
+            epoch, every = self.state.epoch, self.training.checkpoint_every
             paths = []
             if every and epoch % every == 0:
                 paths.append(self.checkpoints.save(f"epoch_{epoch:04d}.pt", contents))
             if improved:
                 paths.append(self.checkpoints.save("best.pt", contents))
-            if self.config.training.keep_best > 1:
+            if self.training.keep_best > 1:
                 paths += self.keep_best(contents)
             self.directory.track(row, rank_rows)
             paths.append(self.checkpoints.save(rd.LAST, contents))
             for path in paths:  # on the process that wrote them
                 saved(path)
             self.directory.write_records(self.state.history, rank_rows)
-            for line in stragglers(rank_rows, self.config.monitor.straggler_ratio):
+            for line in stragglers(rank_rows, self.straggler_ratio):
                 self.logger.warning("straggler: %s", line)
-            shown = ("train_loss", "val_loss", *shown_columns(self.config))  # decide *best
+            shown = ("train_loss", "val_loss", *self.shown)  # decide *best
             self.logger.info(
                 "epoch %d/%d  %s  lr %.2e  %.1fs%s",
                 row["epoch"],
-                self.config.training.num_epochs,
+                self.training.num_epochs,
                 "  ".join(f"{c} {row[c]:.4f}" for c in shown),
                 row["lr"],
                 row["epoch_seconds"],
                 "  *best" if improved else "",
             )
-            nan = None if self.nan_said else nan_notice(row, self.config.early_stopping.metrics)
+            nan = None if self.nan_said else nan_notice(row, self.early_stopping.columns)
             if nan:
                 self.nan_said = True
                 self.logger.warning("%s", nan)
@@ -171,7 +178,7 @@ class RunRecords(Listener):
             value = row.get(column, math.nan)
             return (math.isnan(value), sign * value if not math.isnan(value) else 0, row["epoch"])
 
-        best = sorted(self.state.history, key=rank)[: self.config.training.keep_best]
+        best = sorted(self.state.history, key=rank)[: self.training.keep_best]
         kept = {row["epoch"] for row in best}
         epoch, saved = self.state.epoch, []
         if epoch in kept:
@@ -204,7 +211,7 @@ class RunRecords(Listener):
         def write() -> None:
             rows = predictions
             if rows is not None:
-                rows = with_sources(rows, provenance(self.config, graphs))
+                rows = with_sources(rows, provenance(self.data, graphs))
             self.directory.write_summary(summary, test_metrics, rows)
 
         self.share(write)

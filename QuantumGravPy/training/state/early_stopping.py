@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ...config import EarlyStoppingConfig
 from ...config.tasks import improves_towards
 
 
@@ -121,7 +122,7 @@ class MetricStopping:
         self.broken_tie: str | None = None  # the last step's tie broken, for the log
 
     @classmethod
-    def from_section(cls, es: Any) -> MetricStopping:
+    def from_section(cls, es: EarlyStoppingConfig) -> MetricStopping:
         """As the ``early_stopping:`` section ``es`` describes it: ties of the first metric
         broken by the second listed, else by the validation loss."""
         tie = es.metrics[1] if len(es.metrics) > 1 else "val_loss"
