@@ -371,7 +371,7 @@ WHOLE_CONFIG = {
     "parallel.spawn:run_distributed": "qg.run_distributed(fn, config): the parallel section and "
     "the training device, for fn's job",
     "runs.resume:*": "resuming: the config digested and compared key by key with the checkpoint's",
-    "runs.run_directory:RunDirectory.__init__": "writes the run's config.yaml",
+    "training.records.run_directory:RunDirectory.__init__": "writes the run's config.yaml",
     "runs.plots:write_run_plots": "qg plots: a run's config (or its config.yaml) names the tasks",
     "predict.inputs:with_available_targets": "returns the config with data.targets cut down",
     "predict.model:model_from_checkpoint": "a run's model: the config compared with the "
