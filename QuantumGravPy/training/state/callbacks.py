@@ -97,10 +97,21 @@ class Callbacks(Listener):
 
     def tell(self, point: str, trainer: Any, *args: Any) -> None:
         """``point`` to the first process's callbacks through ``share`` (a failure there ends
-        every process rather than leaving them waiting), then to every process's own."""
-        if self.items:
+        every process rather than leaving them waiting), then to every process's own. The
+        processes meet only where a first-process callback has the point: the callbacks and
+        their ``every_rank`` are the same in every process, so all of them skip it alike."""
+        if any(not everywhere for everywhere in self._having(point)):
             self.share(lambda: self(point, trainer, *args))
+        if any(self._having(point)):
             self(point, trainer, *args, every_rank=True)
+
+    def _having(self, point: str) -> list[bool]:
+        """For each callback with the method ``point``: whether it runs in every process."""
+        return [
+            bool(getattr(obj, "every_rank", False))
+            for _, obj in self.items
+            if getattr(obj, point, None) is not None
+        ]
 
     def __call__(self, point: str, trainer: Any, *args: Any, every_rank: bool = False) -> None:
         """Call ``point`` with ``trainer`` and ``args`` on the callbacks that run here: with
