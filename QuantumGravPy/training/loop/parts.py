@@ -116,11 +116,9 @@ def training_pass(t: Trainer) -> TrainingPass:
         state=t.state,
         device=t.device,
         float_dtype=t.float_dtype,
-        world_size=t.world_size,
-        show=t.is_main,
+        processes=t.processes,
         autocast=t.autocast,
         no_sync=t.no_sync,
-        reduce=t.processes.reduce_sums,
         compiling=t.compiling,
         schedule=t.lr_scheduler,
     )

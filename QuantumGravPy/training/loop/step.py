@@ -24,6 +24,7 @@ from ...data import fed
 from ...data.batches.padding import Budgets, budgets, pad_batch
 from ...errors import RunError
 from ...parallel.devices import PRECISIONS
+from ...parallel.processes import OneProcess
 from ...parallel.strategies import Strategy
 from ...tasks.base import TaskKind
 from ..evaluation.tasks import Task, add_train_sums, total_loss, train_columns, unpadded
@@ -45,9 +46,9 @@ def _picked_by_name(task: Task) -> bool:
 
 
 class TrainingPass:
-    """The training pass of one process (of ``world_size``); ``show``: whether it draws
-    progress. ``autocast()`` is ``training.precision``'s context; ``no_sync()`` the one around a
-    micro-batch that does not step; ``reduce(sums)`` adds the processes' sums."""
+    """The training pass of one of the run's ``processes`` (the first draws progress, their
+    sums are added up). ``autocast()`` is ``training.precision``'s context; ``no_sync()`` the
+    one around a micro-batch that does not step."""
 
     def __init__(
         self,
@@ -62,11 +63,9 @@ class TrainingPass:
         state: RunState,
         device: torch.device,
         float_dtype: torch.dtype,
-        world_size: int,
-        show: bool,
+        processes: OneProcess,
         autocast: Callable[[], contextlib.AbstractContextManager],
         no_sync: Callable[[], contextlib.AbstractContextManager],
-        reduce: Callable[[torch.Tensor], torch.Tensor],
         compiling: Compiling | None = None,
         schedule: Any = None,
     ):
@@ -78,8 +77,10 @@ class TrainingPass:
         self.optimizer, self.scaler, self.ema = optimizer, scaler, ema
         self.monitor, self.state = monitor, state
         self.device, self.float_dtype = device, float_dtype
-        self.world_size, self.show = world_size, show
-        self.autocast, self.no_sync, self.reduce = autocast, no_sync, reduce
+        # what the processes do together: how many, which one shows progress, their sums added
+        self.world_size, self.show = processes.world_size, processes.is_main
+        self.reduce = processes.reduce_sums
+        self.autocast, self.no_sync = autocast, no_sync
 
     def budgets(self, loader: Any) -> Budgets | None:
         """With ``training.pad_batches``, what the batches of ``loader`` are padded to."""
