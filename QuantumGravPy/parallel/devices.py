@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -17,6 +18,26 @@ PRECISIONS = {
     "16": (torch.float16, torch.float32),
     "64": (None, torch.float64),
 }
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a process computes, and in which precision (``training.precision``): its
+    ``device``, the dtype of its weights and data, and the dtype it autocasts to (None: it
+    does not). Training and prediction hold one each."""
+
+    device: torch.device
+    float_dtype: torch.dtype = torch.float32
+    autocast_dtype: torch.dtype | None = None
+
+    @classmethod
+    def of(cls, device: torch.device, precision: str) -> Placement:
+        autocast_dtype, float_dtype = PRECISIONS[precision]
+        return cls(device, float_dtype, autocast_dtype)
+
+    def autocast(self) -> torch.autocast:
+        """The precision's autocast context on the device (off for 32 and 64)."""
+        return autocast(self.device, self.autocast_dtype)
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> torch.autocast:

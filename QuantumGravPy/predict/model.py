@@ -24,7 +24,7 @@ from ..config.dotted import config_folder
 from ..data import dataset_from_config, graph_feature_width, num_node_features
 from ..errors import CheckpointError, RunDirectoryError
 from ..models import build_model
-from ..parallel.devices import PRECISIONS, autocast, select_device
+from ..parallel.devices import Placement, select_device
 from ..runs import layout as rd
 from ..runs.checkpoint import evaluation_weights, load_checkpoint, load_model_state
 from ..training.evaluation.evaluator import to_device
@@ -51,12 +51,17 @@ class LoadedModel:
     spec: dict[str, Any]
 
     @property
+    def placement(self) -> Placement:
+        """Its device, and the precision it was trained in (as training places a model)."""
+        return Placement.of(self.device, self.config.training.precision)
+
+    @property
     def float_dtype(self) -> torch.dtype:
-        return PRECISIONS[self.config.training.precision][1]
+        return self.placement.float_dtype
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
-        return PRECISIONS[self.config.training.precision][0]
+        return self.placement.autocast_dtype
 
     def select(self, outputs: Any, batch: Any) -> dict[str, Tensor]:
         """Each task's output of a forward pass, checked (as in training)."""
@@ -71,8 +76,9 @@ class LoadedModel:
             batch = [batch]
         if isinstance(batch, (list, tuple)):
             batch = Batch.from_data_list(list(batch))
-        batch = to_device(batch, self.device, self.float_dtype)
-        with autocast(self.device, self.autocast_dtype):
+        placement = self.placement
+        batch = to_device(batch, placement.device, placement.float_dtype)
+        with placement.autocast():
             outputs = self.select(self.model(batch), batch)
         return {
             t.name: t.kind.prediction_values(t.predictions(outputs[t.name])).cpu()
@@ -135,7 +141,7 @@ def model_from_checkpoint(
     tasks = build_tasks(config, None, outputs=_outputs(spec, task_list(config), checkpoint))
     scaling = state.get("target_scaling") or {}
     tasks = [t.with_scaling(scaling.get(t.name)) for t in tasks]
-    float_dtype = PRECISIONS[config.training.precision][1]
+    placement = Placement.of(device, config.training.precision)
     model = build_model(
         config.model,
         spec["in_channels"],
@@ -150,7 +156,7 @@ def model_from_checkpoint(
         trained=state.get("config"),
         configured=config_to_dict(config),
     )
-    model = model.to(device, float_dtype).eval()
+    model = model.to(placement.device, placement.float_dtype).eval()
     return LoadedModel(model, config, tasks, checkpoint, device, spec)
 
 

@@ -46,7 +46,7 @@ def model(t: Trainer, resuming: bool) -> tuple[nn.Module, EMA | None, str | None
     """The model (resuming: last.pt's weights come later, not init_from's) on the device, its
     moving average (not wrapped in DDP; fsdp shards it), and the log's line on its start."""
     model, note = initial_model(t.config.model, t.model_spec, t.tasks, resuming=resuming)
-    model = model.to(t.device, t.float_dtype)
+    model = model.to(t.placement.device, t.placement.float_dtype)
     decay = t.config.training.ema_decay
     return model, EMA(model, decay) if decay is not None else None, note
 
@@ -89,7 +89,8 @@ def monitor(t: Trainer, profiling: bool) -> Monitor:
 
 
 def evaluation(t: Trainer) -> tuple[Validator, Tester, Evaluation]:
-    evaluating = (t.tasks, t.device, t.autocast_dtype, t.float_dtype)
+    p = t.placement
+    evaluating = (t.tasks, p.device, p.autocast_dtype, p.float_dtype)
     validator = Validator(*evaluating, select=t.select, shard=t.eval_shard)
     tester = Tester(*evaluating, select=t.select, shard=t.eval_shard)
     sharded = t.eval_shard[1] > 1
@@ -114,10 +115,8 @@ def training_pass(t: Trainer) -> TrainingPass:
         ema=t.ema,
         monitor=t.monitor,
         state=t.state,
-        device=t.device,
-        float_dtype=t.float_dtype,
+        placement=t.placement,
         processes=t.processes,
-        autocast=t.autocast,
         no_sync=t.no_sync,
         compiling=t.compiling,
         schedule=t.lr_scheduler,

@@ -23,7 +23,7 @@ from ...config import TrainingConfig
 from ...data import fed
 from ...data.batches.padding import Budgets, budgets, pad_batch
 from ...errors import RunError
-from ...parallel.devices import PRECISIONS
+from ...parallel.devices import Placement
 from ...parallel.processes import OneProcess
 from ...parallel.strategies import Strategy
 from ...tasks.base import TaskKind
@@ -47,8 +47,8 @@ def _picked_by_name(task: Task) -> bool:
 
 class TrainingPass:
     """The training pass of one of the run's ``processes`` (the first draws progress, their
-    sums are added up). ``autocast()`` is ``training.precision``'s context; ``no_sync()`` the
-    one around a micro-batch that does not step."""
+    sums are added up), on its ``placement`` (device and precision). ``no_sync()`` is the
+    context around a micro-batch that does not step."""
 
     def __init__(
         self,
@@ -61,10 +61,8 @@ class TrainingPass:
         ema: EMA | None,
         monitor: Monitor,
         state: RunState,
-        device: torch.device,
-        float_dtype: torch.dtype,
+        placement: Placement,
         processes: OneProcess,
-        autocast: Callable[[], contextlib.AbstractContextManager],
         no_sync: Callable[[], contextlib.AbstractContextManager],
         compiling: Compiling | None = None,
         schedule: Any = None,
@@ -76,11 +74,12 @@ class TrainingPass:
         self._budgets: tuple[Any, Budgets] | None = None  # (the graphs, their padding budgets)
         self.optimizer, self.scaler, self.ema = optimizer, scaler, ema
         self.monitor, self.state = monitor, state
-        self.device, self.float_dtype = device, float_dtype
+        self.placement = placement  # device and precision
+        self.device, self.float_dtype = placement.device, placement.float_dtype
         # what the processes do together: how many, which one shows progress, their sums added
         self.world_size, self.show = processes.world_size, processes.is_main
         self.reduce = processes.reduce_sums
-        self.autocast, self.no_sync = autocast, no_sync
+        self.autocast, self.no_sync = placement.autocast, no_sync
 
     def budgets(self, loader: Any) -> Budgets | None:
         """With ``training.pad_batches``, what the batches of ``loader`` are padded to."""
@@ -166,7 +165,7 @@ class TrainingPass:
         # structure (checked on the first step; later steps pick each task's by name), and
         # the parts of a step this run has (scaler, clipping, a schedule stepped each step).
         scaled = self.scaler.is_enabled()
-        autocasting = PRECISIONS[self.training.precision][0] is not None
+        autocasting = self.placement.autocast_dtype is not None
         by_name = padding is None and all(_picked_by_name(task) for task in tasks)
         clip, reads = self.training.gradient_clip, monitor.config.read_every
         per_step = self.schedule is not None and self.schedule.per_step
@@ -280,7 +279,7 @@ class TrainingPass:
                 budgets=padding,
                 features=tuple(features),
                 device=self.device,
-                autocast_dtype=PRECISIONS[self.training.precision][0],
+                autocast_dtype=self.placement.autocast_dtype,
                 clip=self.training.gradient_clip,
                 model_name=f"{type(self.model).__module__}.{type(self.model).__qualname__}",
             )

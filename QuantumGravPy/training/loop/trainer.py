@@ -32,7 +32,7 @@ from ...data import (
     split_dataset,
 )
 from ...logs import configure_logging, set_terminal_level
-from ...parallel.devices import PRECISIONS, autocast, select_device
+from ...parallel.devices import Placement, select_device
 from ...parallel.processes import OneProcess
 from ...parallel.strategies import Strategy, strategy_class
 from ...runs import layout as rd
@@ -95,7 +95,7 @@ class Trainer:
         self.dataset = self.load_dataset() if dataset is None else dataset
         self.tasks: list[Task] = run_tasks(config, self.dataset, given=dataset is not None)
         self.model_spec = model_spec(config.model, config.training, self.dataset, self.tasks)
-        self.autocast_dtype, self.float_dtype = PRECISIONS[config.training.precision]
+        self.placement = Placement.of(self.device, config.training.precision)
         self.model, self.ema, self.init_note = parts.model(self, resume)
         self.strategy = self.make_strategy()
         self._pinned, self.environment = parts.settings(self)
@@ -119,6 +119,9 @@ class Trainer:
     stopped_early = _state("stopped_early", "Whether early stopping ended the run.")
     pruned = _state("pruned", "Whether the judge (a tuning trial's pruner) ended the run.")
     resumed_from = _state("resumed_from", "The checkpoint the run continued from, or None.")
+
+    float_dtype = property(lambda self: self.placement.float_dtype, doc="Weights' and data's.")
+    autocast_dtype = property(lambda self: self.placement.autocast_dtype, doc="None: off.")
 
     @property
     def in_channels(self) -> int:
@@ -331,7 +334,7 @@ class Trainer:
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """``training.precision``: float32, or autocast to bfloat16 / float16."""
-        return autocast(self.device, self.autocast_dtype)
+        return self.placement.autocast()
 
     def run_test(
         self, test_loader: DataLoader, checkpoint: str | Path | None = None
