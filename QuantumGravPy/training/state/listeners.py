@@ -37,7 +37,14 @@ POINTS = (
 
 
 class Listener:
-    """A listener with every point: each does nothing until a subclass says otherwise."""
+    """Something told of a run's points; each method does nothing until a subclass gives it.
+
+    Name a subclass in ``training.callbacks`` (``{type: mymodule.Notify, kwargs: {...}}``) and
+    it is built once per process and told each point after the library's own listeners: at an
+    epoch's end the row is finished and the epoch's checkpoints are written. It runs on the
+    first process only, unless it sets ``every_rank = True``. ``trainer`` is the run's trainer;
+    ``trainer.state.improved`` says whether the epoch just ended is the best so far.
+    """
 
     def on_train_start(self, trainer: Any) -> None:
         pass
