@@ -7,8 +7,8 @@ The samples are drawn in chunks of :data:`CHUNK`, chunk c from a generator seede
 (``seed``, c) alone; with W processes rank r draws chunks r, r + W, ..., each on one CPU thread,
 so the samples are the same for any number of processes. Rank 0 writes them in the layout
 QuantumGrav.jl writes (a group per causal set, its causal and link matrices; see
-:mod:`QuantumGravPy.data.writing`), so they train and predict like any file, and reports them
-against the run's training split (:mod:`.sample_report`).
+:mod:`QuantumGravPy.data.sources.writing`), so they train and predict like any file, and
+reports them against the run's training split (:mod:`.sample_report`).
 """
 
 from __future__ import annotations
