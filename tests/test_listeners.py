@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import torch
 from conftest import ROOT
 
 import QuantumGravPy as qg
@@ -20,7 +19,7 @@ class Seen(qg.Listener):
 
     def on_epoch_end(self, trainer, row):
         last = trainer.run_dir / "checkpoints" / "last.pt"
-        saved = torch.load(last, weights_only=False)
+        saved = qg.load_checkpoint(last)
         self.rows.append(
             {
                 "epoch": row["epoch"],

@@ -189,6 +189,9 @@ def listeners(t: Trainer) -> list[Any]:
     user's ``training.callbacks``."""
     told = dict(decide=t.processes.on_main, monitor=t.monitor, logger=t.logger)
     enabled = t.config.early_stopping.enabled
+    # Under DDP only rank 0 holds a study's judge: every process learns once whether there is
+    # one, so all of them listen for its answer each epoch, or none does.
+    judged = t.processes.on_main(lambda: t.judge is not None)
     callbacks = Callbacks(
         t.config.training.callbacks,
         main=t.is_main,
@@ -197,7 +200,7 @@ def listeners(t: Trainer) -> list[Any]:
     )
     return [
         Stopping(t.early_stopping, enabled=enabled, **told),
-        *([Pruning(t.judge, **told)] if t.judge is not None or t.world_size > 1 else []),
+        *([Pruning(t.judge, **told)] if judged else []),
         EpochColumns(t.monitor),
         t.state,
         *([t.lr_scheduler] if t.lr_scheduler is not None else []),

@@ -100,18 +100,15 @@ class Callbacks(Listener):
         every process rather than leaving them waiting), then to every process's own. The
         processes meet only where a first-process callback has the point: the callbacks and
         their ``every_rank`` are the same in every process, so all of them skip it alike."""
-        if any(not everywhere for everywhere in self._having(point)):
-            self.share(lambda: self(point, trainer, *args))
-        if any(self._having(point)):
-            self(point, trainer, *args, every_rank=True)
-
-    def _having(self, point: str) -> list[bool]:
-        """For each callback with the method ``point``: whether it runs in every process."""
-        return [
+        everywhere = [
             bool(getattr(obj, "every_rank", False))
             for _, obj in self.items
             if getattr(obj, point, None) is not None
-        ]
+        ]  # for each callback with the method: whether it runs in every process
+        if not all(everywhere):
+            self.share(lambda: self(point, trainer, *args))
+        if any(everywhere):
+            self(point, trainer, *args, every_rank=True)
 
     def __call__(self, point: str, trainer: Any, *args: Any, every_rank: bool = False) -> None:
         """Call ``point`` with ``trainer`` and ``args`` on the callbacks that run here: with

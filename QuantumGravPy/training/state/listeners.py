@@ -120,8 +120,8 @@ class Stopping(Listener):
 
 class Pruning(Listener):
     """A tuning trial's pruner: ``judge(row)`` on the first process; True ends the run as
-    pruned, on every process. Under DDP only rank 0 holds the judge (None elsewhere), so every
-    process of a job of several listens: the others take rank 0's answer."""
+    pruned, on every process. Under DDP only rank 0 holds the judge (None elsewhere): the others
+    take its answer."""
 
     def __init__(
         self,
