@@ -34,7 +34,14 @@ LAYERS = [
 # its floor and those below (the layer's __init__, its public face, from any).
 FLOORS = {
     "data": [{"storage"}, {"sources"}, {"batches"}],
-    "training": [{"evaluation", "monitoring"}, {"state"}, {"records"}, {"loop"}, {"launching"}],
+    "training": [
+        {"tasks"},
+        {"evaluation", "monitoring"},
+        {"state"},
+        {"records"},
+        {"loop"},
+        {"launching"},
+    ],
 }
 # Only the parallel layer talks to other processes through torch itself (and the adapter of
 # torch's FSDP internals, which the parallel layer alone uses).
@@ -228,7 +235,7 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
             },
             "QuantumGravPy.training.records.records imports QuantumGravPy.training.loop.trainer, "
             "which is above it (training/records may import only from training/records, "
-            "training/state, training/evaluation|monitoring)",
+            "training/state, training/evaluation|monitoring, training/tasks)",
         ),
         ({"training/extra.py": ""}, "QuantumGravPy.training.extra is on no floor of its layer"),
         (  # inside the data layer: storage keeps what sources read, never the other way round
@@ -360,7 +367,7 @@ WHOLE_CONFIG = {
     "training.loop.trainer_ddp:TrainerDDP.__init__": "TrainerDDP(rank, config): the same",
     "training.loop.spec:run_tasks": "builds the run's tasks (build_tasks) and checks the graphs",
     "training.loop.spec:check_data": "checks a dataset given later as run_tasks does",
-    "training.evaluation.tasks:build_tasks": "tasks:, or the implicit one of model and criterion",
+    "training.tasks.task:build_tasks": "tasks:, or the implicit one of model and criterion",
     "training.loop.notices:log_start": "the start's notices weigh sections against each other",
     "training.loop.notices:start_notices": "the same",
     "training.loop.notices:invariance_note": "the strategy's note, or invariance_breaks'",

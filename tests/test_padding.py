@@ -10,7 +10,7 @@ from torch_geometric.data import Batch
 
 import QuantumGravPy as qg
 from QuantumGravPy.data.batches.padding import PADDING_DEGREE, Budgets, pad_batch
-from QuantumGravPy.training.evaluation.tasks import unpadded
+from QuantumGravPy.training.tasks.task import unpadded
 
 PAD = ("training.batch_nodes=300", "training.pad_batches=true")
 

@@ -219,7 +219,7 @@ def test_bad_inputs_get_one_line_and_nothing_is_overwritten(run, capsys, tmp_pat
 def test_a_binary_task_gives_the_probability_of_1_and_the_class(tmp_path):
     from QuantumGravPy.config import TaskConfig
     from QuantumGravPy.predict.outputs import task_columns
-    from QuantumGravPy.training.evaluation.tasks import Task
+    from QuantumGravPy.training.tasks.task import Task
 
     binary = Task(TaskConfig(name="m", type="binary"), 1, torch.nn.BCEWithLogitsLoss())
     columns = task_columns(binary, torch.tensor([0.2, 0.7]), torch.tensor([0, 1]))

@@ -433,7 +433,7 @@ def test_a_losss_weights_go_where_the_outputs_are(device, loss):
     outputs' device and in their float type (float64 in a float64 run), as torch's own loss
     needs."""
     from QuantumGravPy.config import TaskConfig
-    from QuantumGravPy.training.evaluation.tasks import make_loss
+    from QuantumGravPy.training.tasks.task import make_loss
 
     config = TaskConfig(name="c", loss=loss, loss_kwargs={"weight": [1.0, 3.0]})
     made = make_loss(config, "tasks[0]")

@@ -28,7 +28,7 @@ from ..parallel.devices import Placement, select_device
 from ..runs import layout as rd
 from ..runs.checkpoint import evaluation_weights, load_checkpoint, load_model_state
 from ..training.evaluation.evaluator import to_device
-from ..training.evaluation.tasks import Task, build_tasks, select_outputs
+from ..training.tasks.task import Task, build_tasks, select_outputs
 
 BEST = "best.pt"
 

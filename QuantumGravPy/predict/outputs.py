@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, RunDirectoryError, flag
-from ..training.evaluation.tasks import Task
+from ..training.tasks.task import Task
 
 FORMATS = (".npz", ".csv")
 NODES = "nodes."  # the prefix of node rows' arrays in an .npz

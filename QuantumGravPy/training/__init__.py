@@ -1,8 +1,9 @@
-"""The training layer: the one epoch loop and everything it decides, in six folders, each
+"""The training layer: the one epoch loop and everything it decides, in seven folders, each
 importing only from those before it (``tests/test_layers.py`` checks it):
 
-- :mod:`.evaluation`: each task's target, loss and outputs; metrics; validation and testing
-  as sums over graphs, exact for any number of processes (:class:`Validator`, :class:`Tester`);
+- :mod:`.tasks`: each task at run time: its target, loss, outputs and scaling;
+- :mod:`.evaluation`: metrics; validation and testing as sums over graphs, exact for any
+  number of processes (:class:`Validator`, :class:`Tester`);
 - :mod:`.monitoring`: inside every run: where each rank's time goes, the gradient norm,
   non-finite gradients and replica checks (:class:`Monitor`);
 - :mod:`.state`: what a run keeps from epoch to epoch: counters, history, random states, the

@@ -33,8 +33,8 @@ from ...runs.checkpoint import (
     load_model_state,
     model_changes,
 )
+from ..tasks.task import Task, make_criterion
 from .metrics import TaskMetrics
-from .tasks import Task, make_criterion
 
 __all__ = [
     "Accumulated",

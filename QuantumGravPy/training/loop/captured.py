@@ -35,8 +35,8 @@ from torch import Tensor, nn
 
 from ...config import TrainingConfig
 from ...data.batches.padding import Budgets, pad_batch
-from ..evaluation.tasks import Task, select_outputs, total_loss
 from ..monitoring.gradients import NONE, GradientChecks
+from ..tasks.task import Task, select_outputs, total_loss
 from .optim import clip_gradients
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from ...errors import ConfigError, DataError
 from ...models import build_model
 from ...models.blocks import reads_edges
 from ...runs.init_weights import load_starting_weights
-from ..evaluation.tasks import Task, build_tasks
+from ..tasks.task import Task, build_tasks
 
 
 def run_tasks(config: Config, dataset: Dataset | list, *, given: bool) -> list[Task]:

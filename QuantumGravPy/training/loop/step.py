@@ -27,10 +27,10 @@ from ...parallel.devices import Placement
 from ...parallel.processes import OneProcess
 from ...parallel.strategies import Strategy
 from ...tasks.base import TaskKind
-from ..evaluation.tasks import Task, add_train_sums, total_loss, train_columns, unpadded
 from ..monitoring.monitor import Monitor, check_loss
 from ..state.ema import EMA
 from ..state.run_state import RunState
+from ..tasks.task import Task, add_train_sums, total_loss, train_columns, unpadded
 from .captured import CapturedStep, refusal
 from .compiling import Compiling
 from .optim import clip_gradients, optimizer_step, step_groups

@@ -39,10 +39,10 @@ from ...runs import layout as rd
 from ...runs import reproducibility as rs
 from ...runs.resume import read_resume_state
 from ..evaluation.evaluator import check_forward
-from ..evaluation.tasks import Task, fit_scaling, select_outputs
 from ..state.early_stopping import MetricStopping
 from ..state.listeners import Listeners
 from ..state.run_state import RunState
+from ..tasks.task import Task, fit_scaling, select_outputs
 from . import parts
 from .notices import log_start
 from .spec import check_data, model_spec, run_tasks, train_reads

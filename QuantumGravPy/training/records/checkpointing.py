@@ -22,8 +22,8 @@ from ...parallel.strategies import Strategy
 from ...runs import layout as rd
 from ...runs.checkpoint import checkpoint_epoch, save_checkpoint
 from ..evaluation.evaluator import checkpoint_model
-from ..evaluation.tasks import Task
 from ..state.run_state import RunState
+from ..tasks.task import Task
 from .stateful import PROGRESS, Reading
 
 

@@ -23,10 +23,10 @@ from torch import nn
 from ...errors import CheckpointError, cause
 from ...parallel.strategies import Strategy
 from ...runs.checkpoint import load_model_state
-from ..evaluation.tasks import Task, scalings
 from ..state.early_stopping import MetricStopping
 from ..state.ema import EMA
 from ..state.run_state import RunState
+from ..tasks.task import Task, scalings
 
 PROGRESS = "progress"  # the run's progress: kept at the top level of a checkpoint (epoch, ...)
 
