@@ -11,6 +11,7 @@ import torch
 import yaml
 import zarr
 from conftest import assert_refused, run_main, train
+from torch_geometric.data import Data
 
 import QuantumGravPy as qg
 from QuantumGravPy.models import CausalSetGrowth
@@ -103,10 +104,37 @@ def test_qg_sample_draws_the_same_sets_on_one_and_two_processes_and_reports_them
     c = read_sets(tmp_path / "seed.zarr")
     assert any(x.shape != y.shape or not np.array_equal(x, y) for x, y in zip(a, c, strict=True))
     with open(tmp_path / "one_report.csv", newline="") as f:
-        rows = {r["statistic"]: r for r in csv.DictReader(f)}
-    assert float(rows["valid"]["samples_mean"]) == 1.0
-    assert 16 <= float(rows["elements"]["samples_mean"]) <= 24
+        rows = list(csv.DictReader(f))
+    valid = [r for r in rows if r["statistic"] == "valid"]
+    assert sum(int(r["samples"]) for r in valid) == 70
+    assert all(float(r["samples_mean"]) == 1.0 for r in valid)
+    # the sizes it grows, 16-24, in bins of the training sizes: none beyond them
+    assert all(16 <= int(r["sizes"].split("-")[0]) <= 24 for r in valid)
+    assert all(r["extrapolation"] == "False" for r in rows)
     assert (tmp_path / "one_report.png").stat().st_size > 10_000
+
+
+def test_the_samples_file_says_where_its_samples_came_from(run, tmp_path):
+    """The run, the checkpoint and its digest, the seed, the sizes and the version, in both
+    formats; a file qg sample did not write has none."""
+    import hashlib
+
+    from QuantumGravPy.predict.sampling import provenance
+
+    best = run / "checkpoints" / "best.pt"
+    for name in ("a.zarr", "b.h5"):
+        qg.sample(run, num=5, output=tmp_path / name, seed=7)
+        said = provenance(tmp_path / name)
+        assert said["run"] == str(run.resolve()) and said["checkpoint"] == str(best.resolve())
+        assert said["checkpoint_sha256"] == hashlib.sha256(best.read_bytes()).hexdigest()
+        assert said["seed"] == 7 and said["num"] == 5 and said["sizes_asked"] == [16, 24]
+        assert 16 <= said["sizes"][0] <= said["sizes"][1] <= 24
+        assert said["version"] == qg.__version__
+    from QuantumGravPy.data.sources.writing import write_causal_sets
+
+    links = torch.ones(3, 3).triu(1).bool()
+    write_causal_sets(tmp_path / "own.zarr", iter([(Data(), links, links)]), file_format="zarr")
+    assert provenance(tmp_path / "own.zarr") is None
 
 
 def test_samples_train_and_predict_like_any_file(run, tmp_path, capsys, data_root):
@@ -131,9 +159,10 @@ def test_samples_train_and_predict_like_any_file(run, tmp_path, capsys, data_roo
 def test_sampling_from_python_gives_the_report(run, tmp_path):
     report = qg.sample(run, num=12, output=tmp_path / "p.h5", seed=3)
     assert len(report.samples["valid"]) == 12 and report.samples["valid"].all()
-    rows = {r["statistic"]: r for r in report.rows()}
+    fractions = [r for r in report.rows() if r["statistic"] == "ordering_fraction"]
     # the data are 2D sprinklings: an ordering fraction of 1/2 on average, exactly
-    assert rows["ordering_fraction"]["data_mean"] == pytest.approx(0.5, abs=0.03)
+    assert all(r["exact"] == 0.5 for r in fractions)
+    assert np.mean(report.data["ordering_fraction"]) == pytest.approx(0.5, abs=0.03)
     assert "Myrheim-Meyer dimension" in report.table()
     again = qg.sample(run, num=12, output=tmp_path / "q.zarr", seed=3)  # another format
     assert np.array_equal(again.samples["ordering_fraction"], report.samples["ordering_fraction"])
@@ -227,16 +256,18 @@ def test_the_growth_model_refuses_sizes_that_cannot_be():
 
 
 def test_a_statistic_the_data_never_have_is_no_difference_but_none(tmp_path):
-    from QuantumGravPy.predict.sample_report import Report
+    from QuantumGravPy.predict.sample_report import build
 
     zero, some = np.zeros(3), np.full(3, 0.5)
     samples = {name: some for name in statistics([torch.ones(2, 2).triu(1).bool()])}
+    samples["elements"] = np.full(3, 2.0)
     data = {**samples, "intervals_4_per_element": zero}
-    report = Report(samples, data, tmp_path / "s.zarr")
+    report = build(samples, data, tmp_path / "s.zarr", dimension=None)
+    report.references = [("training sets", data)]  # three sets: their own reference
     rows = {r["statistic"]: r for r in report.rows()}
     assert np.isnan(rows["intervals_4_per_element"]["difference"])
     line = next(x for x in report.table().splitlines() if x.startswith("intervals of 4"))
-    assert line.endswith("n/a") and "+0.0" not in line
+    assert line.split()[-5:-2] == ["n/a"] * 3 and "+0.0" not in line
 
 
 class Killed(BaseException):

@@ -100,10 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="draw causal sets from a trained generative model into a Zarr or HDF5 file",
         description="Draw N causal sets from the generative model of RUN_DIR (its config.yaml "
         "and checkpoints/best.pt; a model with generate(num, generator=...)) and write them "
-        "as QuantumGrav.jl writes causal sets, to train and predict on like any file; report "
-        "them against the run's training data (valid orders, ordering fraction, Myrheim-Meyer "
-        "dimension, links per element, interval abundances) as a table, <stem>_report.csv and "
-        "<stem>_report.png.",
+        "as QuantumGrav.jl writes causal sets, with where they came from, to train and predict "
+        "on like any file. Report them by size bin against the training data of the same sizes "
+        "(or sprinklings, beyond them) and exact values: valid orders, ordering fraction, "
+        "Myrheim-Meyer dimension, links and intervals per element, height, width, and a "
+        "Kolmogorov-Smirnov test; as a table, <stem>_report.csv and <stem>_report.png.",
     )
     samp.add_argument("run_dir", metavar="RUN_DIR", help="a training run's directory")
     samp.add_argument(

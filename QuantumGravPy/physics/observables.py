@@ -7,7 +7,8 @@ of elements between two others is an entry of the matrix product C C, computed i
 exact below 2**24 elements.
 
 - :func:`ordering_fraction`, :func:`link_count`, :func:`interval_abundances` (N_k: related
-  pairs with exactly k elements between them), :func:`longest_chain`;
+  pairs with exactly k elements between them), :func:`longest_chain` (the height),
+  :func:`largest_antichain` (the width);
 - :func:`benincasa_dowker_action` in 2 and 4 dimensions (unsmeared, in units of the
   discreteness scale);
 - dimension estimators: :func:`myrheim_meyer_dimension` (from the ordering fraction) and
@@ -169,6 +170,25 @@ def longest_chain(relations: Tensor) -> Tensor:
     if r.shape[-1] == 0:
         return _out(torch.zeros(len(r), dtype=torch.long), single)
     return _out(longest_chains(transitive_reduction(r)).amax(1).long() + 1, single)
+
+
+def largest_antichain(relations: Tensor) -> int:
+    """Elements in the largest antichain (the width) of one causal set, exactly.
+
+    By Dilworth's theorem the width is the fewest chains that cover the set, which is N less a
+    maximum matching of the bipartite graph "i before j" (Hopcroft-Karp, in scipy). The
+    relations must be transitive (a partial order, as :func:`~.orders.transitive_closure`
+    gives); a relation matrix that is not would count paths as chains no longer.
+    """
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+
+    r = torch.as_tensor(relations).bool()
+    n = r.shape[-1]
+    if n == 0:
+        return 0
+    matched = maximum_bipartite_matching(csr_matrix(r.numpy()), perm_type="column")
+    return int(n - (matched >= 0).sum())
 
 
 # --- actions and dimension estimators -------------------------------------------------------

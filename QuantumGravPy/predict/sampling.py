@@ -14,6 +14,8 @@ reports them against the run's training split (:mod:`.sample_report`).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,18 +24,20 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from .. import logs
+from .. import __version__, logs
 from ..config import Config, ModelConfig, load_config
+from ..data.sources.formats import format_of
 from ..data.sources.writing import write_causal_sets, writer_for
 from ..errors import ConfigError, DiskFullError, RunDirectoryError, disk_full, flag
 from ..parallel import distributed, run_distributed
 from ..physics import CausalSet
 from .model import model_from_checkpoint, run_files
 from .replacing import Replacement
-from .sample_report import Report, report_paths, write_report
+from .sample_report import Report, build, report_paths, write_report
 from .sample_report import compare as compare_samples
 
 CHUNK = 64  # samples drawn from one generator
+PROVENANCE = "provenance"  # the samples file's root attribute: where they came from, as JSON
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,16 +150,54 @@ def sample(
         else:
             samples = run_distributed(sample_worker, config, job, world_size=world_size)
         if samples is None:  # a rank other than 0 under torchrun or srun
-            return Report({}, [], output)
+            return build({"elements": np.empty(0)}, {}, output, dimension=None)
         report = compare_samples(samples, config.data, output, limit=compare)
-        _write(samples, report, replacement, file_format)
+        origin = _provenance(run_dir, checkpoint, job, samples, getattr(model, "sizes", None))
+        _write(samples, report, replacement, file_format, origin)
         return report
     finally:
         replacement.abandon()  # unless committed: the old output stays as it was
 
 
+def _provenance(
+    run_dir: str | Path, checkpoint: Path, job: _Job, samples: list[CausalSet], asked: Any
+) -> dict[str, Any]:
+    """Where the samples came from: the run, its checkpoint and the checkpoint's SHA-256, the
+    seed, the sizes the model was asked to grow and those it grew, and the package's version."""
+    digest = hashlib.sha256()
+    with open(checkpoint, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    sizes = [int(s.relations.shape[-1]) for s in samples]
+    return {
+        "run": str(Path(run_dir).resolve()),
+        "checkpoint": str(Path(checkpoint).resolve()),
+        "checkpoint_sha256": digest.hexdigest(),
+        "seed": job.seed,
+        "num": job.num,
+        "model": job.config.model.type or "GNNModel",
+        "sizes_asked": None if asked is None else [int(x) for x in asked],
+        "sizes": [min(sizes), max(sizes)],
+        "version": __version__,
+    }
+
+
+def provenance(path: str | Path) -> dict[str, Any] | None:
+    """Where the samples in the file ``path`` came from, as ``qg sample`` wrote it (None for a
+    file it did not write)."""
+    path = Path(path)
+    fmt = format_of(path)
+    with fmt.open(path) as store:
+        text = fmt.description(store, PROVENANCE)
+    return None if text is None else json.loads(text)
+
+
 def _write(
-    samples: list[CausalSet], report: Report, replacement: Replacement, file_format: str
+    samples: list[CausalSet],
+    report: Report,
+    replacement: Replacement,
+    file_format: str,
+    origin: dict[str, Any],
 ) -> None:
     """The report's files and the samples', written whole in the replacement's hidden folder,
     then moved in (:mod:`.replacing`)."""
@@ -167,6 +209,7 @@ def _write(
             ((Data(), s.relations.bool(), s.links.bool()) for s in samples),
             file_format=file_format,
             total=len(samples),
+            attributes={PROVENANCE: json.dumps(origin)},
         )
     except OSError as e:
         if disk_full(e):

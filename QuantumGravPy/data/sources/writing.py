@@ -32,14 +32,16 @@ def write_causal_sets(
     file_format: str,
     total: int | None = None,
     progress: bool = True,
+    attributes: dict[str, str] | None = None,
 ) -> Path:
     """Write causal sets in the one-group-per-causal-set layout, in Julia's orientation.
 
     ``graphs`` yields (graph, relations, links): each becomes group ``cset_<i>`` (from 1)
     holding ``adj`` and ``linkmat`` (uint8, stored transposed, as Julia's column-major arrays
     are), every per-element attribute of the graph but ``x``/``pos`` as a vector, and every
-    graph-level one as a 1-element array. Streaming: one causal set in memory at a time. The
-    store is written under a temporary name and renamed when complete.
+    graph-level one as a 1-element array; ``attributes``, strings, on the root group.
+    Streaming: one causal set in memory at a time. The store is written under a temporary name
+    and renamed when complete.
     """
     path = Path(path)
     fmt = _writer(file_format)
@@ -48,6 +50,8 @@ def write_causal_sets(
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     root = fmt.create(tmp)
     try:
+        for name, text in (attributes or {}).items():
+            fmt.describe(root, name, text)
         for i, (graph, relations, links) in enumerate(
             logs.progress(graphs, total=total, desc="writing", unit="causal set", enabled=progress),
             start=1,

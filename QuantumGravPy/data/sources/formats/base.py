@@ -123,6 +123,15 @@ class FileFormat:
     def close(self, root: Any) -> None:
         """Finish writing a file :meth:`create` made."""
 
+    def describe(self, root: Any, name: str, text: str) -> None:
+        """Attribute ``name`` of a file :meth:`create` made: a string on its root group."""
+        root.attrs[name] = text
+
+    def description(self, store: Any, name: str) -> str | None:
+        """Attribute ``name`` of the root group of a file :meth:`open` opened, if it has one."""
+        value = store.attrs.get(name)
+        return None if value is None else str(value)
+
 
 def format_of(path: Path) -> FileFormat:
     """The format of the file at ``path``: the one whose suffix its name ends with (no two
