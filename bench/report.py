@@ -53,6 +53,7 @@ SCRIPTS = (
         "the common PyG loop and Lightning",
     ),
     ("generation.py", "Causal-set generation throughput"),
+    ("counts.py", "Counts: a regression against a Poisson and a softplus head on interval sizes"),
     (
         "generative.py",
         "A generative model of causal sets: trained, sampled, compared with its data",

@@ -3,6 +3,7 @@ processes, whether every rank evaluates its share or rank 0 evaluates everything
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from conftest import run_ranks
@@ -17,7 +18,10 @@ CASES = {  # (task type, outputs): classification with 4 classes, binary, one an
     "binary": ("binary", 1),
     "regression": ("regression", 1),
     "regression3": ("regression", 3),
+    "count": ("count", 1),
+    "count3": ("count", 3),
 }
+VALUES = ("regression", "count")  # float64 sums of errors: the same up to their order
 
 
 def data(case):
@@ -30,6 +34,9 @@ def data(case):
     elif task_type == "binary":
         target = (torch.rand(N, generator=g) < 0.4).long()
         outputs = torch.randn(N, 1, generator=g) + (2.0 * target[:, None] - 1)
+    elif task_type == "count":  # outputs: log-rates near the counts' own logs
+        target = torch.poisson(torch.full((N, k), 4.0, dtype=torch.float64), generator=g)
+        outputs = (target + 0.5).log() + 0.3 * torch.randn(N, k, generator=g, dtype=torch.float64)
     else:
         target = torch.randn(N, k, generator=g, dtype=torch.float64) * 3 + 1
         outputs = target + torch.randn(N, k, generator=g, dtype=torch.float64)
@@ -66,6 +73,8 @@ def sklearn_values(case, outputs, target):
             "confusion_matrix": skm.confusion_matrix(y, pred, labels=[0, 1]).tolist(),
         }
     y, pred = target.numpy(), outputs.numpy()
+    if task_type == "count":  # the expected counts: the log-rates' exponentials
+        pred = np.exp(pred)
     values = {
         "mse": skm.mean_squared_error(y, pred),
         "rmse": skm.root_mean_squared_error(y, pred),
@@ -74,6 +83,8 @@ def sklearn_values(case, outputs, target):
     }
     if k == 1:  # scikit-learn's max_error takes one output only
         values["max_error"] = skm.max_error(y.ravel(), pred.ravel())
+    if task_type == "count":  # the mean over every row and output
+        values["poisson_deviance"] = skm.mean_poisson_deviance(y.ravel(), pred.ravel())
     return values
 
 
@@ -129,7 +140,7 @@ def test_metrics_are_the_same_for_any_number_of_processes(world_size):
     results = run_ranks(world_size, both_modes)
     for shared, _ in results:  # every rank gets the values of all the data
         for case in CASES:
-            if CASES[case][0] == "regression":  # float64 sums, added in another order
+            if CASES[case][0] in VALUES:  # float64 sums, added in another order
                 assert_close(shared[case], single[case], rel=1e-12)
             else:  # counts and the gathered predictions themselves: identical
                 assert shared[case] == single[case]

@@ -48,13 +48,13 @@ class TaskConfig:
         default=1.0, metadata={"check": lambda v: v > 0, "expected": "a positive number"}
     )
     # a loss class (built with loss_kwargs) or function, called as loss(outputs, target);
-    # null: the type's (CrossEntropyLoss, BCEWithLogitsLoss, MSELoss)
+    # null: the type's (CrossEntropyLoss, BCEWithLogitsLoss, MSELoss, PoissonNLLLoss)
     loss: DottedPath | None = None
     # keyword arguments for the loss (a class is built with them, a function called with them):
     # e.g. {pos_weight: [5.0]}, {weight: [1.0, 3.0]}, {label_smoothing: 0.1}; a list of numbers
     # is handed over as a tensor, as torch's losses take weights
     loss_kwargs: dict[str, Any] = field(default_factory=dict)
-    # classes (classification) or values per graph or node (regression); binary: 1;
+    # classes (classification) or values per graph or node (regression, count); binary: 1;
     # null: read from the data
     num_outputs: int | None = field(
         default=None, metadata={"check": lambda v: v > 0, "expected": "a positive number"}

@@ -4,12 +4,12 @@ One row per graph, in input order: ``source`` and ``index`` (and ``group`` for f
 group per causal set), then per graph-level task the predicted class and each class's
 probability (``<task>_class``, ``<task>_prob_<k>``, k the class label), for a binary task the
 probability of 1 and the class it rounds to (``<task>_prob``, ``<task>_class``), for a
-regression the values in the target's units (``<task>``, or ``<task>_<k>`` for several), and
-``<task>_true`` where the data holds labels. Node-level tasks get one row per node: ``graph``
-(the row of its graph), ``element`` and the same columns. Edge-level tasks get one row per
-pair of their pairs attribute (``relations_index``, say): ``graph``, ``element_from`` and
-``element_to`` (the pair's two elements, as the file numbers them where the graphs recorded
-it) and the same columns.
+regression the values in the target's units (``<task>``, or ``<task>_<k>`` for several), for a
+count the expected counts (the same columns), and ``<task>_true`` where the data holds
+labels. Node-level tasks get one row per node: ``graph`` (the row of its graph), ``element``
+and the same columns. Edge-level tasks get one row per pair of their pairs attribute
+(``relations_index``, say): ``graph``, ``element_from`` and ``element_to`` (the pair's two
+elements, as the file numbers them where the graphs recorded it) and the same columns.
 
 ``.npz`` holds every column as an array (node rows under ``nodes.<column>``, pair rows under
 ``edges.<pairs>.<column>``); ``.csv`` the graph rows, with node rows in ``<stem>_nodes.csv``

@@ -2,7 +2,8 @@
 
 - ``classification`` (:mod:`.classification`): one class out of several, as logits;
 - ``binary`` (:mod:`.binary`): 0 or 1, as one logit;
-- ``regression`` (:mod:`.regression`): one or more real values.
+- ``regression`` (:mod:`.regression`): one or more real values;
+- ``count`` (:mod:`.count`): whole numbers of 0 or more, as the log of their expected value.
 
 What each is asked is :class:`~.base.TaskKind`'s; :func:`task_kind` gives the one of a name. A
 new kind is a new module here: every module of this package is imported, and each subclass with
