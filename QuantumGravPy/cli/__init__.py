@@ -239,6 +239,7 @@ def _sample(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint,
         overrides=args.overrides,
         overwrite=args.overwrite,
+        condition=args.condition,
     )
     if distributed.process_env() is not None and distributed.process_env().rank != 0:
         return 0

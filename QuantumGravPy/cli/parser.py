@@ -123,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     samp.add_argument(
         "--checkpoint", metavar="PATH", help="weights to use (default RUN_DIR/checkpoints/best.pt)"
     )
+    samp.add_argument(
+        "--condition",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="what to grow, for a model conditioned on it (repeatable): dimension=3",
+    )
     samp.add_argument("--overwrite", action="store_true", help="replace an output that exists")
     samp.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     prof = command(

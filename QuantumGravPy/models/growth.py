@@ -22,6 +22,7 @@ negative log-likelihood per element, a ``model_loss`` term (``nll``).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +33,9 @@ from torch_geometric.utils import to_dense_adj
 
 from ..physics import CausalSet, transitive_closure
 
-FEATURES = 12  # what a decision sees, see _teacher_features
+FEATURES = 19  # what a decision sees, see _features
+SHARES = 12  # the first FEATURES, which growth models of earlier versions read alone
+LOG_SCALE = 8.0  # counts are fed as log(1 + count) / 8: about 1 at 3,000 elements
 
 
 class CausalSetGrowth(nn.Module):
@@ -41,8 +44,11 @@ class CausalSetGrowth(nn.Module):
 
     ``sizes``: [min, max] elements of the sets :meth:`generate` grows (each drawn uniformly,
     as the embedded data's ``data.num_points`` are); ``hidden``, ``layers``: the decision
-    network's width and depth. ``forward(batch)`` returns ``{"nll": [graphs]}``, each graph's
-    negative log-likelihood per element; train it as a ``model_loss`` task with that term.
+    network's width and depth. ``dimensions``: the data's ``data.dimensions``, to condition
+    every decision on the set's dimension (the graphs' label ``y`` is its index there, as the
+    ``dimension`` data kind gives it); :meth:`generate` is then asked for one. ``forward(batch)``
+    returns ``{"nll": [graphs]}``, each graph's negative log-likelihood per element; train it
+    as a ``model_loss`` task with that term.
     """
 
     def __init__(
@@ -53,43 +59,87 @@ class CausalSetGrowth(nn.Module):
         sizes: Sequence[int] = (32, 64),
         hidden: int = 64,
         layers: int = 2,
+        dimensions: Sequence[int] | None = None,
     ):
         super().__init__()
         low, high = (int(s) for s in sizes)
         if not 1 <= low <= high:
             raise ValueError(f"sizes: expected [min, max] with 1 <= min <= max, found {sizes}")
         self.sizes = (low, high)
-        widths = [FEATURES, *[hidden] * layers]
+        self.dimensions = tuple(int(d) for d in dimensions) if dimensions else ()
+        self.inputs = FEATURES  # SHARES: the weights of an earlier version (see loading)
+        widths = [FEATURES + len(self.dimensions), *[hidden] * layers]
         parts: list[nn.Module] = []
         for a, b in itertools.pairwise(widths):
             parts += [nn.Linear(a, b), nn.SiLU()]
         self.decide = nn.Sequential(*parts, nn.Linear(widths[-1], 1))
+        # what the training loader gathers (with batch and ptr): y is the dimension's index
+        self.reads = ("x", "edge_index", "y") if self.dimensions else ("x", "edge_index")
 
-    reads = ("x", "edge_index")  # what the training loader gathers (with batch and ptr)
+    def _load_from_state_dict(self, state_dict, prefix, *args: Any, **kwargs: Any) -> None:
+        """Weights of an earlier version read the first :data:`SHARES` features alone: the
+        first layer is made that narrow, and the model feeds it those."""
+        first = state_dict.get(f"{prefix}decide.0.weight")
+        if first is not None and first.shape[1] == SHARES and not self.dimensions:
+            old = self.decide[0]
+            self.decide[0] = nn.Linear(SHARES, old.out_features, device=old.weight.device)
+            self.inputs = SHARES
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _decide(self, features: Tensor, condition: Tensor | None) -> Tensor:
+        """The logits of decisions with ``features`` ``[rows, FEATURES]``, of sets of the
+        dimensions ``condition`` (``[rows, len(dimensions)]`` one-hot)."""
+        features = features[:, : self.inputs]
+        if condition is not None:
+            features = torch.cat([features, condition], 1)
+        return self.decide(features).squeeze(-1)
+
+    def _condition(self, index: Tensor) -> Tensor | None:
+        if not self.dimensions:
+            return None
+        return F.one_hot(index.long(), len(self.dimensions)).float()
 
     def forward(self, batch: Any) -> dict[str, Tensor]:
         links, sizes = _dense_links(batch)
         relations = transitive_closure(links)
         features, asked = _teacher_features(relations, links, sizes)
-        logits = self.decide(features).squeeze(-1)
-        # transposed: [graphs, j, k], as the features are laid out
-        loss = F.binary_cross_entropy_with_logits(logits, links.to(logits.dtype), reduction="none")
-        nll = (loss * asked).sum((1, 2)) / sizes.to(logits.dtype)
-        return {"nll": nll}
+        label = getattr(batch, "y", None) if self.dimensions else None
+        if self.dimensions and label is None:
+            raise ValueError(
+                "CausalSetGrowth(dimensions=...) reads each graph's dimension from its label "
+                "y (data.kind: dimension gives it); these graphs have none"
+            )
+        # only the decisions asked: a forced one (below a chosen link) has no say
+        graph, j, k = asked.nonzero(as_tuple=True)
+        condition = self._condition(label.view(-1)[graph]) if label is not None else None
+        logits = self._decide(features[graph, j, k].to(links.device), condition)
+        target = links[graph, j, k].to(logits.dtype)
+        loss = F.binary_cross_entropy_with_logits(logits, target, reduction="none")
+        nll = logits.new_zeros(len(sizes)).index_add(0, graph, loss)
+        return {"nll": nll / sizes.to(logits.dtype)}
 
     @torch.no_grad()
     def generate(
-        self, num: int, generator: torch.Generator | None = None, *, device: Any = None
+        self,
+        num: int,
+        generator: torch.Generator | None = None,
+        *,
+        device: Any = None,
+        dimension: int | None = None,
     ) -> list[CausalSet]:
         """``num`` causal sets grown from the model, each of a size drawn uniformly from
-        ``sizes``; the same ``generator`` state gives the same sets."""
+        ``sizes``; the same ``generator`` state gives the same sets. ``dimension``: the one
+        to grow, for a model conditioned on it (one of its ``dimensions``; by default each
+        set's is drawn uniformly from them)."""
         device = torch.device(device or next(self.parameters()).device)
+        condition = self._asked(num, dimension, generator)
         low, high = self.sizes
         sizes = torch.randint(low, high + 1, (num,), generator=generator)
         n = int(sizes.max()) if num else 0
         relations = torch.zeros(num, n, n, dtype=torch.bool, device=device)
         links = torch.zeros_like(relations)
         sizes_d = sizes.to(device)
+        condition = condition.to(device) if condition is not None else None
         for k in range(1, n):
             growing = sizes_d > k  # [num]
             u = torch.rand(num, k, generator=generator).to(device)
@@ -103,7 +153,7 @@ class CausalSetGrowth(nn.Module):
                 features = _decision(
                     state, j, above, k, past, relations[:, :k, j], relations[:, j, :k] & futures
                 )
-                p = torch.sigmoid(self.decide(features).squeeze(-1))
+                p = torch.sigmoid(self._decide(features, condition))
                 pick = ~forced & (u[:, j] < p) & growing
                 chosen[:, j] = pick
                 futures |= pick[:, None] & relations[:, j, :k]
@@ -117,6 +167,25 @@ class CausalSetGrowth(nn.Module):
             CausalSet(relations=relations[i, :s, :s].cpu(), links=links[i, :s, :s].cpu())
             for i, s in enumerate(sizes.tolist())
         ]
+
+    def _asked(
+        self, num: int, dimension: int | None, generator: torch.Generator | None
+    ) -> Tensor | None:
+        """The condition of each of ``num`` sets: ``dimension``'s, or one drawn for each."""
+        if not self.dimensions:
+            if dimension is not None:
+                raise ValueError(
+                    f"dimension: this model is not conditioned on one (asked for {dimension})"
+                )
+            return None
+        if dimension is None:
+            index = torch.randint(len(self.dimensions), (num,), generator=generator)
+        elif int(dimension) in self.dimensions:
+            index = torch.full((num,), self.dimensions.index(int(dimension)))
+        else:
+            known = ", ".join(map(str, self.dimensions))
+            raise ValueError(f"dimension: the model knows {known}, not {dimension}")
+        return self._condition(index)
 
 
 def _dense_links(batch: Any) -> tuple[Tensor, Tensor]:
@@ -133,53 +202,41 @@ def _dense_links(batch: Any) -> tuple[Tensor, Tensor]:
 
 def _teacher_features(relations: Tensor, links: Tensor, sizes: Tensor) -> tuple[Tensor, Tensor]:
     """Every decision's features ``[graphs, j, k, FEATURES]`` as :meth:`generate` computes them
-    one step at a time, and where a decision is asked (j < k < size, j not forced)."""
-    r, lk = relations.float(), links.float()
-    g, n = r.shape[0], r.shape[-1]
-    k = torch.arange(n, dtype=r.dtype, device=r.device)
-    j = k[:, None]
-    above = torch.cumsum(r, -1) - r  # [g, j, k]: elements i < k after j
-    links_up = torch.cumsum(lk, -1) - lk
-    past = r.sum(1)[:, :, None].expand(g, n, n)  # [g, j, k]: j's past (all before j)
-    maximal = (above == 0).to(r.dtype)
-    earlier = (j < k).to(r.dtype)  # [j, k]
-    maxima = (maximal * earlier).sum(1, keepdim=True).expand(g, n, n)
-    # links of k chosen above j: the links to k from elements after j
-    chosen = torch.flip(torch.cumsum(torch.flip(lk, [1]), 1), [1]) - lk
-    # k's past so far, when j is asked: the elements at or below a link of k after j. Each
-    # element's latest link of k at or above it, then which of those come after j
-    at_or_below = r + torch.eye(n, dtype=r.dtype, device=r.device)  # [g, i, l]
-    latest = (at_or_below[:, :, :, None] * lk[:, None, :, :] * (k[:, None] + 1)).amax(2) - 1
-    so_far = latest[:, :, None, :] > j[None, None]  # [g, i, j, k]
-    in_past = so_far.to(r.dtype).sum(1)  # [g, j, k]
-    shared = (r[:, :, :, None] * so_far).sum(1)  # of j's past
-    # and j's future so far that is the future of a link of k after j
-    latest_below = (r[:, :, :, None] * lk[:, :, None, :] * (k[:, None, None] + 1)).amax(1) - 1
-    after = latest_below[:, :, None, :] > j[None, None]  # [g, i, j, k]: i above such a link
-    before_k = (k[:, None] < k[None, :]).to(r.dtype)  # [i, k]: i < k
-    common = (r.transpose(1, 2)[:, :, :, None] * after * before_k[None, :, None, :]).sum(1)
-    total = sizes.to(r.dtype)[:, None, None]
-    kk = k.clamp(min=1).expand(n, n)
-    features = torch.stack(
-        [
-            (k / total).expand(g, n, n),
-            (j / kk).expand(g, n, n),
-            past / kk,
-            above / kk,
-            links_up / kk,
-            maximal,
-            maxima / kk,
-            chosen / kk,
-            (1.0 / kk).expand(g, n, n),
-            in_past / kk,
-            shared / past.clamp(min=1),
-            common / above.clamp(min=1),
-        ],
-        dim=-1,
-    )
-    inside = (k < total) & (j < k)
+    one step at a time, and where a decision is asked (j < k < size, j not forced).
+
+    Computed step by step: step k's decisions need only ``[graphs, k, k]`` numbers, so the
+    memory is graphs x N^2 (the features themselves), never N^3.
+    """
+    g, n = relations.shape[0], relations.shape[-1]
+    features = relations.new_zeros((g, n, n, FEATURES), dtype=torch.float32)
+    r_all, lk_all = relations.float(), links.float()
+    total = sizes.float()
+    for k in range(1, n):
+        r, lk, mine = r_all[:, :k, :k], lk_all[:, :k, :k], lk_all[:, :k, k]  # [g, k(, k)]
+        place = torch.arange(k, dtype=r.dtype, device=r.device)
+        # the latest link of k at or above each element (-1: none), and below each element
+        at_or_below = r + torch.eye(k, dtype=r.dtype, device=r.device)
+        latest = (at_or_below * (mine * (place + 1))[:, None, :]).amax(2) - 1  # [g, i]
+        latest_below = (r * (mine * (place + 1))[:, :, None]).amax(1) - 1  # [g, i]
+        later = latest[:, :, None] > place  # [g, i, j]: i in k's past when j is asked
+        above_links = latest_below[:, :, None] > place  # [g, i, j]: i above a link after j
+        state = {
+            "progress": k / total,
+            "past": r.sum(1),
+            "above": r.sum(2),
+            "links_up": lk.sum(2),
+            "maxima": (r.sum(2) == 0).float().sum(1),
+            "total": total,
+        }
+        chosen = mine.flip(1).cumsum(1).flip(1) - mine  # [g, j]: links of k after j
+        in_past = later.float().sum(1)  # [g, j]
+        shared = (r * later).sum(1)  # [g, j]: of j's past
+        common = (r * above_links.transpose(1, 2)).sum(2)  # [g, j]: of j's future
+        features[:, :k, k] = _features(state, place, chosen, k, in_past, shared, common)
+    k = torch.arange(n, device=relations.device)
+    inside = (k < sizes[:, None, None]) & (k[:, None] < k)
     asked = inside & ~(relations & ~links)
-    return features, asked.to(r.dtype)
+    return features, asked
 
 
 def _step_state(relations: Tensor, links: Tensor, k: int, sizes: Tensor) -> dict[str, Tensor]:
@@ -191,6 +248,7 @@ def _step_state(relations: Tensor, links: Tensor, k: int, sizes: Tensor) -> dict
         "above": r.sum(2),
         "links_up": links.float().sum(2),
         "maxima": (r.sum(2) == 0).float().sum(1),
+        "total": sizes.float(),
     }
 
 
@@ -203,27 +261,64 @@ def _decision(
     below_j: Tensor,
     common: Tensor,
 ) -> Tensor:
-    """The features of the decision "is j a link to k?" (see :func:`_teacher_features`);
-    ``past``: k's past so far, ``below_j``: j's past, ``common``: j's future that is a chosen
-    link's (each ``[num, k]``, bool)."""
-    num = chosen.shape[0]
-    above = state["above"][:, j]
-    j_past = state["past"][:, j]
-    ones = torch.ones(num, device=chosen.device)
+    """The features of the decision "is j a link to k?" (see :func:`_features`); ``past``:
+    k's past so far, ``below_j``: j's past, ``common``: j's future that is a chosen link's
+    (each ``[num, k]``, bool)."""
+    one = {name: v[:, j : j + 1] if v.dim() == 2 else v for name, v in state.items()}
+    place = torch.full((1,), float(j), device=chosen.device)
+    return _features(
+        one,
+        place,
+        chosen.float(),
+        k,
+        past.sum(1, keepdim=True).float(),
+        (below_j & past).sum(1, keepdim=True).float(),
+        common.sum(1, keepdim=True).float(),
+    )[:, 0]
+
+
+def _features(
+    state: dict[str, Tensor],
+    j: Tensor,
+    chosen: Tensor,
+    k: int,
+    in_past: Tensor,
+    shared: Tensor,
+    common: Tensor,
+) -> Tensor:
+    """The :data:`FEATURES` numbers of decisions "is j a link to k?" for the elements ``j``
+    (``[J]``) of each set (``[num, J, FEATURES]``): the shares the network has always seen,
+    then the same counts on a log scale and the size the set grows to, so that a decision can
+    tell a set of 40 elements from one of 400 (:data:`LOG_SCALE`)."""
+    past, above, links_up = state["past"], state["above"], state["links_up"]
+    num, width = past.shape
+    ones = past.new_ones(num, width)
+    per = 1.0 / k
+
+    def log(x: Tensor) -> Tensor:
+        return torch.log1p(x) / LOG_SCALE
+
     return torch.stack(
         [
-            state["progress"],
-            ones * (j / k),
-            state["past"][:, j] / k,
-            above / k,
-            state["links_up"][:, j] / k,
+            state["progress"][:, None] * ones,
+            j / k * ones,
+            past * per,
+            above * per,
+            links_up * per,
             (above == 0).float(),
-            state["maxima"] / k,
-            chosen.squeeze(1).float() / k,
-            ones / k,
-            past.sum(1).float() / k,
-            (below_j & past).sum(1).float() / j_past.clamp(min=1),
-            common.sum(1).float() / above.clamp(min=1),
+            (state["maxima"] * per)[:, None] * ones,
+            chosen * per,
+            per * ones,
+            in_past * per,
+            shared / past.clamp(min=1),
+            common / above.clamp(min=1),
+            log(state["total"])[:, None] * ones,
+            math.log1p(k) / LOG_SCALE * ones,
+            log(past),
+            log(above),
+            log(links_up),
+            log(chosen),
+            log(in_past),
         ],
         dim=-1,
     )

@@ -13,6 +13,7 @@ test. A bin outside the training sizes is marked as extrapolation.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -229,7 +230,7 @@ def reference_dimension(data: DataConfig, asked: float | None = None) -> float |
     if data.files or data.kind is None or not data_kind(data.kind).flat_diamonds:
         return None
     if asked is not None:
-        return asked
+        return float(asked)
     dims = list(data.dimensions or ())
     return float(dims[0]) if len(dims) == 1 else None
 
@@ -240,19 +241,44 @@ def report_paths(output: Path) -> list[Path]:
     return [output.with_name(f"{stem}_report.csv"), output.with_name(f"{stem}_report.png")]
 
 
-def compare(samples: Sequence[CausalSet], data: DataConfig, output: Path, *, limit: int) -> Report:
+def compare(
+    samples: Sequence[CausalSet],
+    data: DataConfig,
+    output: Path,
+    *,
+    limit: int,
+    condition: dict[str, Any] | None = None,
+) -> Report:
     """The report of ``samples`` against up to ``limit`` causal sets of the training split of
     the data the ``data:`` section ``data`` describes (nothing written yet:
-    :func:`write_report`)."""
+    :func:`write_report`); grown with ``condition`` ``{"dimension": d}``, against the sets of
+    that dimension alone."""
     from ..data import dataset_from_config
     from .inputs import select_split
 
     train = select_split(dataset_from_config(data, progress=False), data, "train")
-    theirs = statistics([relations_of(train[i]) for i in range(min(limit, len(train)))])
+    asked = (condition or {}).get("dimension")
+    dimension = reference_dimension(data, asked)
+    wanted = _label_of(data, asked)
+    every = (train[i] for i in range(len(train)))
+    chosen = itertools.islice((g for g in every if _labelled(g, wanted)), limit)
+    theirs = statistics([relations_of(g) for g in chosen])
     mine = statistics([s.relations for s in samples])
     generated = not data.files  # the embedded data: sizes drawn from data.num_points
     trained = tuple(int(n) for n in data.num_points) if generated else None
-    return build(mine, theirs, output, dimension=reference_dimension(data), trained=trained)
+    return build(mine, theirs, output, dimension=dimension, trained=trained)
+
+
+def _label_of(data: DataConfig, dimension: Any) -> int | None:
+    """The label ``y`` of the generated sets of ``dimension`` (its index in
+    ``data.dimensions``); None: every set."""
+    if dimension is None or data.files or int(dimension) not in data.dimensions:
+        return None
+    return list(data.dimensions).index(int(dimension))
+
+
+def _labelled(graph: Any, label: int | None) -> bool:
+    return label is None or int(graph.y.view(-1)[0]) == label
 
 
 def write_report(report: Report, folder: Path) -> list[tuple[Path, Path]]:

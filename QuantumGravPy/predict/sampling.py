@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from torch_geometric.data import Data
 
 from .. import __version__, logs
@@ -46,6 +48,32 @@ class _Job:
     checkpoint: Path
     num: int
     seed: int
+    condition: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def parse_condition(pairs: Sequence[str] | dict[str, Any] | None) -> dict[str, Any]:
+    """``--condition KEY=VALUE`` pairs as keyword arguments of ``generate`` (each value read
+    as YAML: ``dimension=3`` is the number 3)."""
+    if pairs is None or isinstance(pairs, dict):
+        return dict(pairs or {})
+    condition = {}
+    for pair in pairs:
+        key, sep, value = str(pair).partition("=")
+        if not sep or not key.isidentifier():
+            raise ConfigError(f"--condition: expected KEY=VALUE, found {pair!r}")
+        condition[key] = yaml.safe_load(value)
+    return condition
+
+
+def check_condition(model: Any, condition: dict[str, Any], model_type: str) -> None:
+    """A condition the model's ``generate`` does not take, refused naming it."""
+    taken = inspect.signature(model.generate).parameters
+    for key in condition:
+        if key not in taken or key in ("num", "generator"):
+            raise ConfigError(
+                f"--condition: {model_type}.generate takes no {key!r}; a model conditioned "
+                "on it has a keyword argument of that name"
+            )
 
 
 def chunk_generator(seed: int, chunk: int) -> torch.Generator:
@@ -69,7 +97,14 @@ def sample_worker(rank: int, world_size: int, job: _Job) -> list[CausalSet] | No
     with distributed.one_thread(torch.device("cpu")):  # the same bits for any number
         for c in bar:
             count = min(CHUNK, job.num - chunks[c])
-            sets = model.generate(count, generator=chunk_generator(job.seed, c))
+            try:
+                sets = model.generate(
+                    count, generator=chunk_generator(job.seed, c), **job.condition
+                )
+            except ValueError as e:  # a condition the model cannot grow
+                if not job.condition:
+                    raise
+                raise ConfigError(f"--condition: {e}") from e
             drawn[c] = [_checked(s, job.config.model) for s in sets]
             if len(drawn[c]) != count:
                 raise ConfigError(
@@ -103,12 +138,15 @@ def sample(
     overrides: Sequence[str] = (),
     overwrite: bool = False,
     compare: int = 2000,
+    condition: Sequence[str] | dict[str, Any] | None = None,
 ) -> Report:
     """Draw ``num`` causal sets from the generative model of ``run_dir`` and write them to
     ``output`` (a ``.zarr`` store or ``.h5`` file), with ``seed`` (the same samples for any
     ``world_size``). Returns the report against up to ``compare`` causal sets of the run's
     training split, also written beside ``output`` as ``<stem>_report.csv`` and
-    ``<stem>_report.png``."""
+    ``<stem>_report.png``. ``condition``: what to grow, for a conditioned model (keyword
+    arguments of its ``generate``, or ``KEY=VALUE`` strings: ``{"dimension": 3}``)."""
+    condition = parse_condition(condition)
     if num < 1:
         raise ConfigError(f"--num: expected a positive number of samples, found {num}")
     if seed < 0:
@@ -144,14 +182,15 @@ def sample(
                 f"model.type: {config.model.type or 'GNNModel'} has no generate(num, "
                 "generator=...) method; qg sample draws causal sets from a generative model"
             )
-        job = _Job(config, checkpoint, num, seed)
+        check_condition(model, condition, config.model.type or "GNNModel")
+        job = _Job(config, checkpoint, num, seed, condition)
         if world_size == 1 and env is None:
             samples = sample_worker(0, 1, job)
         else:
             samples = run_distributed(sample_worker, config, job, world_size=world_size)
         if samples is None:  # a rank other than 0 under torchrun or srun
             return build({"elements": np.empty(0)}, {}, output, dimension=None)
-        report = compare_samples(samples, config.data, output, limit=compare)
+        report = compare_samples(samples, config.data, output, limit=compare, condition=condition)
         origin = _provenance(run_dir, checkpoint, job, samples, getattr(model, "sizes", None))
         _write(samples, report, replacement, file_format, origin)
         return report
@@ -176,6 +215,7 @@ def _provenance(
         "seed": job.seed,
         "num": job.num,
         "model": job.config.model.type or "GNNModel",
+        "condition": job.condition,
         "sizes_asked": None if asked is None else [int(x) for x in asked],
         "sizes": [min(sizes), max(sizes)],
         "version": __version__,
