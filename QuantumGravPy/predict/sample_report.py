@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import logs
 from ..config import DataConfig
 from ..figures import new_figure, save
 from ..physics import CausalSet, transitive_closure
@@ -214,8 +215,6 @@ def build(
         if len(theirs["elements"]) >= MIN_REFERENCE or dimension is None:
             references.append(("training sets", theirs))
             continue
-        from .. import logs
-
         logs.get_logger().info("sprinkling the reference sets of sizes %s", size_bin.name)
         mine = _within(samples, size_bin)["elements"]
         references.append(("sprinklings", statistics(sprinklings(mine, int(dimension)))))

@@ -26,13 +26,14 @@ import torch
 import yaml
 from torch_geometric.data import Data
 
-from .. import __version__, logs
+from .. import logs
 from ..config import Config, ModelConfig, load_config
 from ..data.sources.formats import format_of
 from ..data.sources.writing import write_causal_sets, writer_for
 from ..errors import ConfigError, DiskFullError, RunDirectoryError, disk_full, flag
 from ..parallel import distributed, run_distributed
 from ..physics import CausalSet
+from ..runs.reproducibility import installed
 from .model import model_from_checkpoint, run_files
 from .replacing import Replacement
 from .sample_report import Report, build, report_paths, write_report
@@ -218,7 +219,7 @@ def _provenance(
         "condition": job.condition,
         "sizes_asked": None if asked is None else [int(x) for x in asked],
         "sizes": [min(sizes), max(sizes)],
-        "version": __version__,
+        "version": installed("QuantumGravPy"),
     }
 
 

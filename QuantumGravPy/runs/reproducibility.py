@@ -115,16 +115,18 @@ def cpu_kernels() -> dict[str, Any]:
     }
 
 
-def environment(device: torch.device | None = None, world_size: int = 1) -> dict[str, Any]:
-    """The software and machine of this process: what a reader needs to reproduce a run."""
+def installed(name: str) -> str | None:
+    """The installed version of the distribution ``name``; None where it is not installed."""
     from importlib.metadata import PackageNotFoundError, version
 
-    def installed(name: str) -> str | None:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return None
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
+
+def environment(device: torch.device | None = None, world_size: int = 1) -> dict[str, Any]:
+    """The software and machine of this process: what a reader needs to reproduce a run."""
     env: dict[str, Any] = {
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": list(sys.argv),
