@@ -9,13 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-from QuantumGravPy.physics import interval_abundances, longest_chain, ordering_fraction, sprinkle
+from QuantumGravPy.physics import (
+    interval_abundances,
+    largest_antichain,
+    longest_chain,
+    ordering_fraction,
+    sprinkle,
+)
 from QuantumGravPy.physics.exact import (
     interval_abundance_expectation,
     link_count_expectation,
     relation_count_expectation,
 )
-from QuantumGravPy.physics.observables import largest_antichain
 
 
 def test_two_points_are_a_link_half_the_time_and_the_counts_add_up_to_the_relations():

@@ -13,6 +13,8 @@
 - :mod:`.observables`: counts (ordering fraction, links, interval abundances), chains, the
   Benincasa-Dowker action, dimension estimators, per-element features (from the matrices, or
   from an order's links and sizes of pasts and futures);
+- :mod:`.exact`: the exact expectations of sprinklings at fixed N: relations in any dimension,
+  interval abundances and links in 2D;
 - :mod:`.realisers`: each element's ranks in the two linear orders of a 2D causal set (its
   place in the diamond in light-cone coordinates), found from the order alone;
 - :mod:`.curvature`: the Benincasa-Dowker estimate of the scalar curvature at each element
@@ -22,7 +24,7 @@ It knows nothing of training and imports nothing else of the package: the lowest
 ``errors`` and ``logs``, usable on its own (``from QuantumGravPy.physics import sprinkle``).
 """
 
-from . import observables
+from . import exact, observables
 from .causal_set import CausalSet
 from .curvature import (
     conformal_expectation,
@@ -43,6 +45,7 @@ from .observables import (
     NUM_FEATURES,
     benincasa_dowker_action,
     interval_abundances,
+    largest_antichain,
     link_count,
     longest_chain,
     longest_chains,
@@ -102,11 +105,13 @@ __all__ = [
     "destroyed_sprinkling",
     "diamond_coordinates",
     "diamond_volume",
+    "exact",
     "flat_expectation",
     "h_for_proper_height",
     "interval_abundances",
     "is_naturally_labelled",
     "kleitman_rothschild_order",
+    "largest_antichain",
     "light_cone_ranks",
     "link_count",
     "local_action",
