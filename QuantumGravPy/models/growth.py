@@ -75,16 +75,7 @@ class CausalSetGrowth(nn.Module):
         self.decide = nn.Sequential(*parts, nn.Linear(widths[-1], 1))
         # what the training loader gathers (with batch and ptr): y is the dimension's index
         self.reads = ("x", "edge_index", "y") if self.dimensions else ("x", "edge_index")
-
-    def _load_from_state_dict(self, state_dict, prefix, *args: Any, **kwargs: Any) -> None:
-        """Weights of an earlier version read the first :data:`SHARES` features alone: the
-        first layer is made that narrow, and the model feeds it those."""
-        first = state_dict.get(f"{prefix}decide.0.weight")
-        if first is not None and first.shape[1] == SHARES and not self.dimensions:
-            old = self.decide[0]
-            self.decide[0] = nn.Linear(SHARES, old.out_features, device=old.weight.device)
-            self.inputs = SHARES
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.register_load_state_dict_pre_hook(_earlier_weights)
 
     def _decide(self, features: Tensor, condition: Tensor | None) -> Tensor:
         """The logits of decisions with ``features`` ``[rows, FEATURES]``, of sets of the
@@ -186,6 +177,17 @@ class CausalSetGrowth(nn.Module):
             known = ", ".join(map(str, self.dimensions))
             raise ValueError(f"dimension: the model knows {known}, not {dimension}")
         return self._condition(index)
+
+
+def _earlier_weights(model: CausalSetGrowth, state_dict: dict, prefix: str, *args: Any) -> None:
+    """Weights of an earlier version read the first :data:`SHARES` features alone: the first
+    layer is made that narrow, and the model feeds it those (a hook torch calls before the
+    weights are loaded)."""
+    first = state_dict.get(f"{prefix}decide.0.weight")
+    if first is not None and first.shape[1] == SHARES and not model.dimensions:
+        old = model.decide[0]
+        model.decide[0] = nn.Linear(SHARES, old.out_features, device=old.weight.device)
+        model.inputs = SHARES
 
 
 def _dense_links(batch: Any) -> tuple[Tensor, Tensor]:
