@@ -1,26 +1,16 @@
 """``count``: a whole number of 0 or more, learnt as the log of its expected value (a Poisson
-head); every prediction is that expected value, never below 0. Its picture is predicted against
-true values, as a regression's."""
+head); every prediction is that expected value, never below 0. A regression otherwise: its
+table and picture are a regression's."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, DataError
-from .base import TaskKind, Values
-from .regression import (
-    plot_against_true,
-    update_value_metric,
-    value_columns,
-    value_metric,
-    value_rows,
-    values_per_row,
-)
+from .base import Values
+from .regression import Regression
 
 if TYPE_CHECKING:
-    import numpy as np
-    import torchmetrics
     from torch import Tensor
 
 _OWN = {"sync_on_compute": False}
@@ -31,7 +21,7 @@ LOG_RATE_LIMIT = 50.0
 _POISSON = "torch.nn.PoissonNLLLoss"
 
 
-class Count(TaskKind):
+class Count(Regression):
     """A whole number of 0 or more per graph, node or pair (the elements in an interval, say).
     The model's output is the log of the expected count, learnt with the Poisson negative
     log-likelihood. A prediction is its exponential, so it is never below 0."""
@@ -41,6 +31,7 @@ class Count(TaskKind):
     default_metrics = ("mae", "poisson_deviance")
     minimized = ("mae", "rmse", "mse", "poisson_deviance", "max_error")
     default_loss = _POISSON  # log_input=True: it takes the log-rates
+    standardizes = False  # a count is learnt as it is
     picture = "counts.png"
 
     def check(self, task: Any, key: str) -> None:
@@ -61,10 +52,7 @@ class Count(TaskKind):
         found = values()
         if found is not None:
             _check_counts(found, task, key)
-        return values_per_row(task, first)
-
-    def target(self, value: Tensor, rows: int, num_outputs: int, task: Any) -> Tensor:
-        return value.reshape(rows, num_outputs)
+        return super().count_outputs(task, first, values, known, key, outputs)
 
     def loss_target(self, target: Tensor, outputs: Tensor) -> Tensor:
         return target.reshape(outputs.shape).to(outputs.dtype)
@@ -79,25 +67,13 @@ class Count(TaskKind):
             from torchmetrics.regression import TweedieDevianceScore
 
             return TweedieDevianceScore(power=1.0, **_OWN)
-        return value_metric(name, num_outputs)
+        return super().make_metric(name, num_outputs)
 
     def metric_inputs(self, outputs: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
-        return value_rows(self.rate(outputs), target)
-
-    def update_metric(
-        self, name: str, metric: torchmetrics.Metric, preds: Tensor, target: Tensor
-    ) -> None:
-        update_value_metric(name, metric, preds, target)
+        return super().metric_inputs(self.rate(outputs), target)
 
     def prediction_values(self, predicted: Tensor) -> Tensor:
         return self.rate(predicted)  # the expected count
-
-    def columns(self, task: Any, values: np.ndarray, true: np.ndarray | None) -> dict:
-        return value_columns(task, values, true)
-
-    def plot(self, predicted: np.ndarray, true: np.ndarray, output: Path, title: str) -> Path:
-        """Predicted against true counts (with the diagonal), and the residuals."""
-        return plot_against_true(predicted, true, output, title)
 
 
 def _check_counts(values: Tensor, task: Any, key: str) -> None:
