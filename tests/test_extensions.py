@@ -225,3 +225,35 @@ def test_a_file_is_read_by_the_format_its_name_says_then_by_what_it_holds(
         class Clash(qg.data.sources.formats.FileFormat):
             name = "clash"
             suffixes = (".h5",)
+
+
+def test_a_users_metric_of_a_kind_never_replaces_one_a_kind_built_on_it_has():
+    """count is built on regression: a regression metric of the user's named poisson_deviance
+    is regression's, and count keeps its own Poisson deviance."""
+    import math
+
+    import torch
+    from torchmetrics import MeanAbsoluteError
+
+    from QuantumGravPy.tasks import Metric
+    from QuantumGravPy.training.evaluation.metrics import TaskMetrics
+
+    class AbsoluteDeviance(Metric):
+        """The mean absolute error, under the name poisson_deviance."""
+
+        kind = "regression"
+        name = "poisson_deviance"
+
+        def make(self, num_outputs, **own):
+            return MeanAbsoluteError(**own)
+
+    target = torch.tensor([1.0, 3.0])
+    rates = torch.tensor([1.0, 2.0])
+    regression = TaskMetrics("regression", ["poisson_deviance"], 1)
+    regression.update(rates, target)
+    assert regression.compute()["poisson_deviance"] == pytest.approx(0.5)
+
+    count = TaskMetrics("count", ["poisson_deviance"], 1)
+    count.update(rates.log(), target)
+    deviance = 2 * (3 * math.log(3 / 2) - 1) / 2  # the first row is exact
+    assert count.compute()["poisson_deviance"] == pytest.approx(deviance)

@@ -51,9 +51,13 @@ class Metric:
 
 
 def own_metric(kind: TaskKind, name: str) -> Metric | None:
-    """The metric ``name`` of your own for ``kind`` (or a kind it is built on), if any."""
+    """The metric ``name`` of your own for ``kind`` (or a kind it is built on), if any. The
+    nearest kind that names it decides: a kind's own metric of that name is never replaced by
+    one for a kind it is built on (``count``'s ``poisson_deviance`` by a regression's)."""
     for cls in type(kind).__mro__:
         found = METRICS.get((getattr(cls, "name", ""), name))
         if found is not None:
             return found()
+        if name in vars(cls).get("metrics", ()):
+            return None
     return None
