@@ -18,7 +18,15 @@ from QuantumGravPy.predict.sampling import provenance
 
 pytestmark = pytest.mark.timeout(240)
 
-BEFORE = Path(__file__).parent / "fixtures" / "growth_before_features"
+FIXTURES = Path(__file__).parent / "fixtures"
+# runs of earlier versions: (folder, what qg sample is asked besides the seed)
+EARLIER = {
+    "twelve features": (FIXTURES / "growth_before_features", []),
+    "nineteen, conditioned": (
+        FIXTURES / "growth_conditioned_19_features",
+        ["--condition", "dimension=3"],
+    ),
+}
 
 
 def read_sets(path):
@@ -26,19 +34,23 @@ def read_sets(path):
     return [root[f"cset_{i + 1}"]["adj"][:] for i in range(len(list(root.group_keys())))]
 
 
-def test_a_growth_model_of_an_earlier_version_samples_the_same_sets(tmp_path, capsys):
-    """The fixture's run was trained by the package before the decisions saw the set's size
-    (twelve features); its samples for seed 0 were drawn by that version. Today's code reads
-    its weights and grows the same sets. Compared exactly although drawn on another machine:
-    a set changes only if a decision's probability lands within float32 rounding (~1e-7) of
-    its uniform draw, a chance of about 1e-4 over the ~600 decisions here."""
+@pytest.mark.parametrize("version", list(EARLIER))
+def test_a_growth_model_of_an_earlier_version_samples_the_same_sets(tmp_path, capsys, version):
+    """Each fixture's run was trained by an earlier version of the package: before the
+    decisions saw the set's size (twelve features), and before they saw chains, maximal
+    elements and relations on a log scale (nineteen, conditioned on the dimension). Its
+    samples for seed 0 were drawn by that version. Today's code reads its weights and grows
+    the same sets. Compared exactly although drawn on another machine: a set changes only if
+    a decision's probability lands within float32 rounding (~1e-7) of its uniform draw, a
+    chance of about 1e-4 over the ~600 decisions here."""
+    before, asked = EARLIER[version]
     run = tmp_path / "run"
-    shutil.copytree(BEFORE, run)
+    shutil.copytree(before, run)
     out = tmp_path / "again.zarr"
     done = run_main(capsys, "sample", run, "--num", 6, "--seed", 0, "--output", out,
-                    f"data.root={tmp_path / 'data'}")  # fmt: skip
+                    f"data.root={tmp_path / 'data'}", *asked)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    expected = np.load(BEFORE / "samples_seed0.npz")
+    expected = np.load(before / "samples_seed0.npz")
     grown = read_sets(out)
     assert [len(s) for s in grown] == expected["sizes"].tolist()
     for i, matrix in enumerate(grown):
@@ -108,7 +120,7 @@ def test_qg_sample_grows_the_dimension_asked_for_and_reports_it_against_that_dim
 
 def test_a_condition_that_cannot_be_grown_is_one_line(conditioned, tmp_path, capsys):
     run = tmp_path / "before"
-    shutil.copytree(BEFORE, run)
+    shutil.copytree(EARLIER["twelve features"][0], run)
     cases = [
         (conditioned, ["--condition", "dimension=3"], "--condition: dimension: the model knows"),
         (conditioned, ["--condition", "colour=1"], "generate takes no 'colour'"),

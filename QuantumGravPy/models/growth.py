@@ -33,8 +33,8 @@ from torch_geometric.utils import to_dense_adj
 
 from ..physics import CausalSet, transitive_closure
 
-FEATURES = 19  # what a decision sees, see _features
-SHARES = 12  # the first FEATURES, which growth models of earlier versions read alone
+FEATURES = 23  # what a decision sees, see _features
+EARLIER = (12, 19)  # the first FEATURES that growth models of earlier versions read alone
 LOG_SCALE = 8.0  # counts are fed as log(1 + count) / 8: about 1 at 3,000 elements
 
 
@@ -129,6 +129,7 @@ class CausalSetGrowth(nn.Module):
         n = int(sizes.max()) if num else 0
         relations = torch.zeros(num, n, n, dtype=torch.bool, device=device)
         links = torch.zeros_like(relations)
+        heights = torch.ones(num, n, device=device)  # of the longest chain ending at each
         sizes_d = sizes.to(device)
         condition = condition.to(device) if condition is not None else None
         for k in range(1, n):
@@ -136,7 +137,7 @@ class CausalSetGrowth(nn.Module):
             u = torch.rand(num, k, generator=generator).to(device)
             chosen = torch.zeros(num, k, dtype=torch.bool, device=device)
             past = torch.zeros_like(chosen)
-            state = _step_state(relations[:, :k, :k], links[:, :k, :k], k, sizes_d)
+            state = _step_state(relations[:, :k, :k], links[:, :k, :k], heights[:, :k], sizes_d)
             futures = torch.zeros_like(chosen)  # of the links chosen so far
             for j in range(k - 1, -1, -1):
                 forced = past[:, j]  # below a chosen link: in the past already
@@ -154,6 +155,7 @@ class CausalSetGrowth(nn.Module):
                 )
             links[:, :k, k] = chosen
             relations[:, :k, k] = past
+            heights[:, k] = 1 + (past * heights[:, :k]).amax(1)
         return [
             CausalSet(relations=relations[i, :s, :s].cpu(), links=links[i, :s, :s].cpu())
             for i, s in enumerate(sizes.tolist())
@@ -180,14 +182,15 @@ class CausalSetGrowth(nn.Module):
 
 
 def _earlier_weights(model: CausalSetGrowth, state_dict: dict, prefix: str, *args: Any) -> None:
-    """Weights of an earlier version read the first :data:`SHARES` features alone: the first
-    layer is made that narrow, and the model feeds it those (a hook torch calls before the
-    weights are loaded)."""
+    """Weights of an earlier version read the first features alone (as many as that version
+    had, :data:`EARLIER`): the first layer is made that narrow, and the model feeds it those
+    (a hook torch calls before the weights are loaded)."""
     first = state_dict.get(f"{prefix}decide.0.weight")
-    if first is not None and first.shape[1] == SHARES and not model.dimensions:
+    inputs = first.shape[1] - len(model.dimensions) if first is not None else FEATURES
+    if inputs in EARLIER:
         old = model.decide[0]
-        model.decide[0] = nn.Linear(SHARES, old.out_features, device=old.weight.device)
-        model.inputs = SHARES
+        model.decide[0] = nn.Linear(first.shape[1], old.out_features, device=old.weight.device)
+        model.inputs = inputs
 
 
 def _dense_links(batch: Any) -> tuple[Tensor, Tensor]:
@@ -212,6 +215,7 @@ def _teacher_features(relations: Tensor, links: Tensor, sizes: Tensor) -> tuple[
     g, n = relations.shape[0], relations.shape[-1]
     features = relations.new_zeros((g, n, n, FEATURES), dtype=torch.float32)
     r_all, lk_all = relations.float(), links.float()
+    heights = r_all.new_ones(g, n)  # of the longest chain ending at each element
     total = sizes.float()
     for k in range(1, n):
         r, lk, mine = r_all[:, :k, :k], lk_all[:, :k, :k], lk_all[:, :k, k]  # [g, k(, k)]
@@ -222,34 +226,35 @@ def _teacher_features(relations: Tensor, links: Tensor, sizes: Tensor) -> tuple[
         latest_below = (r * (mine * (place + 1))[:, :, None]).amax(1) - 1  # [g, i]
         later = latest[:, :, None] > place  # [g, i, j]: i in k's past when j is asked
         above_links = latest_below[:, :, None] > place  # [g, i, j]: i above a link after j
-        state = {
-            "progress": k / total,
-            "past": r.sum(1),
-            "above": r.sum(2),
-            "links_up": lk.sum(2),
-            "maxima": (r.sum(2) == 0).float().sum(1),
-            "total": total,
-        }
+        state = _step_state(r, lk, heights[:, :k], total)
         chosen = mine.flip(1).cumsum(1).flip(1) - mine  # [g, j]: links of k after j
         in_past = later.float().sum(1)  # [g, j]
         shared = (r * later).sum(1)  # [g, j]: of j's past
         common = (r * above_links.transpose(1, 2)).sum(2)  # [g, j]: of j's future
         features[:, :k, k] = _features(state, place, chosen, k, in_past, shared, common)
+        heights[:, k] = 1 + (r_all[:, :k, k] * heights[:, :k]).amax(1)
     k = torch.arange(n, device=relations.device)
     inside = (k < sizes[:, None, None]) & (k[:, None] < k)
     asked = inside & ~(relations & ~links)
     return features, asked
 
 
-def _step_state(relations: Tensor, links: Tensor, k: int, sizes: Tensor) -> dict[str, Tensor]:
-    """What the decisions of step k see of the set grown so far (``[num, k, k]``)."""
+def _step_state(
+    relations: Tensor, links: Tensor, heights: Tensor, sizes: Tensor
+) -> dict[str, Tensor]:
+    """What the decisions of step k see of the set grown so far: its relations and links
+    (``[num, k, k]``) and the longest chain ending at each element (``[num, k]``)."""
     r = relations.float()
-    return {
+    k = r.shape[-1]
+    return {  # per element [num, k], or of the whole set [num]
         "progress": k / sizes.float(),
-        "past": r.sum(1),  # [num, k]
+        "past": r.sum(1),
         "above": r.sum(2),
         "links_up": links.float().sum(2),
+        "height": heights,
         "maxima": (r.sum(2) == 0).float().sum(1),
+        "relations": r.sum((1, 2)),
+        "tallest": heights.amax(1),
         "total": sizes.float(),
     }
 
@@ -291,7 +296,9 @@ def _features(
     """The :data:`FEATURES` numbers of decisions "is j a link to k?" for the elements ``j``
     (``[J]``) of each set (``[num, J, FEATURES]``): the shares the network has always seen,
     then the same counts on a log scale and the size the set grows to, so that a decision can
-    tell a set of 40 elements from one of 400 (:data:`LOG_SCALE`)."""
+    tell a set of 40 elements from one of 400 (:data:`LOG_SCALE`); last, the longest chain
+    ending at j and in the whole set, the maximal elements and the relations so far, whose
+    growth with the set's size is what its dimension sets."""
     past, above, links_up = state["past"], state["above"], state["links_up"]
     num, width = past.shape
     ones = past.new_ones(num, width)
@@ -321,6 +328,10 @@ def _features(
             log(links_up),
             log(chosen),
             log(in_past),
+            log(state["height"]),
+            log(state["tallest"])[:, None] * ones,
+            log(state["maxima"])[:, None] * ones,
+            log(state["relations"])[:, None] * ones,
         ],
         dim=-1,
     )
