@@ -27,7 +27,7 @@ os.environ.setdefault(
     ),
 )
 
-from QuantumGravPy.config import Config, apply_overrides, config_from_dict
+from QuantumGravPy.config import Config, apply_overrides, config_from_dict, config_to_dict
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -237,6 +237,12 @@ def run_forked(
     job = start_forked(*args, env=env, cwd=cwd, cores=cores)
     out, err = job.communicate(timeout=timeout)
     return subprocess.CompletedProcess(["qg", *map(str, args)], job.returncode, out, err)
+
+
+def write_config(cfg: Config, path: Path) -> Path:
+    """``cfg`` written to ``path`` as the YAML file a user would pass to ``qg``."""
+    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    return path
 
 
 def run_main(capsys, *args) -> subprocess.CompletedProcess:

@@ -8,13 +8,12 @@ import json
 import numpy as np
 import pytest
 import torch
-import yaml
-from conftest import assert_refused, run_cli, run_main
+from conftest import assert_refused, run_cli, run_main, write_config
 from sklearn import metrics as skm
 from user_data import ring_graphs
 
 import QuantumGravPy as qg
-from QuantumGravPy.config import TaskConfig, config_to_dict
+from QuantumGravPy.config import TaskConfig
 from QuantumGravPy.predict import read
 from QuantumGravPy.tasks.count import LOG_RATE_LIMIT
 from QuantumGravPy.training.evaluation.metrics import TaskMetrics
@@ -131,8 +130,7 @@ def test_targets_that_are_no_counts_are_refused_naming_the_key(make_config, valu
 
 def test_a_count_of_times_is_one_line_at_the_command_line(make_config, capsys):
     cfg = make_config("tasks=[{name: t, type: count, target: time, level: node}]")
-    path = cfg.run_dir.parent / "times.yaml"
-    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    path = write_config(cfg, cfg.run_dir.parent / "times.yaml")
     result = run_main(capsys, "train", path)
     assert_refused(result, "tasks[0].target: the count task 't' needs whole numbers of 0 or")
     with pytest.raises(qg.ConfigError, match=r"tasks\[0\].loss_kwargs.log_input: a count task"):
@@ -141,8 +139,7 @@ def test_a_count_of_times_is_one_line_at_the_command_line(make_config, capsys):
 
 def test_qg_train_learns_a_count_task_from_the_command_line(make_config):
     cfg = make_config(*INTERVALS, COUNT, "training.num_epochs=1")
-    path = cfg.run_dir.parent / "intervals.yaml"
-    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    path = write_config(cfg, cfg.run_dir.parent / "intervals.yaml")
     result = run_cli("train", str(path))
     assert result.returncode == 0, result.stderr
     summary = json.loads((cfg.run_dir / "summary.json").read_text())

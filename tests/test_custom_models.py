@@ -6,18 +6,11 @@ import json
 
 import pytest
 import torch
-import yaml
-from conftest import assert_refused, run_main, run_ranks, train
+from conftest import assert_refused, run_main, run_ranks, train, write_config
 
 import QuantumGravPy as qg
-from QuantumGravPy.config import config_to_dict
 
 CUSTOM = ("model={type: user_models.SmallGCN}", "model.kwargs={hidden: 24}")
-
-
-def write_config(cfg, path):
-    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
-    return path
 
 
 def test_a_custom_model_trains_averages_and_is_tested(make_config, tmp_path, capsys):

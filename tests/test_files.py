@@ -9,13 +9,18 @@ import h5py
 import numpy as np
 import pytest
 import torch
-import yaml
 import zarr
-from conftest import assert_refused, light_cone_order, run_main, run_ranks, undirected_edges
+from conftest import (
+    assert_refused,
+    light_cone_order,
+    run_main,
+    run_ranks,
+    undirected_edges,
+    write_config,
+)
 from torch_geometric.data import Data
 
 import QuantumGravPy as qg
-from QuantumGravPy.config import config_to_dict
 from QuantumGravPy.data import CausalSetDataset
 from QuantumGravPy.data.sources.files import FileDataset, read_files
 from QuantumGravPy.data.sources.writing import write_embedded
@@ -261,8 +266,7 @@ def test_the_cache_is_reused_until_a_file_changes(make_config, embedded, tmp_pat
 
 def test_qg_generate_writes_files_that_qg_train_learns_from(make_config, tmp_path, capsys):
     cfg = make_config("data.num_graphs=48")
-    config_file = tmp_path / "gen.yaml"
-    config_file.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    config_file = write_config(cfg, tmp_path / "gen.yaml")
     store = tmp_path / "sets.zarr"
     result = run_main(capsys, "generate", config_file, "--output", store)
     assert result.returncode == 0 and "48 causal sets written" in result.stdout
@@ -276,8 +280,7 @@ def test_qg_generate_writes_files_that_qg_train_learns_from(make_config, tmp_pat
     train = file_config(
         make_config, [str(store)], "tasks=[{name: dim, target: y}]", "training.num_epochs=1"
     )
-    path = tmp_path / "train.yaml"
-    path.write_text(yaml.safe_dump(config_to_dict(train)))
+    path = write_config(train, tmp_path / "train.yaml")
     trained = run_main(capsys, "train", path)
     assert trained.returncode == 0, trained.stderr
     assert "test_accuracy" in trained.stdout
@@ -399,8 +402,7 @@ def test_two_processes_preprocess_the_same_graphs_as_one(make_config, embedded, 
     )
     one = read_files(cfg.data, progress=False)
     assert 0 < len(one) < 80
-    path = tmp_path / "files.yaml"
-    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    path = write_config(cfg, tmp_path / "files.yaml")
     result = run_main(capsys, "generate", path, "--world-size", "2")  # builds the cache
     assert result.returncode == 0, result.stderr
     assert f"{len(one)} graphs ready" in result.stdout
@@ -451,9 +453,8 @@ def test_truncated_files_damaged_chunks_and_cyclic_links_are_named(make_config, 
     message = refused(tmp_path / "cycle.h5", "data.transpose=false")
     assert "cset_1: 'linkmat' is not a strict partial order: the links close to a cycle" in message
     # at the command line: one line, no traceback, exit 2
-    config_file = tmp_path / "cut.yaml"
     cfg = make_config(f"data.files=[{tmp_path / 'cut.h5'}]")
-    config_file.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    config_file = write_config(cfg, tmp_path / "cut.yaml")
     result = run_main(capsys, "generate", config_file)
     assert_refused(result, "cannot be read", str(tmp_path / "cut.h5"))
 
@@ -482,8 +483,7 @@ def test_a_target_that_data_targets_does_not_read_is_named_before_any_file_is_re
         ),
     ]
     for overrides, expected in cases:
-        path = tmp_path / "cfg.yaml"
-        path.write_text(yaml.safe_dump(config_to_dict(make_config(*overrides))))
+        path = write_config(make_config(*overrides), tmp_path / "cfg.yaml")
         assert_refused(run_main(capsys, "train", path), expected)
         assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
 

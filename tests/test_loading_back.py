@@ -7,21 +7,13 @@ import zipfile
 
 import pytest
 import torch
-import yaml
-from conftest import assert_refused, run_main
-
-from QuantumGravPy.config import config_to_dict
+from conftest import assert_refused, run_main, write_config
 
 # The predecessor's model, written forward(x, edge_index, batch) with its width as in_features.
 MIGRATED = (
     "model={type: QuantumGravPy.models.TensorInputs, kwargs: {module: {object: "
     "user_models.PredecessorGNN}, module_kwargs: {hidden_channels: 16, out_channels: 3}}}"
 )
-
-
-def write(cfg, path):
-    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
-    return path
 
 
 def flip_a_weight_byte(path):
@@ -47,7 +39,7 @@ def test_a_migrated_model_predicts_tests_resumes_and_starts_another_run(
     make_config, tmp_path, capsys
 ):
     cfg = make_config(MIGRATED, "training.num_epochs=2")
-    path = write(cfg, tmp_path / "migrated.yaml")
+    path = write_config(cfg, tmp_path / "migrated.yaml")
     run = cfg.training.path
     trained = run_main(capsys, "train", path)  # in_features given by the adapter
     assert trained.returncode == 0, trained.stderr
@@ -80,7 +72,7 @@ def test_a_migrated_model_predicts_tests_resumes_and_starts_another_run(
 @pytest.fixture
 def trained(make_config, tmp_path, capsys):
     cfg = make_config("training.num_epochs=2")
-    path = write(cfg, tmp_path / "run.yaml")
+    path = write_config(cfg, tmp_path / "run.yaml")
     result = run_main(capsys, "train", path)
     assert result.returncode == 0, result.stderr
     return path, tmp_path / "run"
@@ -144,7 +136,7 @@ def test_resume_force_trains_with_the_optimizer_and_schedule_it_says(
         "training.num_epochs=2",
         "training.optimizer.kwargs={lr: 0.003, weight_decay: 0.01}",
     )
-    path = write(cfg, tmp_path / "c.yaml")
+    path = write_config(cfg, tmp_path / "c.yaml")
     assert run_main(capsys, "train", path).returncode == 0
     checkpoint = tmp_path / "run" / "checkpoints" / "last.pt"
     cut = (
@@ -192,7 +184,7 @@ def test_a_run_resumed_for_longer_stretches_a_schedule_that_lasts_the_run(
     epochs have the rates of a run that long from its start (the saved length brought the
     cosine back up, and ran a one-cycle schedule past its end: a traceback)."""
     cfg = make_config(schedule, "training.num_epochs=2")
-    path = write(cfg, tmp_path / "c.yaml")
+    path = write_config(cfg, tmp_path / "c.yaml")
     assert run_main(capsys, "train", path).returncode == 0
     resumed = run_main(capsys, "train", path, "--resume", "training.num_epochs=4")
     assert resumed.returncode == 0, resumed.stderr

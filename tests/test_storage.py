@@ -11,13 +11,11 @@ import h5py
 import numpy as np
 import pytest
 import torch
-import yaml
-from conftest import run_main, run_ranks, train
+from conftest import run_main, run_ranks, train, write_config
 from test_files import TARGETS, stacked
 from torch.utils.data import Subset
 
 import QuantumGravPy as qg
-from QuantumGravPy.config import config_to_dict
 from QuantumGravPy.data import (
     CausalSetDataset,
     DiskDataset,
@@ -221,8 +219,7 @@ def test_storage_disk_is_refused_for_a_dataset_of_your_own(make_config):
 
 def test_qg_generate_builds_a_table_on_disk(make_config, files, tmp_path, capsys):
     cfg = config(make_config, files, "disk", f"data.root={tmp_path / 'cache'}")
-    path = tmp_path / "disk.yaml"
-    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    path = write_config(cfg, tmp_path / "disk.yaml")
     result = run_main(capsys, "generate", path)
     assert result.returncode == 0, result.stderr
     assert "80 graphs ready" in result.stdout

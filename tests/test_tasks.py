@@ -10,13 +10,12 @@ import sys
 import numpy as np
 import pytest
 import torch
-import yaml
-from conftest import ROOT, assert_refused, run_main, run_ranks, train
+from conftest import ROOT, assert_refused, run_main, run_ranks, train, write_config
 from sklearn import metrics as skm
 from test_early_stopping import replayed, replayed_stop
 
 import QuantumGravPy as qg
-from QuantumGravPy.config import config_to_dict, history_columns
+from QuantumGravPy.config import history_columns
 from QuantumGravPy.tasks.base import KINDS
 
 # Three tasks on the embedded causal sets: the dimension as a class and as a number, and each
@@ -117,8 +116,7 @@ def test_the_shipped_three_task_config_trains_with_its_columns_predictions_and_p
     assert np.array_equal(confusion.images[0].get_array(), matrix)
 
     # qg test evaluates the checkpoint with its own scaling and gives the same numbers
-    path = run.parent / "three.yaml"
-    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    path = write_config(cfg, run.parent / "three.yaml")
     result = run_main(capsys, "test", path, "--checkpoint", run / "checkpoints" / "best.pt")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["test_d_mse"] == pytest.approx(metrics["test_d_mse"])
@@ -283,8 +281,7 @@ def test_a_target_the_data_lacks_is_named(make_config, task, message):
 
 def test_the_command_line_names_a_missing_target_without_a_traceback(make_config, capsys):
     cfg = make_config("tasks=[{name: a, type: regression, target: curvature}]")
-    path = cfg.run_dir.parent / "bad.yaml"
-    path.write_text(yaml.safe_dump(config_to_dict(cfg)))
+    path = write_config(cfg, cfg.run_dir.parent / "bad.yaml")
     result = run_main(capsys, "train", path)
     assert_refused(result, "tasks[0].target: the data has no tensor attribute 'curvature'")
     assert not cfg.run_dir.exists()  # nothing written
@@ -404,8 +401,7 @@ def test_a_losss_own_arguments_weigh_the_training_and_bad_ones_are_named(make_co
     )
     _, history, _ = train(classes)
     assert math.isfinite(history[0]["train_loss"])
-    path = classes.run_dir.parent / "weighted.yaml"
-    path.write_text(yaml.safe_dump(config_to_dict(classes)))
+    path = write_config(classes, classes.run_dir.parent / "weighted.yaml")
     for kwargs, fragment in [
         ("{pos_weight: [4.0]}", "got an unexpected keyword argument 'pos_weight'"),
         ("{weight: [1.0, 2.0, 3.0]}", "weight tensor should be defined"),

@@ -6,11 +6,9 @@ import pickle
 
 import pytest
 import torch
-import yaml
-from conftest import train
+from conftest import train, write_config
 
 import QuantumGravPy as qg
-from QuantumGravPy.config import config_to_dict
 from QuantumGravPy.data import make_loader
 from QuantumGravPy.runs.checkpoint import save_checkpoint
 from QuantumGravPy.training import TrainingDivergedError
@@ -431,8 +429,7 @@ def test_callbacks_are_told_of_each_point_of_a_run_on_the_ranks_they_ask_for(
     for every, ranks in ((False, [0]), (True, [0, 1])):
         path = tmp_path / f"ddp-{every}"
         hooks = f"[{{type: user_data.Recorder, kwargs: {{path: '{path}', every_rank: {str(every).lower()}}}}}]"
-        cfg = tmp_path / f"c-{every}.yaml"
-        cfg.write_text(yaml.safe_dump(config_to_dict(config)))
+        cfg = write_config(config, tmp_path / f"c-{every}.yaml")
         result = run_main(
             capsys, "train", cfg, "parallel.world_size=2", f"training.callbacks={hooks}",
             f"training.path={tmp_path / f'run-{every}'}",
