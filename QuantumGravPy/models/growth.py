@@ -13,7 +13,9 @@ look like at that moment: the set's progress ``k / N``, j's place ``j / k``, the
 past and of its future so far, its links upwards so far, whether it is maximal, the number of
 maximal elements, how many links of k were chosen above j already, how much of the set is in
 k's past so far, how much of j's past is, and how much of j's future so far is also the future
-of a chosen link (elements near a chosen one share its future). Trained by teacher
+of a chosen link (elements near a chosen one share its future); and, on a log scale, these
+counts, the size N, the longest chain ending at j and in the set, and the set's relations so
+far, whose growth with N is what the set's dimension sets. Trained by teacher
 forcing: the data's causal sets (graphs whose links are their edges, in a natural labelling,
 as the library's causal sets are) give every decision's answer, and the loss is each graph's
 negative log-likelihood per element, a ``model_loss`` term (``nll``).
