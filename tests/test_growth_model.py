@@ -123,6 +123,8 @@ def test_a_condition_that_cannot_be_grown_is_one_line(conditioned, tmp_path, cap
     shutil.copytree(EARLIER["twelve features"][0], run)
     cases = [
         (conditioned, ["--condition", "dimension=3"], "--condition: dimension: the model knows"),
+        # refused before the processes start: not by each of them
+        (conditioned, ["--condition", "dimension=3", "--world-size", 2], "the model knows"),
         (conditioned, ["--condition", "colour=1"], "generate takes no 'colour'"),
         (conditioned, ["--condition", "dimension"], "--condition: expected KEY=VALUE"),
         (run, ["--condition", "dimension=2"], "not conditioned on one"),

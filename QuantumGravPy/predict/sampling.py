@@ -84,6 +84,17 @@ def chunk_generator(seed: int, chunk: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
+def grown(model: Any, num: int, generator: torch.Generator, condition: dict[str, Any]) -> Any:
+    """``model.generate(num, ...)`` under ``condition``; a ``ValueError`` it raises for the
+    condition is refused naming ``--condition``."""
+    try:
+        return model.generate(num, generator=generator, **condition)
+    except ValueError as e:
+        if not condition:
+            raise
+        raise ConfigError(f"--condition: {e}") from e
+
+
 def sample_worker(rank: int, world_size: int, job: _Job) -> list[CausalSet] | None:
     """Draw this rank's chunks; rank 0 returns every sample, in order."""
     if world_size > 1:
@@ -98,14 +109,7 @@ def sample_worker(rank: int, world_size: int, job: _Job) -> list[CausalSet] | No
     with distributed.one_thread(torch.device("cpu")):  # the same bits for any number
         for c in bar:
             count = min(CHUNK, job.num - chunks[c])
-            try:
-                sets = model.generate(
-                    count, generator=chunk_generator(job.seed, c), **job.condition
-                )
-            except ValueError as e:  # a condition the model cannot grow
-                if not job.condition:
-                    raise
-                raise ConfigError(f"--condition: {e}") from e
+            sets = grown(model, count, chunk_generator(job.seed, c), job.condition)
             drawn[c] = [_checked(s, job.config.model) for s in sets]
             if len(drawn[c]) != count:
                 raise ConfigError(
@@ -184,6 +188,8 @@ def sample(
                 "generator=...) method; qg sample draws causal sets from a generative model"
             )
         check_condition(model, condition, config.model.type or "GNNModel")
+        if condition:  # a value it cannot grow: refused once, before any process starts
+            grown(model, 0, chunk_generator(seed, 0), condition)
         job = _Job(config, checkpoint, num, seed, condition)
         if world_size == 1 and env is None:
             samples = sample_worker(0, 1, job)
