@@ -144,3 +144,21 @@ def test_a_conditioned_model_needs_each_graphs_dimension():
     batch = Batch.from_data_list([Data(x=torch.zeros(3, 1), edge_index=edges)])
     with pytest.raises(ValueError, match="label y"):
         CausalSetGrowth(sizes=(3, 3), hidden=4, dimensions=[2, 3])(batch)
+
+
+def test_the_check_before_sampling_refuses_a_condition_and_leaves_other_failures_to_the_draw():
+    """``qg sample`` asks ``generate(0, ...)`` first: a ValueError there is the refusal of the
+    condition; a generate that cannot draw no sets at all (written for num >= 1) still samples."""
+    from QuantumGravPy.errors import ConfigError
+    from QuantumGravPy.predict.sampling import _check_grows
+
+    class OneAtLeast:
+        def generate(self, num, generator=None, dimension=None):
+            if dimension not in (2, 3):
+                raise ValueError(f"dimension: 2 or 3, not {dimension}")
+            return list(torch.stack([torch.zeros(2, 2)] * num).bool())  # none: RuntimeError
+
+    generator = torch.Generator().manual_seed(0)
+    assert _check_grows(OneAtLeast(), {"dimension": 3}, generator) is None
+    with pytest.raises(ConfigError, match="--condition: dimension: 2 or 3, not 5"):
+        _check_grows(OneAtLeast(), {"dimension": 5}, generator)

@@ -95,6 +95,17 @@ def grown(model: Any, num: int, generator: torch.Generator, condition: dict[str,
         raise ConfigError(f"--condition: {e}") from e
 
 
+def _check_grows(model: Any, condition: dict[str, Any], generator: torch.Generator) -> None:
+    """``generate(0, ...)`` under ``condition``: its ``ValueError`` is the refusal of a value
+    it cannot grow. Anything else it raises for no sets at all is left to the real draw."""
+    try:
+        grown(model, 0, generator, condition)
+    except ConfigError:
+        raise
+    except Exception:  # a generate written for num >= 1 only: it draws as before
+        return
+
+
 def sample_worker(rank: int, world_size: int, job: _Job) -> list[CausalSet] | None:
     """Draw this rank's chunks; rank 0 returns every sample, in order."""
     if world_size > 1:
@@ -189,7 +200,7 @@ def sample(
             )
         check_condition(model, condition, config.model.type or "GNNModel")
         if condition:  # a value it cannot grow: refused once, before any process starts
-            grown(model, 0, chunk_generator(seed, 0), condition)
+            _check_grows(model, condition, chunk_generator(seed, 0))
         job = _Job(config, checkpoint, num, seed, condition)
         if world_size == 1 and env is None:
             samples = sample_worker(0, 1, job)

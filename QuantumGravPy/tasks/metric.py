@@ -1,7 +1,9 @@
 """A metric of your own for a kind of task (``tasks[i].metrics``): one class, one file.
 
 A subclass of :class:`Metric` names the kind it measures (``kind``, a task kind's name: its
-tasks and those of the kinds built on it may name it) and its own ``name``, and builds a
+tasks and those of the kinds built on it that keep its list of metrics may name it; ``count``,
+built on ``regression`` with a list of its own, does not take regression's) and its own
+``name``, and builds a
 torchmetrics metric for a task's outputs (``make``). Defining it registers it: the kind offers
 it from then on, in the config, the history's columns, early stopping and tuning; its value is
 computed as the kind's own metrics are, from states summed over every process (exact for any
