@@ -248,14 +248,15 @@ def _step_state(
     (``[num, k, k]``) and the longest chain ending at each element (``[num, k]``)."""
     r = relations.float()
     k = r.shape[-1]
+    past, above = r.sum(1), r.sum(2)
     return {  # per element [num, k], or of the whole set [num]
         "progress": k / sizes.float(),
-        "past": r.sum(1),
-        "above": r.sum(2),
+        "past": past,
+        "above": above,
         "links_up": links.float().sum(2),
         "height": heights,
-        "maxima": (r.sum(2) == 0).float().sum(1),
-        "relations": r.sum((1, 2)),
+        "maxima": (above == 0).float().sum(1),
+        "relations": past.sum(1),
         "tallest": heights.amax(1),
         "total": sizes.float(),
     }

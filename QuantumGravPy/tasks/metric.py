@@ -3,12 +3,12 @@
 A subclass of :class:`Metric` names the kind it measures (``kind``, a task kind's name: its
 tasks and those of the kinds built on it that keep its list of metrics may name it; ``count``,
 built on ``regression`` with a list of its own, does not take regression's) and its own
-``name``, and builds a
-torchmetrics metric for a task's outputs (``make``). Defining it registers it: the kind offers
-it from then on, in the config, the history's columns, early stopping and tuning; its value is
-computed as the kind's own metrics are, from states summed over every process (exact for any
-number of them when its states are sums, as torchmetrics' confusion-based ones are). A user's
-module defines it and the config names the module under ``extensions``.
+``name``, and builds a torchmetrics metric for a task's outputs (``make``). Defining it
+registers it: the kind offers it from then on, in the config, the history's columns, early
+stopping and tuning; its value is computed as the kind's own metrics are, from states summed
+over every process (exact for any number of them when its states are sums, as torchmetrics'
+confusion-based ones are). A user's module defines it and the config names the module under
+``extensions``.
 """
 
 from __future__ import annotations
